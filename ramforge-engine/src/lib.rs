@@ -1,0 +1,1 @@
+//! ramforge-engine: memory budget, streaming model, KV cache, tokenizer, sampling, inference.

@@ -1,0 +1,119 @@
+//! The one error type of this crate. Every variant renders as a single line that names the
+//! byte offset and the key or tensor concerned.
+
+use ramforge_quant::GgmlType;
+
+#[derive(Debug, thiserror::Error)]
+pub enum GgufError {
+    #[error("I/O error on {path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("not a GGUF file: magic at offset 0 is {found:02x?}, expected \"GGUF\"")]
+    BadMagic { found: [u8; 4] },
+    #[error("unsupported GGUF version {version} (offset 4); versions 2 and 3 are supported")]
+    UnsupportedVersion { version: u32 },
+    #[error("truncated file: {what} at offset {offset} needs {needed} bytes, {available} remain")]
+    Truncated {
+        offset: u64,
+        what: String,
+        needed: u64,
+        available: u64,
+    },
+    #[error("{what} at offset {offset} is not valid UTF-8")]
+    InvalidUtf8 { offset: u64, what: String },
+    #[error("metadata key {key:?} at offset {offset}: unknown value type id {type_id}")]
+    BadValueType { offset: u64, key: String, type_id: u32 },
+    #[error("metadata key {key:?} at offset {offset}: arrays nested deeper than {max_depth} levels")]
+    NestingTooDeep {
+        offset: u64,
+        key: String,
+        max_depth: usize,
+    },
+    #[error("duplicate metadata key {key:?} at offset {offset}")]
+    DuplicateKey { offset: u64, key: String },
+    #[error("duplicate tensor name {name:?} at offset {offset}")]
+    DuplicateTensor { offset: u64, name: String },
+    #[error("general.alignment = {value} is not a non-zero power of two")]
+    BadAlignment { value: u64 },
+    #[error("tensor name at offset {offset} is {len} bytes long; at most 64 are allowed")]
+    TensorNameTooLong { offset: u64, len: u64 },
+    #[error("tensor {tensor:?} at offset {offset}: {n_dims} dimensions; 1 to 4 are allowed")]
+    BadDims {
+        offset: u64,
+        tensor: String,
+        n_dims: u32,
+    },
+    #[error("tensor {tensor:?} at offset {offset}: dimension {dim} is {value}; dimensions must be at least 1")]
+    ZeroDim {
+        offset: u64,
+        tensor: String,
+        dim: usize,
+        value: u64,
+    },
+    #[error("tensor {tensor:?} at offset {offset}: unknown ggml type id {id}")]
+    UnknownTensorType { offset: u64, tensor: String, id: u32 },
+    #[error("tensor {tensor:?}: row length {ne0} is not a multiple of the {ty} block size {block_size}")]
+    RaggedRow {
+        tensor: String,
+        ty: GgmlType,
+        ne0: u64,
+        block_size: usize,
+    },
+    #[error("tensor {tensor:?}: element count or byte size overflows")]
+    SizeOverflow { tensor: String },
+    #[error("tensor {tensor:?}: data offset {offset} is not a multiple of the alignment {alignment}")]
+    MisalignedTensor {
+        tensor: String,
+        offset: u64,
+        alignment: u64,
+    },
+    #[error("tensor {tensor:?}: data at file offset {offset} ({size} bytes) runs past the end of the file ({file_len} bytes)")]
+    TensorOutOfBounds {
+        tensor: String,
+        offset: u64,
+        size: u64,
+        file_len: u64,
+    },
+    #[error("tensors {first:?} and {second:?} overlap in the data section at offset {offset}")]
+    OverlappingTensors {
+        first: String,
+        second: String,
+        offset: u64,
+    },
+    #[error("missing metadata key {key:?}")]
+    MissingKey { key: String },
+    #[error("metadata key {key:?} has type {found}, expected {expected}")]
+    WrongType {
+        key: String,
+        expected: &'static str,
+        found: &'static str,
+    },
+    #[error("metadata key {key:?}: value {value} is out of range")]
+    OutOfRange { key: String, value: String },
+    #[error("no tensor named {name:?}")]
+    MissingTensor { name: String },
+    #[error("tensor {tensor:?}: read of {len} bytes at tensor byte {start} is outside its {size} bytes")]
+    RangeOutOfTensor {
+        tensor: String,
+        start: u64,
+        len: u64,
+        size: u64,
+    },
+    #[error("tensor {tensor:?}: short read at file offset {offset}: wanted {wanted} bytes, got {got} (file truncated or replaced?)")]
+    ShortRead {
+        tensor: String,
+        offset: u64,
+        wanted: u64,
+        got: u64,
+    },
+    #[error("tensor {tensor:?}: read error at file offset {offset}: {source}")]
+    ReadFailed {
+        tensor: String,
+        offset: u64,
+        #[source]
+        source: std::io::Error,
+    },
+}

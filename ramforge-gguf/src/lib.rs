@@ -1,0 +1,19 @@
+//! ramforge-gguf: a strict GGUF reader and writer with file-backed tensor access.
+//!
+//! One job: be the front door for untrusted model files. The header is validated completely
+//! (counts bounded by the bytes that remain, checked arithmetic, aligned, in-bounds and
+//! non-overlapping tensor data) before anything is trusted, and tensor payloads are read only
+//! on request, into caller-provided buffers or mapped views.
+
+mod error;
+mod file;
+mod parse;
+mod tensor;
+mod value;
+
+pub use error::GgufError;
+pub use file::{page_size, GgufFile, TensorMap};
+pub use parse::{parse_header, GgufHeader, DEFAULT_ALIGNMENT, MAGIC};
+pub use ramforge_quant::GgmlType;
+pub use tensor::TensorInfo;
+pub use value::{Metadata, Value, ValueType};

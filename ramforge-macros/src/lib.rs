@@ -1,0 +1,1 @@
+//! ramforge-macros: turns the block-format specs in `specs/` into quantization code.
