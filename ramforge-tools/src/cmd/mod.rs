@@ -4,6 +4,7 @@ pub mod bench;
 pub mod chat;
 pub mod chat_render;
 pub mod fetch;
+pub mod golden;
 pub mod inspect;
 pub mod plan;
 pub mod run;

@@ -17,6 +17,9 @@ pub struct Args {
     pub json: bool,
 }
 
-pub fn run(_args: Args) -> CmdResult {
+pub fn run(args: Args) -> CmdResult {
+    if args.golden.is_some() {
+        return super::golden::run(&args);
+    }
     Err("verify: not built yet".into())
 }

@@ -1,0 +1,1 @@
+//! Chat templates: render `tokenizer.chat_template` with minijinja.
