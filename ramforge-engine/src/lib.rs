@@ -2,3 +2,24 @@
 
 pub mod chat;
 pub mod tokenizer;
+pub mod budget;
+pub mod config;
+pub mod engine;
+pub mod error;
+pub mod forward;
+pub mod generate;
+pub mod kv;
+pub mod plan;
+pub mod sampling;
+pub mod tensors;
+pub mod weights;
+
+pub use budget::{parse_memory_size, process_memory, MemoryBudget, ProcessMemory};
+pub use config::{Arch, ModelConfig};
+pub use engine::{Engine, EngineOptions, Model};
+pub use error::EngineError;
+pub use generate::{GenerationStats, StopReason};
+pub use kv::KvType;
+pub use plan::MemoryPlan;
+pub use sampling::SamplingParams;
+pub use weights::ResidencyStats;

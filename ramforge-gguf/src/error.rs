@@ -15,6 +15,8 @@ pub enum GgufError {
     BadMagic { found: [u8; 4] },
     #[error("unsupported GGUF version {version} (offset 4); versions 2 and 3 are supported")]
     UnsupportedVersion { version: u32 },
+    #[error("GGUF file is big-endian (version {version} byte-swapped at offset 4); only little-endian files are supported")]
+    BigEndian { version: u32 },
     #[error("truncated file: {what} at offset {offset} needs {needed} bytes, {available} remain")]
     Truncated {
         offset: u64,
@@ -25,8 +27,14 @@ pub enum GgufError {
     #[error("{what} at offset {offset} is not valid UTF-8")]
     InvalidUtf8 { offset: u64, what: String },
     #[error("metadata key {key:?} at offset {offset}: unknown value type id {type_id}")]
-    BadValueType { offset: u64, key: String, type_id: u32 },
-    #[error("metadata key {key:?} at offset {offset}: arrays nested deeper than {max_depth} levels")]
+    BadValueType {
+        offset: u64,
+        key: String,
+        type_id: u32,
+    },
+    #[error(
+        "metadata key {key:?} at offset {offset}: arrays nested deeper than {max_depth} levels"
+    )]
     NestingTooDeep {
         offset: u64,
         key: String,
@@ -36,35 +44,54 @@ pub enum GgufError {
     DuplicateKey { offset: u64, key: String },
     #[error("duplicate tensor name {name:?} at offset {offset}")]
     DuplicateTensor { offset: u64, name: String },
-    #[error("general.alignment = {value} is not a non-zero power of two")]
-    BadAlignment { value: u64 },
+    #[error("metadata key \"general.alignment\" at offset {offset}: {value} is not a non-zero power of two")]
+    BadAlignment { offset: u64, value: u64 },
+    #[error("metadata key {key:?} at offset {offset} has type {found}, expected {expected}")]
+    BadKeyType {
+        offset: u64,
+        key: String,
+        expected: &'static str,
+        found: &'static str,
+    },
     #[error("tensor name at offset {offset} is {len} bytes long; at most 64 are allowed")]
     TensorNameTooLong { offset: u64, len: u64 },
-    #[error("tensor {tensor:?} at offset {offset}: {n_dims} dimensions; 1 to 4 are allowed")]
+    #[error("tensor {tensor:?}{}: {n_dims} dimensions; 1 to 4 are allowed", at(*.offset))]
     BadDims {
-        offset: u64,
+        /// Offset of the tensor info in the header (`None` for a tensor built in memory).
+        offset: Option<u64>,
         tensor: String,
         n_dims: u32,
     },
-    #[error("tensor {tensor:?} at offset {offset}: dimension {dim} is {value}; dimensions must be at least 1")]
+    #[error("tensor {tensor:?}{}: dimension {dim} is {value}; dimensions must be at least 1", at(*.offset))]
     ZeroDim {
-        offset: u64,
+        /// Offset of the tensor info in the header (`None` for a tensor built in memory).
+        offset: Option<u64>,
         tensor: String,
         dim: usize,
         value: u64,
     },
     #[error("tensor {tensor:?} at offset {offset}: unknown ggml type id {id}")]
-    UnknownTensorType { offset: u64, tensor: String, id: u32 },
-    #[error("tensor {tensor:?}: row length {ne0} is not a multiple of the {ty} block size {block_size}")]
+    UnknownTensorType {
+        offset: u64,
+        tensor: String,
+        id: u32,
+    },
+    #[error("tensor {tensor:?}{}: row length {ne0} is not a multiple of the {ty} block size {block_size}", at(*.offset))]
     RaggedRow {
+        /// Offset of the tensor info in the header (`None` for a tensor built in memory).
+        offset: Option<u64>,
         tensor: String,
         ty: GgmlType,
         ne0: u64,
         block_size: usize,
     },
-    #[error("tensor {tensor:?}: element count or byte size overflows")]
-    SizeOverflow { tensor: String },
-    #[error("tensor {tensor:?}: data offset {offset} is not a multiple of the alignment {alignment}")]
+    #[error("tensor {tensor:?}{}: element count or byte size overflows", at(*.offset))]
+    SizeOverflow {
+        /// Offset of the tensor info in the header (`None` for a tensor built in memory).
+        offset: Option<u64>,
+        tensor: String,
+    },
+    #[error("tensor {tensor:?}: data offset {offset} (relative to the data section) is not a multiple of the alignment {alignment}")]
     MisalignedTensor {
         tensor: String,
         offset: u64,
@@ -83,6 +110,18 @@ pub enum GgufError {
         second: String,
         offset: u64,
     },
+    #[error("tensor {tensor:?}: {got} bytes of data or buffer given, its type and shape make {expected}")]
+    TensorDataLength {
+        tensor: String,
+        expected: u64,
+        got: u64,
+    },
+    #[error("write error at output offset {offset}: {source}")]
+    WriteFailed {
+        offset: u64,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("missing metadata key {key:?}")]
     MissingKey { key: String },
     #[error("metadata key {key:?} has type {found}, expected {expected}")]
@@ -95,7 +134,9 @@ pub enum GgufError {
     OutOfRange { key: String, value: String },
     #[error("no tensor named {name:?}")]
     MissingTensor { name: String },
-    #[error("tensor {tensor:?}: read of {len} bytes at tensor byte {start} is outside its {size} bytes")]
+    #[error(
+        "tensor {tensor:?}: read of {len} bytes at tensor byte {start} is outside its {size} bytes"
+    )]
     RangeOutOfTensor {
         tensor: String,
         start: u64,
@@ -116,4 +157,11 @@ pub enum GgufError {
         #[source]
         source: std::io::Error,
     },
+}
+
+/// " at offset N" when the offset is known.
+fn at(offset: Option<u64>) -> String {
+    offset
+        .map(|o| format!(" at offset {o}"))
+        .unwrap_or_default()
 }

@@ -59,11 +59,28 @@ impl GgufFile {
 
     /// Absolute file offset of a tensor's first byte.
     pub fn absolute_offset(&self, t: &TensorInfo) -> u64 {
-        self.header.data_offset + t.offset
+        self.header.data_offset.saturating_add(t.offset)
+    }
+
+    /// A `Read` over one tensor's bytes, served by positional reads as the caller asks
+    /// (used to copy tensors, e.g. when rewriting a file, without holding them whole).
+    pub fn tensor_reader<'a>(&'a self, t: &'a TensorInfo) -> TensorReader<'a> {
+        TensorReader {
+            file: self,
+            tensor: t,
+            pos: 0,
+        }
     }
 
     /// Reads a whole tensor into `buf` (which must be exactly `t.n_bytes` long).
     pub fn read_tensor_into(&self, t: &TensorInfo, buf: &mut [u8]) -> Result<(), GgufError> {
+        if buf.len() as u64 != t.n_bytes {
+            return Err(GgufError::TensorDataLength {
+                tensor: t.name.clone(),
+                expected: t.n_bytes,
+                got: buf.len() as u64,
+            });
+        }
         self.read_range_into(t, 0, buf)
     }
 
@@ -84,7 +101,7 @@ impl GgufFile {
                 size: t.n_bytes,
             });
         }
-        let offset = self.absolute_offset(t) + start;
+        let offset = self.absolute_offset(t).saturating_add(start);
         read_exact_at(&self.file, buf, offset).map_err(|(got, e)| match e {
             None => GgufError::ShortRead {
                 tensor: t.name.clone(),
@@ -109,6 +126,19 @@ impl GgufFile {
     /// the process's RSS while mapped.
     pub fn map_tensor(&self, t: &TensorInfo) -> Result<TensorMap, GgufError> {
         let abs = self.absolute_offset(t);
+        // A TensorInfo from another file could point past this one's end; mapping that
+        // would "succeed" and fault on first touch.
+        if abs
+            .checked_add(t.n_bytes)
+            .is_none_or(|end| end > self.header.file_len)
+        {
+            return Err(GgufError::TensorOutOfBounds {
+                tensor: t.name.clone(),
+                offset: abs,
+                size: t.n_bytes,
+                file_len: self.header.file_len,
+            });
+        }
         let page = page_size() as u64;
         let aligned = abs / page * page;
         let lead = (abs - aligned) as usize;
@@ -124,6 +154,25 @@ impl GgufFile {
             },
         )?;
         Ok(TensorMap { map, lead })
+    }
+}
+
+/// A `Read` over one tensor's bytes (see [`GgufFile::tensor_reader`]).
+pub struct TensorReader<'a> {
+    file: &'a GgufFile,
+    tensor: &'a TensorInfo,
+    pos: u64,
+}
+
+impl std::io::Read for TensorReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let left = self.tensor.n_bytes - self.pos;
+        let n = (buf.len() as u64).min(left) as usize;
+        self.file
+            .read_range_into(self.tensor, self.pos, &mut buf[..n])
+            .map_err(std::io::Error::other)?;
+        self.pos += n as u64;
+        Ok(n)
     }
 }
 
@@ -186,6 +235,9 @@ impl TensorMap {
     /// Drops the mapping's resident pages (they are re-read from the file if touched again).
     pub fn advise_dontneed(&self) -> std::io::Result<()> {
         // SAFETY: the mapping is read-only and file-backed, so discarding pages loses nothing.
-        unsafe { self.map.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) }
+        unsafe {
+            self.map
+                .unchecked_advise(memmap2::UncheckedAdvice::DontNeed)
+        }
     }
 }

@@ -10,10 +10,15 @@ mod file;
 mod parse;
 mod tensor;
 mod value;
+mod write;
 
 pub use error::GgufError;
-pub use file::{page_size, GgufFile, TensorMap};
-pub use parse::{parse_header, GgufHeader, DEFAULT_ALIGNMENT, MAGIC};
+pub use file::{page_size, GgufFile, TensorMap, TensorReader};
+pub use parse::{
+    parse_header, GgufHeader, ALIGNMENT_KEY, DEFAULT_ALIGNMENT, MAGIC, MAX_ARRAY_DEPTH, MAX_DIMS,
+    MAX_TENSOR_NAME,
+};
 pub use ramforge_quant::GgmlType;
 pub use tensor::TensorInfo;
 pub use value::{Metadata, Value, ValueType};
+pub use write::{GgufWriter, TensorData};

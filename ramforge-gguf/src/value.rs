@@ -42,6 +42,11 @@ impl ValueType {
         })
     }
 
+    /// The on-disk type id.
+    pub fn id(self) -> u32 {
+        self as u32
+    }
+
     /// The smallest number of bytes one value of this type occupies on disk; used to bound
     /// array counts by the bytes that remain before allocating.
     pub fn min_encoded_size(self) -> u64 {
@@ -147,6 +152,7 @@ impl Value {
         match *self {
             Value::F32(v) => Some(v as f64),
             Value::F64(v) => Some(v),
+            Value::U64(v) => Some(v as f64),
             _ => self.as_i64().map(|v| v as f64),
         }
     }
@@ -195,6 +201,17 @@ impl Metadata {
         true
     }
 
+    /// Sets a key: replaces its value in place if present, else appends it.
+    pub fn set(&mut self, key: impl Into<String>, value: Value) {
+        let key = key.into();
+        match self.index.get(&key) {
+            Some(&i) => self.entries[i].1 = value,
+            None => {
+                self.insert(key, value);
+            }
+        }
+    }
+
     /// Entries in file order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &Value)> {
         self.entries.iter().map(|(k, v)| (k.as_str(), v))
@@ -230,6 +247,21 @@ impl Metadata {
         }
     }
 
+    /// An optional key read with one of the typed getters: `Ok(None)` when the key is absent,
+    /// the getter's error when it is present with the wrong type.
+    /// `md.opt("llama.rope.freq_base", Metadata::get_f32)?`
+    pub fn opt<'a, T>(
+        &'a self,
+        key: &str,
+        get: impl FnOnce(&'a Metadata, &str) -> Result<T, GgufError>,
+    ) -> Result<Option<T>, GgufError> {
+        if self.contains(key) {
+            get(self, key).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
     /// A string value.
     pub fn get_str(&self, key: &str) -> Result<&str, GgufError> {
         let v = self.require(key)?;
@@ -250,6 +282,12 @@ impl Metadata {
             key: key.to_string(),
             value: v.to_string(),
         })
+    }
+
+    /// Any integer value that fits i64.
+    pub fn get_i64(&self, key: &str) -> Result<i64, GgufError> {
+        let v = self.require(key)?;
+        v.as_i64().ok_or_else(|| Self::wrong(key, "integer", v))
     }
 
     /// Any integer or float value, as f32.

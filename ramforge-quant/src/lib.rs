@@ -3,7 +3,127 @@
 //! One job: turn quantized GGML blocks into numbers (dequantize), numbers into blocks
 //! (quantize), and multiply quantized matrices by vectors. It depends on no other RAMforge
 //! crate, so it can be used on its own.
+//!
+//! The block formats (Q4_0 ... Q8_K, IQ4_NL, IQ4_XS) are generated at compile time from the
+//! declarative specs in `specs/` by `ramforge_macros::block_formats!`; F32, F16 and BF16 are
+//! handled natively. Layout convention: a weight matrix of GGUF shape `[cols, rows]` is `rows`
+//! rows of `cols` elements, and `y[o] = sum_i W[o][i] x[i]`.
+//!
+//! ```
+//! use ramforge_quant::{matvec, quantize_row, GgmlType};
+//! let (rows, cols) = (2, 32);
+//! let w = vec![0.25f32; rows * cols];
+//! let mut q = vec![0u8; GgmlType::Q8_0.row_size(rows * cols).unwrap()];
+//! quantize_row(GgmlType::Q8_0, &w, &mut q)?;
+//! let mut y = vec![0f32; rows];
+//! matvec(GgmlType::Q8_0, &q, rows, cols, &vec![1.0; cols], &mut y)?;
+//! assert!((y[0] - 8.0).abs() < 1e-3);
+//! # Ok::<(), ramforge_quant::QuantError>(())
+//! ```
 
+mod error;
+mod float;
+pub mod formats;
+mod kernels;
+mod spec_support;
 mod types;
 
+pub use error::QuantError;
 pub use types::GgmlType;
+
+/// Whether `ty` has kernels here (dequantize, quantize, matvec).
+pub fn is_supported(ty: GgmlType) -> bool {
+    kernels::kernels(ty).is_ok()
+}
+
+/// The type activations are quantized to before being dotted with `ty` weights, as ggml
+/// pairs them (`None` for float weights, which dot with f32 activations).
+pub fn vec_dot_type(ty: GgmlType) -> Result<Option<GgmlType>, QuantError> {
+    Ok(match kernels::kernels(ty)?.dot {
+        kernels::Dot::Float(_) => None,
+        kernels::Dot::Quant { act, .. } => Some(act),
+    })
+}
+
+/// Dequantizes one row: `dst.len()` elements from exactly `ty.row_size(dst.len())` bytes.
+pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), QuantError> {
+    let k = kernels::kernels(ty)?;
+    let bytes = kernels::row_bytes(ty, dst.len())?;
+    kernels::check_bytes(ty, bytes, src.len())?;
+    (k.dequantize)(src, dst);
+    Ok(())
+}
+
+/// Quantizes one row: `src.len()` elements into exactly `ty.row_size(src.len())` bytes,
+/// with the reference (round-to-nearest) quantizer. For Q8_0, Q8_1 and Q8_K the result is
+/// bit-identical to ggml's reference quantizer.
+pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {
+    let k = kernels::kernels(ty)?;
+    let bytes = kernels::row_bytes(ty, src.len())?;
+    kernels::check_bytes(ty, bytes, dst.len())?;
+    (k.quantize)(src, dst);
+    Ok(())
+}
+
+/// Matrix-vector product `y[o] = sum_i W[o][i] x[i]`, where `weights` holds `rows` rows of
+/// `cols` elements of type `ty` (GGUF shape `[cols, rows]`).
+///
+/// `x` is quantized once to the type's activation type ([`vec_dot_type`]), then each row is
+/// dotted block by block. Large products run in parallel on the current rayon pool: call
+/// inside `ThreadPool::install` to choose the thread count.
+pub fn matvec(
+    ty: GgmlType,
+    weights: &[u8],
+    rows: usize,
+    cols: usize,
+    x: &[f32],
+    y: &mut [f32],
+) -> Result<(), QuantError> {
+    kernels::matvec(ty, weights, rows, cols, x, y)
+}
+
+/// Batched product for prompt processing: `x` is `n` rows of `cols`, `y` is `n` rows of
+/// `rows`: `y[t*rows + o] = sum_i W[o][i] x[t*cols + i]`.
+///
+/// Each token's activations are quantized once; each chunk of weight rows is visited by
+/// every token while it is in cache, so this is never slower than `n` [`matvec`] calls.
+pub fn matmul(
+    ty: GgmlType,
+    weights: &[u8],
+    rows: usize,
+    cols: usize,
+    x: &[f32],
+    n: usize,
+    y: &mut [f32],
+) -> Result<(), QuantError> {
+    kernels::matmul(ty, weights, rows, cols, x, n, y)
+}
+
+/// How far [`matvec`] may lie from the exact `sum_i W[o][i] x[i]` of the dequantized row `w`
+/// (the tolerance `ramforge-tools verify` and the tests apply).
+///
+/// Quantizing activations to 8 bits moves each `x[i]` by at most `d/2` plus the f16 rounding
+/// of `d` (`d = amax/127` of its activation block), so the product moves by at most
+/// `sum_i |w[i]| * err(block of i)`; on top, `1e-5 * sum_i |w[i] x[i]|` covers f32 summation.
+/// Float weights dot with f32 activations and get only the summation term.
+pub fn matvec_tolerance(ty: GgmlType, w: &[f32], x: &[f32]) -> Result<f32, QuantError> {
+    kernels::check_elements(ty, "x", w.len(), x.len())?;
+    let sum_abs: f64 = w.iter().zip(x).map(|(a, b)| (*a as f64 * *b as f64).abs()).sum();
+    let mut tol = 1e-5 * sum_abs + 1e-30;
+    if let Some(act) = vec_dot_type(ty)? {
+        // Q8_K keeps its scale in f32; the others round it to f16 (2^-11 relative, or 2^-25
+        // absolute when subnormal).
+        let (rel, abs) = if act == GgmlType::Q8_K {
+            (0.5 + 1e-4, 0.0)
+        } else {
+            (0.5 + 127.0 * 2f64.powi(-11) + 1e-4, 127.0 * 2f64.powi(-25))
+        };
+        let block = act.block_size();
+        for (wb, xb) in w.chunks(block).zip(x.chunks(block)) {
+            let amax = xb.iter().fold(0f64, |m, v| m.max(v.abs() as f64));
+            let err = amax / 127.0 * rel + abs;
+            tol += err * wb.iter().map(|v| v.abs() as f64).sum::<f64>();
+        }
+    }
+    Ok(tol as f32)
+}

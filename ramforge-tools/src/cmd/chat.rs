@@ -1,11 +1,238 @@
-//! `ramforge-tools chat`: Interactive chat with a model.
+//! `ramforge-tools chat`: an interactive conversation with a model, through its own chat template.
+//!
+//! Each turn renders the whole conversation with the template (as Hugging Face's
+//! `apply_chat_template` would) and generates the reply, streamed to stdout. Lines read from
+//! stdin are user messages; `/reset` forgets the conversation, `/quit` or Ctrl-D (end of input)
+//! ends it. Ctrl-C while a reply is being generated stops that reply, prints its stats and
+//! returns to the prompt; Ctrl-C at the prompt quits.
 
-use super::CmdResult;
+use super::util::{cancel_flag, human_bytes, quiet, verbose};
+use super::{CmdError, CmdResult};
+use ramforge_engine::chat::{bos_eos_texts, model_chat_template, render_chat, ChatMessage};
+use ramforge_engine::{
+    process_memory, Engine, EngineOptions, GenerationStats, Model, SamplingParams, StopReason,
+};
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
 
-/// Interactive chat with a model.
+/// Interactive chat with a model (its own chat template; /reset, Ctrl-D to quit).
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// The GGUF model (default: SmolLM2-135M-Instruct Q4_1, fetched on first use).
+    pub model: Option<PathBuf>,
+    /// The model, as an option (same as the positional MODEL).
+    #[arg(long = "model", value_name = "MODEL", conflicts_with = "model")]
+    pub model_opt: Option<PathBuf>,
+    /// A system message that starts every conversation.
+    #[arg(long)]
+    pub system: Option<String>,
+    /// Use this Jinja chat template instead of the model's own.
+    #[arg(long, value_name = "FILE")]
+    pub template: Option<PathBuf>,
+    /// Most tokens per reply.
+    #[arg(short = 'n', long, default_value_t = 512)]
+    pub max_tokens: usize,
+    /// Memory budget, e.g. 40M, 1.5G, 512MiB (powers of 1024); default unlimited.
+    #[arg(long, value_parser = super::run::parse_ram)]
+    pub ram: Option<u64>,
+    /// Context positions for the whole conversation (default: min(trained, 2048)).
+    #[arg(long)]
+    pub ctx: Option<usize>,
+    /// Worker threads (0 = one per core).
+    #[arg(short, long, default_value_t = 0)]
+    pub threads: usize,
+    /// Sampling temperature; 0 = greedy.
+    #[arg(long, default_value_t = 0.7)]
+    pub temperature: f32,
+    /// RNG seed (same seed, same conversation).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
 
-pub fn run(_args: Args) -> CmdResult {
-    Err("chat: not built yet".into())
+/// The conversation and what is needed to turn it into tokens.
+struct Conversation {
+    template: String,
+    bos: String,
+    eos: String,
+    system: Option<String>,
+    messages: Vec<ChatMessage>,
+}
+
+impl Conversation {
+    fn reset(&mut self) {
+        self.messages.clear();
+        if let Some(s) = &self.system {
+            self.messages.push(message("system", s));
+        }
+    }
+
+    /// The conversation so far, rendered and tokenized, ending with the assistant's turn.
+    fn prompt(&self, model: &Model) -> Result<Vec<u32>, CmdError> {
+        let rendered = render_chat(&self.template, &self.messages, true, &self.bos, &self.eos)?;
+        // A template that writes BOS itself must not get a second one.
+        let add_special = self.bos.is_empty() || !rendered.starts_with(&self.bos);
+        Ok(model.tokenizer.encode(&rendered, add_special, true))
+    }
+}
+
+fn message(role: &str, content: &str) -> ChatMessage {
+    ChatMessage {
+        role: role.to_string(),
+        content: content.to_string(),
+    }
+}
+
+pub fn run(args: Args) -> CmdResult {
+    let path = match args.model.clone().or(args.model_opt.clone()) {
+        Some(p) => p,
+        None => super::fetch::ensure_default_model(quiet())?,
+    };
+    let model = Model::open(&path)?;
+    let meta = &model.file.header().metadata;
+    let template = match &args.template {
+        Some(file) => std::fs::read_to_string(file)
+            .map_err(|e| format!("cannot read template {}: {e}", file.display()))?,
+        None => model_chat_template(meta)?.to_string(),
+    };
+    let (bos, eos) = bos_eos_texts(meta);
+    let mut chat = Conversation {
+        template,
+        bos,
+        eos,
+        system: args.system.clone(),
+        messages: Vec::new(),
+    };
+    chat.reset();
+    let options = EngineOptions {
+        ram: args.ram,
+        ctx: args.ctx,
+        threads: args.threads,
+        ..EngineOptions::default()
+    };
+    let mut engine = Engine::new(model, &options)?;
+    let params = SamplingParams {
+        temperature: args.temperature,
+        seed: args.seed,
+        max_tokens: args.max_tokens,
+        ..SamplingParams::default()
+    };
+    params.validate()?;
+
+    let interactive = std::io::stdin().is_terminal();
+    if interactive && !quiet() {
+        eprintln!(
+            "chatting with {} (context {} tokens); /reset forgets the conversation, Ctrl-D quits",
+            path.display(),
+            engine.context_size()
+        );
+    }
+    let cancel = cancel_flag();
+    let mut lines = std::io::stdin().lock().lines();
+    loop {
+        // While waiting for input the flag stays raised, so Ctrl-C at the prompt quits at once.
+        cancel.store(true, Ordering::SeqCst);
+        if interactive {
+            eprint!("> ");
+        }
+        let Some(line) = lines.next() else { break };
+        let line = line.map_err(|e| format!("reading stdin: {e}"))?;
+        let text = line.trim();
+        match text {
+            "" => continue,
+            "/quit" | "/exit" => break,
+            "/reset" => {
+                chat.reset();
+                if !quiet() {
+                    eprintln!("(conversation cleared)");
+                }
+                continue;
+            }
+            _ => {}
+        }
+        chat.messages.push(message("user", text));
+        cancel.store(false, Ordering::SeqCst);
+        match reply(&mut engine, &chat, &params) {
+            Ok(stats) => {
+                chat.messages.push(message("assistant", &stats.text));
+                let interrupted = stats.stop_reason == StopReason::Cancelled;
+                if (interrupted || verbose()) && !quiet() {
+                    eprint!("{}", stats_text(&engine, &stats));
+                }
+            }
+            Err(e) => {
+                // The session goes on: the turn that failed is forgotten.
+                chat.messages.pop();
+                eprintln!("error: {e}");
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Generates the assistant's reply to the conversation, streaming it to stdout.
+fn reply(
+    engine: &mut Engine,
+    chat: &Conversation,
+    params: &SamplingParams,
+) -> Result<GenerationStats, CmdError> {
+    let prompt = chat.prompt(engine.model())?;
+    let room = engine.context_size().saturating_sub(prompt.len());
+    if room == 0 {
+        return Err(format!(
+            "the conversation ({} tokens) fills the context ({}); /reset to start over or use a larger --ctx",
+            prompt.len(),
+            engine.context_size()
+        )
+        .into());
+    }
+    let params = SamplingParams {
+        max_tokens: params.max_tokens.min(room),
+        ..params.clone()
+    };
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let mut write_error = None;
+    let stats = engine.generate(
+        &prompt,
+        &params,
+        &mut |_, text| {
+            if write_error.is_none() {
+                if let Err(e) = out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+                    write_error = Some(e);
+                }
+            }
+        },
+        cancel_flag(),
+    )?;
+    if let Some(e) = write_error {
+        return Err(format!("writing to stdout: {e}").into());
+    }
+    writeln!(out)?;
+    out.flush()?;
+    Ok(stats)
+}
+
+/// One turn's figures, for stderr.
+fn stats_text(engine: &Engine, s: &GenerationStats) -> String {
+    let peak_rss = process_memory().map_or(0, |m| m.peak_rss);
+    format!(
+        "[{}prompt {} tokens in {:.2} s ({:.1} tok/s), reply {} tokens in {:.2} s ({:.1} tok/s), \
+         context {}/{}, peak RSS {}]\n",
+        if s.stop_reason == StopReason::Cancelled {
+            "interrupted; "
+        } else {
+            ""
+        },
+        s.prompt_tokens,
+        s.prompt_secs,
+        s.prompt_tokens_per_sec(),
+        s.generated_tokens,
+        s.decode_secs,
+        s.decode_tokens_per_sec(),
+        engine.n_past(),
+        engine.context_size(),
+        human_bytes(peak_rss),
+    )
 }

@@ -1,11 +1,58 @@
-//! `ramforge-tools chat-render`: Render a model's chat template for conversations.
+//! `ramforge-tools chat-render MODEL CONVERSATIONS.json [--template FILE]`: render the model's
+//! chat template (or the one in FILE) for each conversation, one JSON line each:
+//! `{"rendered": ...}`. CONVERSATIONS.json is a list of
+//! `{"messages": [{"role": ..., "content": ...}, ...], "add_generation_prompt": bool}`.
 
 use super::CmdResult;
+use ramforge_engine::chat::{bos_eos_texts, model_chat_template, render_chat, ChatMessage};
+use ramforge_gguf::GgufFile;
+use serde::Deserialize;
+use std::io::Write;
+use std::path::PathBuf;
 
 /// Render a model's chat template for conversations.
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// The GGUF model (its template and its BOS/EOS token texts).
+    pub model: PathBuf,
+    /// JSON list of {"messages": [...], "add_generation_prompt": bool}.
+    pub conversations: PathBuf,
+    /// Use the Jinja template in FILE instead of the model's `tokenizer.chat_template`.
+    #[arg(long, value_name = "FILE")]
+    pub template: Option<PathBuf>,
+}
 
-pub fn run(_args: Args) -> CmdResult {
-    Err("chat-render: not built yet".into())
+/// One conversation of the input list.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Conversation {
+    messages: Vec<ChatMessage>,
+    #[serde(default)]
+    add_generation_prompt: bool,
+}
+
+pub fn run(args: Args) -> CmdResult {
+    let read = |path: &PathBuf| {
+        std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+    };
+    let conversations: Vec<Conversation> = serde_json::from_str(&read(&args.conversations)?)
+        .map_err(|e| format!("{}: {e}", args.conversations.display()))?;
+    let file = GgufFile::open(&args.model)?;
+    let md = &file.header().metadata;
+    let template = match &args.template {
+        Some(path) => read(path)?,
+        None => model_chat_template(md)?.to_string(),
+    };
+    let (bos, eos) = bos_eos_texts(md);
+    // Render everything first, so a failure prints nothing on stdout.
+    let rendered = conversations
+        .iter()
+        .map(|c| render_chat(&template, &c.messages, c.add_generation_prompt, &bos, &eos))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut out = std::io::stdout().lock();
+    for text in rendered {
+        writeln!(out, "{}", serde_json::json!({ "rendered": text }))?;
+    }
+    out.flush()?;
+    Ok(std::process::ExitCode::SUCCESS)
 }

@@ -10,6 +10,7 @@ pub mod plan;
 pub mod run;
 pub mod synth;
 pub mod tokenize;
+pub mod util;
 pub mod verify;
 
 /// The error every command returns: printed as one line by `main`.

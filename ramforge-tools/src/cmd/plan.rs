@@ -1,11 +1,191 @@
-//! `ramforge-tools plan`: Show how a model would be laid out under a RAM budget.
+//! `ramforge-tools plan MODEL --ram SIZE`: how the engine would lay the model out under a
+//! budget (the engine's own arithmetic, `ramforge_engine::plan`): resident and streamed weights,
+//! per-layer bytes, KV cache, the minimum workable budget and whether the budget fits.
 
+use super::util::human_bytes;
 use super::CmdResult;
+use ramforge_engine::{EngineError, EngineOptions, KvType, MemoryPlan, Model};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
 
 /// Show how a model would be laid out under a RAM budget.
+///
+/// Example: ramforge-tools plan model.gguf --ram 40M --ctx 512
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// The GGUF model.
+    pub model: PathBuf,
+    /// Memory budget, e.g. 40M, 1.5G (powers of 1024).
+    #[arg(long, value_parser = super::run::parse_ram)]
+    pub ram: u64,
+    /// Context positions to reserve in the KV cache (default: min(trained, 2048)).
+    #[arg(long)]
+    pub ctx: Option<usize>,
+    /// Prompt tokens processed together.
+    #[arg(long, default_value_t = ramforge_engine::engine::DEFAULT_BATCH)]
+    pub batch: usize,
+    /// KV cache element type.
+    #[arg(long, default_value = "f16")]
+    pub kv_type: KvType,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
 
-pub fn run(_args: Args) -> CmdResult {
-    Err("plan: not built yet".into())
+pub fn run(args: Args) -> CmdResult {
+    let model = Model::open(&args.model)?;
+    let options = EngineOptions {
+        ram: Some(args.ram),
+        ctx: args.ctx,
+        batch: args.batch.max(1),
+        kv_type: args.kv_type,
+        ..EngineOptions::default()
+    };
+    // The unlimited layout gives the sizes and the minimum even when the budget does not fit.
+    let sizes = model.plan(&EngineOptions {
+        ram: None,
+        ..options.clone()
+    })?;
+    let plan = match model.plan(&options) {
+        Ok(p) => Some(p),
+        Err(EngineError::BudgetTooSmall { .. }) => None,
+        Err(e) => return Err(e.into()),
+    };
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    if args.json {
+        writeln!(out, "{}", json(&model, &args, &sizes, plan.as_ref()))?;
+    } else {
+        write!(out, "{}", text(&model, &args, &sizes, plan.as_ref()))?;
+    }
+    out.flush()?;
+    match plan {
+        Some(_) => Ok(ExitCode::SUCCESS),
+        None => Err(EngineError::BudgetTooSmall {
+            budget: args.ram,
+            minimum: sizes.minimum,
+            ctx: sizes.request.ctx,
+        }
+        .into()),
+    }
+}
+
+fn json(
+    model: &Model,
+    args: &Args,
+    sizes: &MemoryPlan,
+    plan: Option<&MemoryPlan>,
+) -> serde_json::Value {
+    let layers: Vec<serde_json::Value> = sizes
+        .layer_bytes
+        .iter()
+        .enumerate()
+        .map(|(i, &b)| {
+            serde_json::json!({
+                "layer": i,
+                "bytes": b,
+                "resident": plan.map(|p| p.pinned[i]),
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "model": args.model.display().to_string(),
+        "architecture": model.config.arch.name(),
+        "budget_bytes": args.ram,
+        "fits": plan.is_some(),
+        "minimum_budget_bytes": sizes.minimum,
+        "ctx": sizes.request.ctx,
+        "batch": sizes.request.batch,
+        "kv_type": sizes.request.kv_type.name(),
+        "kv_cache_bytes": sizes.kv_bytes,
+        "scratch_bytes": sizes.scratch_bytes,
+        "logits_bytes": sizes.logits_bytes,
+        "vector_bytes": sizes.vector_bytes,
+        "embedding_row_bytes": sizes.embd_row_bytes,
+        "output_bytes": sizes.output_bytes,
+        "output_tied": model.tensors.tied_output,
+        "output_resident": plan.map(|p| p.output_resident),
+        "output_chunk_bytes": plan.map(|p| p.output_chunk_bytes),
+        "slot_bytes": plan.map(|p| p.slot_bytes),
+        "pinned_layer_bytes": plan.map(|p| p.pinned_bytes()),
+        "streamed_layers": plan.map(|p| p.streamed_layers()),
+        "streamed_bytes_per_token": plan.map(|p| p.streamed_bytes_per_token()),
+        "planned_bytes": plan.map(|p| p.total_bytes()),
+        "layers": layers,
+    })
+}
+
+fn text(model: &Model, args: &Args, sizes: &MemoryPlan, plan: Option<&MemoryPlan>) -> String {
+    let h = human_bytes;
+    let mut s = String::new();
+    let cfg = &model.config;
+    s += &format!(
+        "{}: {} model, {} layers, width {}, vocabulary {}\n",
+        args.model.display(),
+        cfg.arch.name(),
+        cfg.n_layer,
+        cfg.n_embd,
+        model.tensors.n_vocab
+    );
+    s += &format!(
+        "working set (context {}, batch {}): KV cache {} ({}), scratch {}, logits {}, norms/biases {}\n",
+        sizes.request.ctx,
+        sizes.request.batch,
+        h(sizes.kv_bytes),
+        sizes.request.kv_type.name(),
+        h(sizes.scratch_bytes),
+        h(sizes.logits_bytes),
+        h(sizes.vector_bytes)
+    );
+    let max_layer = sizes.layer_bytes.iter().copied().max().unwrap_or(0);
+    s += &format!(
+        "weights: {} layers of up to {} ({} in all), output projection {}{}\n",
+        sizes.layer_bytes.len(),
+        h(max_layer),
+        h(sizes.layer_bytes.iter().sum()),
+        h(sizes.output_bytes),
+        if model.tensors.tied_output {
+            " (tied to the token embedding)"
+        } else {
+            ""
+        }
+    );
+    s += &format!(
+        "minimum budget: {} ({} bytes)\n",
+        h(sizes.minimum),
+        sizes.minimum
+    );
+    match plan {
+        None => {
+            s += &format!("budget {}: does NOT fit\n", h(args.ram));
+        }
+        Some(p) => {
+            s += &format!(
+                "budget {}: fits, {} planned\n  output projection: {}\n  layers resident: {} of {} ({}), streamed through a {} slot: {}\n  read from storage per token: {}\n",
+                h(args.ram),
+                h(p.total_bytes()),
+                if p.output_resident {
+                    "resident".to_string()
+                } else {
+                    format!("streamed in chunks of {} ({})", p.output_chunk_rows, h(p.output_chunk_bytes))
+                },
+                p.pinned.iter().filter(|&&x| x).count(),
+                p.pinned.len(),
+                h(p.pinned_bytes()),
+                h(p.slot_bytes),
+                p.streamed_layers(),
+                h(p.streamed_bytes_per_token())
+            );
+            s += "  per layer:";
+            for (i, (&b, &pin)) in p.layer_bytes.iter().zip(&p.pinned).enumerate() {
+                if i % 6 == 0 {
+                    s += "\n   ";
+                }
+                s += &format!(" {i}:{}{}", h(b), if pin { "*" } else { "" });
+            }
+            s += "\n  (* = resident)\n";
+        }
+    }
+    s
 }

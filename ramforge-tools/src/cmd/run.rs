@@ -1,11 +1,257 @@
-//! `ramforge-tools run`: Generate text from a model (the default model if none is given).
+//! `ramforge-tools run`: generate text from a model (the default model if none is given),
+//! streamed to stdout as it is produced, under an optional RAM budget.
 
-use super::CmdResult;
+use super::util::{cancel_flag, human_bytes, quiet, verbose};
+use super::{CmdError, CmdResult};
+use ramforge_engine::chat::{bos_eos_texts, model_chat_template, render_chat, ChatMessage};
+use ramforge_engine::{
+    process_memory, Engine, EngineOptions, GenerationStats, KvType, Model, SamplingParams,
+};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
 
 /// Generate text from a model (the default model if none is given).
+///
+/// Examples:
+///   ramforge-tools run --prompt "The capital of France is"
+///   ramforge-tools run model.gguf --ram 40M --prompt "Once upon a time" --max-tokens 64 --verbose
+///   ramforge-tools run model.gguf --chat --prompt "Write a haiku" --temperature 0.7 --seed 1
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// The GGUF model (default: SmolLM2-135M-Instruct Q4_1, fetched on first use).
+    pub model: Option<PathBuf>,
+    /// The model, as an option (same as the positional MODEL).
+    #[arg(long = "model", value_name = "MODEL", conflicts_with = "model")]
+    pub model_opt: Option<PathBuf>,
+    /// The prompt text (special tokens such as <|im_start|> are recognised).
+    #[arg(short, long)]
+    pub prompt: String,
+    /// Wrap the prompt as a user message in the model's chat template.
+    #[arg(long)]
+    pub chat: bool,
+    /// A system message for --chat.
+    #[arg(long, requires = "chat")]
+    pub system: Option<String>,
+    /// Most tokens to generate.
+    #[arg(short = 'n', long, default_value_t = 128)]
+    pub max_tokens: usize,
+    /// Memory budget, e.g. 40M, 1.5G, 512MiB (powers of 1024); default unlimited.
+    #[arg(long, value_parser = parse_ram)]
+    pub ram: Option<u64>,
+    /// Context positions to reserve (default: prompt tokens + --max-tokens).
+    #[arg(long)]
+    pub ctx: Option<usize>,
+    /// Worker threads (0 = one per core).
+    #[arg(short, long, default_value_t = 0)]
+    pub threads: usize,
+    /// Sampling temperature; 0 = greedy (the default).
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    /// Keep the k most likely tokens (0 = off).
+    #[arg(long, default_value_t = 40)]
+    pub top_k: usize,
+    /// Nucleus sampling threshold (1 = off).
+    #[arg(long, default_value_t = 0.95)]
+    pub top_p: f32,
+    /// Drop tokens below this fraction of the top token's probability (0 = off).
+    #[arg(long, default_value_t = 0.05)]
+    pub min_p: f32,
+    /// Repetition penalty (1 = off).
+    #[arg(long, default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+    /// How many recent tokens the repetition penalty looks at.
+    #[arg(long, default_value_t = 64)]
+    pub repeat_last_n: usize,
+    /// RNG seed (same seed, same text).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Stop when the text contains this string (repeatable).
+    #[arg(long)]
+    pub stop: Vec<String>,
+    /// Keep generating past end-of-generation tokens (benchmarks).
+    #[arg(long)]
+    pub ignore_eos: bool,
+    /// KV cache element type.
+    #[arg(long, default_value = "f16")]
+    pub kv_type: KvType,
+    /// Prompt tokens processed together.
+    #[arg(long, default_value_t = ramforge_engine::engine::DEFAULT_BATCH)]
+    pub batch: usize,
+    /// Print one JSON object (text and statistics) at the end instead of streaming text.
+    #[arg(long)]
+    pub json: bool,
+}
 
-pub fn run(_args: Args) -> CmdResult {
-    Err("run: not built yet".into())
+/// Parses a `--ram` value (powers of 1024, e.g. 40M, 1.5G, 512MiB).
+pub fn parse_ram(text: &str) -> Result<u64, String> {
+    ramforge_engine::parse_memory_size(text).map_err(|e| e.to_string())
+}
+
+pub fn run(args: Args) -> CmdResult {
+    let started = Instant::now();
+    let path = match args.model.clone().or(args.model_opt.clone()) {
+        Some(p) => p,
+        None => super::fetch::ensure_default_model(quiet() || args.json)?,
+    };
+    let model = Model::open(&path)?;
+    let prompt = prompt_tokens(&model, &args)?;
+    let options = EngineOptions {
+        ram: args.ram,
+        ctx: Some(args.ctx.unwrap_or(prompt.len() + args.max_tokens)),
+        threads: args.threads,
+        kv_type: args.kv_type,
+        batch: args.batch.max(1),
+    };
+    let mut engine = Engine::new(model, &options)?;
+    let load_secs = started.elapsed().as_secs_f64();
+    let params = SamplingParams {
+        temperature: args.temperature,
+        top_k: args.top_k,
+        top_p: args.top_p,
+        min_p: args.min_p,
+        repeat_penalty: args.repeat_penalty,
+        repeat_last_n: args.repeat_last_n,
+        seed: args.seed,
+        max_tokens: args.max_tokens,
+        stop: args.stop.clone(),
+        ignore_eos: args.ignore_eos,
+    };
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let mut write_error: Option<std::io::Error> = None;
+    let stats = engine.generate(
+        &prompt,
+        &params,
+        &mut |_, text| {
+            if !args.json && write_error.is_none() {
+                if let Err(e) = out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+                    write_error = Some(e);
+                }
+            }
+        },
+        cancel_flag(),
+    )?;
+    if let Some(e) = write_error {
+        return Err(format!("writing to stdout: {e}").into());
+    }
+    let mem = process_memory().unwrap_or_default();
+    if args.json {
+        let report = json_report(&path, &engine, &stats, load_secs, mem);
+        writeln!(out, "{report}")?;
+    } else {
+        writeln!(out)?;
+        if verbose() {
+            eprint!("{}", text_report(&engine, &stats, load_secs, mem));
+        }
+    }
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The prompt as token ids: plain text with BOS per the model, or a chat-template rendering.
+fn prompt_tokens(model: &Model, args: &Args) -> Result<Vec<u32>, CmdError> {
+    let tok = &model.tokenizer;
+    if !args.chat {
+        return Ok(tok.encode(&args.prompt, true, true));
+    }
+    let meta = &model.file.header().metadata;
+    let template = model_chat_template(meta)?;
+    let (bos, eos) = bos_eos_texts(meta);
+    let mut messages = Vec::new();
+    if let Some(system) = &args.system {
+        messages.push(ChatMessage {
+            role: "system".into(),
+            content: system.clone(),
+        });
+    }
+    messages.push(ChatMessage {
+        role: "user".into(),
+        content: args.prompt.clone(),
+    });
+    let rendered = render_chat(template, &messages, true, &bos, &eos)?;
+    // A template that writes BOS itself must not get a second one.
+    let add_special = bos.is_empty() || !rendered.starts_with(&bos);
+    Ok(tok.encode(&rendered, add_special, true))
+}
+
+fn json_report(
+    path: &std::path::Path,
+    engine: &Engine,
+    s: &GenerationStats,
+    load_secs: f64,
+    mem: ramforge_engine::ProcessMemory,
+) -> serde_json::Value {
+    let plan = engine.plan();
+    let r = &s.residency;
+    serde_json::json!({
+        "model": path.display().to_string(),
+        "text": s.text,
+        "tokens": s.tokens,
+        "prompt_tokens": s.prompt_tokens,
+        "generated_tokens": s.generated_tokens,
+        "stop_reason": s.stop_reason,
+        "load_secs": load_secs,
+        "prompt_secs": s.prompt_secs,
+        "prompt_tokens_per_sec": s.prompt_tokens_per_sec(),
+        "decode_secs": s.decode_secs,
+        "decode_tokens_per_sec": s.decode_tokens_per_sec(),
+        "threads": engine.threads(),
+        "ctx": engine.context_size(),
+        "budget_bytes": (!engine.budget().is_unlimited()).then(|| engine.budget().limit()),
+        "minimum_budget_bytes": plan.minimum,
+        "peak_managed_bytes": s.peak_managed_bytes,
+        "peak_rss_bytes": mem.peak_rss,
+        "rss_bytes": mem.rss,
+        "bytes_read": r.bytes_read,
+        "bytes_read_per_token": r.bytes_read_per_token(),
+        "load_bytes": r.load_bytes,
+        "layers_loaded": r.layers_loaded,
+        "pinned_layers": r.pinned_layers,
+        "streamed_layers": r.streamed_layers,
+        "output_resident": plan.output_resident,
+        "peak_resident_weight_bytes": r.peak_resident,
+        "read_secs": r.read_secs,
+    })
+}
+
+fn text_report(
+    engine: &Engine,
+    s: &GenerationStats,
+    load_secs: f64,
+    mem: ramforge_engine::ProcessMemory,
+) -> String {
+    let plan = engine.plan();
+    let r = &s.residency;
+    let budget = if engine.budget().is_unlimited() {
+        "no budget".to_string()
+    } else {
+        format!("{} budget", human_bytes(engine.budget().limit()))
+    };
+    format!(
+        "load: {load_secs:.2} s ({} threads, context {})\n\
+         prompt: {} tokens in {:.2} s ({:.1} tok/s)\n\
+         decode: {} tokens in {:.2} s ({:.1} tok/s), stopped by {:?}\n\
+         memory: peak managed {} of {budget} (minimum {}), peak RSS {}\n\
+         storage: read {} while generating ({}/token), {} layer loads; {} of {} layers pinned, output {}\n",
+        engine.threads(),
+        engine.context_size(),
+        s.prompt_tokens,
+        s.prompt_secs,
+        s.prompt_tokens_per_sec(),
+        s.generated_tokens,
+        s.decode_secs,
+        s.decode_tokens_per_sec(),
+        s.stop_reason,
+        human_bytes(s.peak_managed_bytes),
+        human_bytes(plan.minimum),
+        human_bytes(mem.peak_rss),
+        human_bytes(r.bytes_read),
+        human_bytes(r.bytes_read_per_token() as u64),
+        r.layers_loaded,
+        r.pinned_layers,
+        r.pinned_layers + r.streamed_layers,
+        if plan.output_resident { "resident" } else { "streamed" },
+    )
 }

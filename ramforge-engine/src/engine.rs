@@ -1,0 +1,292 @@
+//! The engine: a model laid out under a budget, with its KV cache, scratch and thread pool.
+//!
+//! `Model::open` reads and checks the header and tensor table (nothing is charged, no weight is
+//! read); `Engine::new` plans the memory, charges and fills the resident weights, and is then
+//! ready to `eval` tokens or `generate` text.
+
+use crate::budget::{tie_allocator_to_budget, ChargedVec, MemoryBudget};
+use crate::config::ModelConfig;
+use crate::error::EngineError;
+use crate::forward::{block, rms_norm, rope_table, Scratch};
+use crate::kv::{KvCache, KvType};
+use crate::plan::{MemoryPlan, PlanRequest};
+use crate::tensors::ModelTensors;
+use crate::tokenizer::Tokenizer;
+use crate::weights::{ResidencyStats, Weights};
+use ramforge_gguf::GgufFile;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Default number of prompt tokens processed together.
+pub const DEFAULT_BATCH: usize = 64;
+/// Default context when none is asked for (capped by the model's trained context).
+pub const DEFAULT_CTX: usize = 2048;
+
+/// How to lay a model out.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EngineOptions {
+    /// Memory budget in bytes; `None` = unlimited (every weight resident).
+    pub ram: Option<u64>,
+    /// Positions the KV cache must hold (prompt + generated); `None` = min(trained, 2048).
+    pub ctx: Option<usize>,
+    /// Worker threads; 0 = one per available core.
+    pub threads: usize,
+    pub kv_type: KvType,
+    /// Prompt tokens processed together (bounded by the context).
+    pub batch: usize,
+}
+
+impl Default for EngineOptions {
+    fn default() -> EngineOptions {
+        EngineOptions {
+            ram: None,
+            ctx: None,
+            threads: 0,
+            kv_type: KvType::F16,
+            batch: DEFAULT_BATCH,
+        }
+    }
+}
+
+/// An opened, checked model file: hyperparameters, tensor table and tokenizer. Holds no
+/// weights. (The tokenizer's tables and the header are not charged to the budget.)
+pub struct Model {
+    pub file: GgufFile,
+    pub config: ModelConfig,
+    pub tensors: ModelTensors,
+    pub tokenizer: Arc<Tokenizer>,
+}
+
+impl Model {
+    /// Opens a GGUF file and checks everything the forward pass needs.
+    pub fn open(path: impl AsRef<Path>) -> Result<Model, EngineError> {
+        let file = GgufFile::open(path)?;
+        let config = ModelConfig::from_metadata(&file.header().metadata)?;
+        let tensors = ModelTensors::find(&file, &config)?;
+        let tokenizer = Tokenizer::from_gguf(&file.header().metadata)
+            .map_err(|e| EngineError::Tokenizer(e.to_string()))?;
+        Ok(Model {
+            file,
+            config,
+            tensors,
+            tokenizer: Arc::new(tokenizer),
+        })
+    }
+
+    /// The context `options` resolve to for this model.
+    pub fn resolve_ctx(&self, options: &EngineOptions) -> usize {
+        options
+            .ctx
+            .unwrap_or_else(|| DEFAULT_CTX.min(self.config.n_ctx_train))
+            .max(1)
+    }
+
+    /// The memory plan for `options` (the same the engine would use).
+    pub fn plan(&self, options: &EngineOptions) -> Result<MemoryPlan, EngineError> {
+        let ctx = self.resolve_ctx(options);
+        MemoryPlan::new(
+            &self.config,
+            &self.tensors,
+            PlanRequest {
+                budget: options.ram,
+                ctx,
+                batch: options.batch.clamp(1, ctx),
+                kv_type: options.kv_type,
+            },
+        )
+    }
+}
+
+/// A model ready to run under its budget.
+pub struct Engine {
+    model: Model,
+    plan: MemoryPlan,
+    budget: MemoryBudget,
+    pool: Arc<rayon::ThreadPool>,
+    threads: usize,
+    weights: Weights,
+    kv: KvCache,
+    scratch: Scratch,
+    logits: ChargedVec<f32>,
+    /// Every token in the context, in order.
+    history: Vec<u32>,
+    load_secs: f64,
+}
+
+impl Engine {
+    /// Opens `path` and lays it out under `options`.
+    pub fn load(path: impl AsRef<Path>, options: &EngineOptions) -> Result<Engine, EngineError> {
+        let started = Instant::now();
+        let model = Model::open(path)?;
+        let mut engine = Engine::new(model, options)?;
+        engine.load_secs = started.elapsed().as_secs_f64();
+        Ok(engine)
+    }
+
+    /// Plans the memory, charges it and reads the resident weights.
+    pub fn new(model: Model, options: &EngineOptions) -> Result<Engine, EngineError> {
+        let started = Instant::now();
+        tie_allocator_to_budget();
+        let plan = model.plan(options)?;
+        let budget = match options.ram {
+            Some(limit) => MemoryBudget::new(limit),
+            None => MemoryBudget::unlimited(),
+        };
+        let threads = if options.threads == 0 {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        } else {
+            options.threads
+        };
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("ramforge-{i}"))
+            .build()
+            .map_err(|e| EngineError::Threads {
+                threads,
+                reason: e.to_string(),
+            })?;
+        let cfg = &model.config;
+        let ctx = plan.request.ctx;
+        let weights = Weights::load(&model.file, &model.tensors, &plan, &budget)?;
+        let scratch = Scratch::new(&budget, cfg, plan.request.batch, ctx)?;
+        let logits = ChargedVec::zeroed(&budget, "logits", model.tensors.n_vocab)?;
+        let kv = KvCache::new(&budget, plan.request.kv_type, cfg.n_layer, cfg.kv_dim(), ctx);
+        Ok(Engine {
+            model,
+            plan,
+            budget,
+            pool: Arc::new(pool),
+            threads,
+            weights,
+            kv,
+            scratch,
+            logits,
+            history: Vec::new(),
+            load_secs: started.elapsed().as_secs_f64(),
+        })
+    }
+
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    pub fn config(&self) -> &ModelConfig {
+        &self.model.config
+    }
+
+    pub fn plan(&self) -> &MemoryPlan {
+        &self.plan
+    }
+
+    pub fn budget(&self) -> &MemoryBudget {
+        &self.budget
+    }
+
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// Seconds spent opening the file and reading resident weights.
+    pub fn load_secs(&self) -> f64 {
+        self.load_secs
+    }
+
+    /// Positions the context holds at most.
+    pub fn context_size(&self) -> usize {
+        self.kv.capacity()
+    }
+
+    /// Tokens in the context now.
+    pub fn n_past(&self) -> usize {
+        self.history.len()
+    }
+
+    /// Every token in the context, in order.
+    pub fn history(&self) -> &[u32] {
+        &self.history
+    }
+
+    pub fn residency(&self) -> &ResidencyStats {
+        &self.weights.matrices.stats
+    }
+
+    /// Vocabulary size (length of the logits).
+    pub fn n_vocab(&self) -> usize {
+        self.model.tensors.n_vocab
+    }
+
+    /// The logits after the last `eval`.
+    pub fn logits(&self) -> &[f32] {
+        &self.logits
+    }
+
+    /// Empties the context and releases the KV cache.
+    pub fn reset(&mut self) {
+        self.kv.clear();
+        self.history.clear();
+    }
+
+    /// Appends `tokens` to the context and returns the logits that follow the last of them.
+    /// On error the context is reset, so the engine stays usable.
+    pub fn eval(&mut self, tokens: &[u32]) -> Result<&[f32], EngineError> {
+        if tokens.is_empty() {
+            return Err(EngineError::Invalid("no tokens to evaluate".into()));
+        }
+        let needed = self.history.len() + tokens.len();
+        if needed > self.kv.capacity() {
+            return Err(EngineError::ContextOverflow {
+                prompt: tokens.len(),
+                needed,
+                ctx: self.kv.capacity(),
+            });
+        }
+        let pool = Arc::clone(&self.pool);
+        match pool.install(|| self.eval_batches(tokens)) {
+            Ok(()) => {
+                self.history.extend_from_slice(tokens);
+                self.kv.set_len(self.history.len());
+                self.weights.matrices.stats.tokens += tokens.len() as u64;
+                Ok(&self.logits)
+            }
+            Err(e) => {
+                self.reset();
+                Err(e)
+            }
+        }
+    }
+
+    fn eval_batches(&mut self, tokens: &[u32]) -> Result<(), EngineError> {
+        let cfg = &self.model.config;
+        let (file, tensors) = (&self.model.file, &self.model.tensors);
+        let e = cfg.n_embd;
+        let first = self.history.len();
+        self.kv.reserve(first + tokens.len())?;
+        let s = &mut self.scratch;
+        let mut done = 0;
+        while done < tokens.len() {
+            let n = s.batch.min(tokens.len() - done);
+            let pos = first + done;
+            for (i, &t) in tokens[done..done + n].iter().enumerate() {
+                self.weights
+                    .matrices
+                    .embed(file, tensors, t, &mut s.x[i * e..(i + 1) * e])?;
+            }
+            rope_table(cfg, self.weights.vectors.rope_freqs.as_deref(), pos, n, &mut s.rope);
+            for l in 0..cfg.n_layer {
+                let view = self.weights.matrices.layer(file, tensors, l)?;
+                let vecs = &self.weights.vectors.layers[l];
+                block(cfg, l, &view, vecs, s, &mut self.kv, pos, n)?;
+            }
+            done += n;
+            if done == tokens.len() {
+                let last = &s.x[(n - 1) * e..n * e];
+                rms_norm(last, &self.weights.vectors.output_norm, cfg.rms_eps, &mut s.xn[..e]);
+            }
+        }
+        self.weights
+            .matrices
+            .logits(file, tensors, &self.scratch.xn[..e], &mut self.logits)?;
+        Ok(())
+    }
+}

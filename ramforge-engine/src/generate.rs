@@ -1,0 +1,152 @@
+//! Text generation on an [`Engine`]: prompt as one batch, then one token at a time, sampled,
+//! streamed as text, stopped by end-of-generation tokens, stop strings, the token limit, the
+//! context size or a cancel flag.
+
+use crate::engine::Engine;
+use crate::error::EngineError;
+use crate::sampling::{Sampler, SamplingParams, StopMatcher};
+use crate::weights::ResidencyStats;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Why generation ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// An end-of-generation token (EOS, EOT, `<|im_end|>` ...) was sampled.
+    EndOfGeneration,
+    /// A user stop string appeared in the text.
+    StopString,
+    /// `max_tokens` were generated.
+    MaxTokens,
+    /// The context is full.
+    ContextFull,
+    /// The cancel flag was raised.
+    Cancelled,
+}
+
+/// What one `generate` call did.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct GenerationStats {
+    pub prompt_tokens: usize,
+    /// Tokens generated (an end-of-generation token that stopped it is not counted).
+    pub generated_tokens: usize,
+    pub tokens: Vec<u32>,
+    /// The text shown (up to, not including, a stop string).
+    pub text: String,
+    pub stop_reason: StopReason,
+    pub prompt_secs: f64,
+    pub decode_secs: f64,
+    /// Storage traffic of this call.
+    pub residency: ResidencyStats,
+    /// Most budget bytes held at once since the engine was made.
+    pub peak_managed_bytes: u64,
+}
+
+impl GenerationStats {
+    pub fn prompt_tokens_per_sec(&self) -> f64 {
+        rate(self.prompt_tokens, self.prompt_secs)
+    }
+
+    /// Decode speed: tokens after the first, over the time spent producing them.
+    pub fn decode_tokens_per_sec(&self) -> f64 {
+        rate(self.generated_tokens.saturating_sub(1), self.decode_secs)
+    }
+}
+
+fn rate(n: usize, secs: f64) -> f64 {
+    if secs > 0.0 {
+        n as f64 / secs
+    } else {
+        0.0
+    }
+}
+
+impl Engine {
+    /// Generates from `prompt` (token ids, BOS included if wanted) in a fresh context.
+    ///
+    /// `on_token(id, text)` is called for every generated token with the text that became
+    /// visible (empty while a multi-byte character or a possible stop string is pending; text
+    /// held back until the end is reported with the last token's id).
+    /// Raising `cancel` ends generation after the current token.
+    pub fn generate(
+        &mut self,
+        prompt: &[u32],
+        params: &SamplingParams,
+        on_token: &mut dyn FnMut(u32, &str),
+        cancel: &AtomicBool,
+    ) -> Result<GenerationStats, EngineError> {
+        params.validate().map_err(EngineError::Invalid)?;
+        self.reset();
+        if prompt.is_empty() {
+            return Err(EngineError::Invalid("the prompt has no tokens".into()));
+        }
+        if prompt.len() > self.context_size() {
+            return Err(EngineError::ContextOverflow {
+                prompt: prompt.len(),
+                needed: prompt.len() + params.max_tokens,
+                ctx: self.context_size(),
+            });
+        }
+        let before = *self.residency();
+        let started = Instant::now();
+        self.eval(prompt)?;
+        let prompt_secs = started.elapsed().as_secs_f64();
+
+        let decode_started = Instant::now();
+        let mut sampler = Sampler::new(params);
+        let mut stops = StopMatcher::new(&params.stop);
+        let mut tokens = Vec::new();
+        let mut text = String::new();
+        let mut logits = self.logits().to_vec();
+        let tokenizer = Arc::clone(&self.model().tokenizer);
+        let mut decoder = tokenizer.decoder();
+        let mut pending_eval: Option<u32> = None;
+        let stop_reason = loop {
+            if let Some(t) = pending_eval.take() {
+                logits.copy_from_slice(self.eval(&[t])?);
+            }
+            if cancel.load(Ordering::Relaxed) {
+                break StopReason::Cancelled;
+            }
+            if tokens.len() >= params.max_tokens {
+                break StopReason::MaxTokens;
+            }
+            let id = sampler.sample(&mut logits, self.history());
+            if !params.ignore_eos && tokenizer.is_eog(id) {
+                break StopReason::EndOfGeneration;
+            }
+            tokens.push(id);
+            let (shown, hit) = stops.push(&decoder.push(id));
+            text.push_str(&shown);
+            on_token(id, &shown);
+            if hit {
+                break StopReason::StopString;
+            }
+            if self.n_past() >= self.context_size() {
+                break StopReason::ContextFull;
+            }
+            pending_eval = Some(id);
+        };
+        if stop_reason != StopReason::StopString {
+            let (shown, hit) = stops.push(&decoder.finish());
+            let tail = if hit { shown } else { shown + &stops.finish() };
+            if !tail.is_empty() {
+                text.push_str(&tail);
+                on_token(*tokens.last().unwrap_or(&0), &tail);
+            }
+        }
+        Ok(GenerationStats {
+            prompt_tokens: prompt.len(),
+            generated_tokens: tokens.len(),
+            tokens,
+            text,
+            stop_reason,
+            prompt_secs,
+            decode_secs: decode_started.elapsed().as_secs_f64(),
+            residency: self.residency().since(&before),
+            peak_managed_bytes: self.budget().peak(),
+        })
+    }
+}

@@ -1,0 +1,207 @@
+//! The memory plan: which weights stay resident and which are streamed, under a budget.
+//!
+//! The same arithmetic serves the engine (which allocates exactly what the plan books) and the
+//! `plan` command (which prints it).
+//!
+//! Policy, in order:
+//! 1. The working set is reserved first: norms and biases (f32), the KV cache for the whole
+//!    context, scratch activations for one batch, logits, one token-embedding row, one streaming
+//!    slot as large as the largest layer, and a minimum output-projection chunk. Their sum is the
+//!    minimum workable budget; below it loading fails with an error that states it.
+//! 2. What is left of the budget is the share for resident weights. The output projection is
+//!    pinned first if it fits in that share (it is used once per token, like a layer).
+//! 3. Then whole layers are pinned in order while they fit; if every layer fits, the streaming
+//!    slot is not needed and its bytes count towards pinning.
+//! 4. Anything left enlarges the output chunk (when the output is streamed), up to 8 MiB.
+//!
+//! The token embedding is only ever read one row per token, so it is never made resident on its
+//! own account (with a tied output it is resident exactly when the output is).
+
+use crate::config::ModelConfig;
+use crate::error::EngineError;
+use crate::kv::{kv_cache_bytes, KvType};
+use crate::tensors::ModelTensors;
+
+/// Rows of the output projection read at once, at the least, when it is streamed.
+pub const MIN_OUTPUT_CHUNK_ROWS: u64 = 256;
+/// The output chunk is not enlarged beyond this.
+pub const MAX_OUTPUT_CHUNK_BYTES: u64 = 8 << 20;
+
+/// What the plan is made for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlanRequest {
+    /// The budget in bytes; `None` = unlimited (everything resident).
+    pub budget: Option<u64>,
+    /// Positions the KV cache must hold (prompt + generated tokens).
+    pub ctx: usize,
+    /// Tokens processed together during prompt processing.
+    pub batch: usize,
+    pub kv_type: KvType,
+}
+
+/// Scratch activations (f32 elements) for a batch of `batch` tokens at a context of `ctx`.
+pub fn scratch_elements(cfg: &ModelConfig, batch: usize, ctx: usize) -> u64 {
+    let b = batch as u64;
+    let (e, q, kv, ff) = (
+        cfg.n_embd as u64,
+        cfg.q_dim() as u64,
+        cfg.kv_dim() as u64,
+        cfg.n_ff as u64,
+    );
+    // x, xn, q, k, v, attention out (token- and head-major), gate, up, RoPE cos/sin.
+    b * (2 * e + 3 * q + 2 * kv + 2 * ff + cfg.rope_dim as u64)
+        // One score row per head.
+        + cfg.n_head as u64 * ctx as u64
+}
+
+/// The plan: every managed byte, by purpose.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemoryPlan {
+    pub request: PlanRequest,
+    /// Norms, biases, RoPE factors as f32.
+    pub vector_bytes: u64,
+    pub kv_bytes: u64,
+    pub scratch_bytes: u64,
+    pub logits_bytes: u64,
+    /// One token-embedding row, staged for dequantization.
+    pub embd_row_bytes: u64,
+    /// The whole output projection.
+    pub output_bytes: u64,
+    pub output_resident: bool,
+    /// Rows per output chunk when streamed (0 when resident).
+    pub output_chunk_rows: u64,
+    pub output_chunk_bytes: u64,
+    /// Matrix bytes of each layer.
+    pub layer_bytes: Vec<u64>,
+    /// Which layers stay resident.
+    pub pinned: Vec<bool>,
+    /// The streaming slot (0 when every layer is pinned).
+    pub slot_bytes: u64,
+    /// The smallest budget this model works under at this context and batch.
+    pub minimum: u64,
+}
+
+impl MemoryPlan {
+    /// Lays the model out under the request, or fails with `BudgetTooSmall`.
+    pub fn new(
+        cfg: &ModelConfig,
+        tensors: &ModelTensors,
+        request: PlanRequest,
+    ) -> Result<MemoryPlan, EngineError> {
+        let layer_bytes: Vec<u64> = tensors.layers.iter().map(|l| l.matrix_bytes()).collect();
+        let max_layer = layer_bytes.iter().copied().max().unwrap_or(0);
+        let total_layers: u64 = layer_bytes.iter().sum();
+        let out = &tensors.output;
+        let output_bytes = out.n_bytes;
+        let out_row = out.row_bytes();
+        let min_chunk_rows = MIN_OUTPUT_CHUNK_ROWS.min(out.n_rows());
+        let min_chunk = min_chunk_rows * out_row;
+
+        let vector_bytes = tensors.vector_bytes();
+        let kv_bytes = kv_cache_bytes(cfg.n_layer, cfg.kv_dim(), request.ctx, request.kv_type);
+        let scratch_bytes = 4 * scratch_elements(cfg, request.batch, request.ctx);
+        let logits_bytes = 4 * tensors.n_vocab as u64;
+        let embd_row_bytes = tensors.token_embd.row_bytes();
+        let working = vector_bytes + kv_bytes + scratch_bytes + logits_bytes + embd_row_bytes;
+        let minimum = working + max_layer + min_chunk;
+
+        let mut plan = MemoryPlan {
+            request,
+            vector_bytes,
+            kv_bytes,
+            scratch_bytes,
+            logits_bytes,
+            embd_row_bytes,
+            output_bytes,
+            output_resident: true,
+            output_chunk_rows: 0,
+            output_chunk_bytes: 0,
+            layer_bytes,
+            pinned: vec![true; tensors.layers.len()],
+            slot_bytes: 0,
+            minimum,
+        };
+        let Some(budget) = request.budget else {
+            return Ok(plan);
+        };
+        if budget < minimum {
+            return Err(EngineError::BudgetTooSmall {
+                budget,
+                minimum,
+                ctx: request.ctx,
+            });
+        }
+        // The share for resident weights, with the slot and the minimum chunk set aside.
+        let mut free = budget - minimum;
+        if output_bytes - min_chunk <= free {
+            free -= output_bytes - min_chunk;
+        } else {
+            plan.output_resident = false;
+        }
+        if total_layers <= free + max_layer {
+            free = free + max_layer - total_layers;
+        } else {
+            plan.slot_bytes = max_layer;
+            for (pin, &bytes) in plan.pinned.iter_mut().zip(&plan.layer_bytes) {
+                *pin = bytes <= free;
+                if *pin {
+                    free -= bytes;
+                }
+            }
+        }
+        if !plan.output_resident {
+            let extra_rows = free.min(MAX_OUTPUT_CHUNK_BYTES.saturating_sub(min_chunk)) / out_row;
+            plan.output_chunk_rows = (min_chunk_rows + extra_rows).min(out.n_rows());
+            plan.output_chunk_bytes = plan.output_chunk_rows * out_row;
+        }
+        Ok(plan)
+    }
+
+    /// Bytes of layers kept resident.
+    pub fn pinned_bytes(&self) -> u64 {
+        self.layer_bytes
+            .iter()
+            .zip(&self.pinned)
+            .filter(|(_, &p)| p)
+            .map(|(b, _)| b)
+            .sum()
+    }
+
+    /// Layers streamed from storage on every pass.
+    pub fn streamed_layers(&self) -> usize {
+        self.pinned.iter().filter(|&&p| !p).count()
+    }
+
+    /// Weight bytes held in memory: pinned layers, slot, output (whole or one chunk).
+    pub fn weight_bytes(&self) -> u64 {
+        self.pinned_bytes()
+            + self.slot_bytes
+            + if self.output_resident {
+                self.output_bytes
+            } else {
+                self.output_chunk_bytes
+            }
+    }
+
+    /// Every byte the engine will charge at most.
+    pub fn total_bytes(&self) -> u64 {
+        self.vector_bytes
+            + self.kv_bytes
+            + self.scratch_bytes
+            + self.logits_bytes
+            + self.embd_row_bytes
+            + self.weight_bytes()
+    }
+
+    /// Weight bytes read from storage per decoded token (streamed layers + streamed output).
+    pub fn streamed_bytes_per_token(&self) -> u64 {
+        let layers: u64 = self
+            .layer_bytes
+            .iter()
+            .zip(&self.pinned)
+            .filter(|(_, &p)| !p)
+            .map(|(b, _)| b)
+            .sum();
+        layers + if self.output_resident { 0 } else { self.output_bytes }
+    }
+}

@@ -1,0 +1,312 @@
+//! Choosing the next token from logits: greedy, or temperature sampling narrowed by top-k,
+//! top-p and min-p, after a windowed repetition penalty, from a seeded RNG.
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+/// How to pick tokens and when to stop.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SamplingParams {
+    /// 0 (or less) = greedy.
+    pub temperature: f32,
+    /// Keep only the k most likely tokens (0 = off).
+    pub top_k: usize,
+    /// Keep the smallest set whose probability reaches p (1 = off).
+    pub top_p: f32,
+    /// Drop tokens less likely than min_p times the most likely one (0 = off).
+    pub min_p: f32,
+    /// Divide positive logits (multiply negative ones) of recent tokens by this (1 = off).
+    pub repeat_penalty: f32,
+    /// How many recent tokens (prompt included) the penalty looks at.
+    pub repeat_last_n: usize,
+    pub seed: u64,
+    /// Most tokens to generate.
+    pub max_tokens: usize,
+    /// Stop when the generated text contains one of these (the stop string is not emitted).
+    pub stop: Vec<String>,
+    /// Do not stop at end-of-generation tokens (for benchmarks).
+    pub ignore_eos: bool,
+}
+
+impl Default for SamplingParams {
+    fn default() -> SamplingParams {
+        SamplingParams {
+            temperature: 0.0,
+            top_k: 40,
+            top_p: 0.95,
+            min_p: 0.05,
+            repeat_penalty: 1.0,
+            repeat_last_n: 64,
+            seed: 0,
+            max_tokens: 128,
+            stop: Vec::new(),
+            ignore_eos: false,
+        }
+    }
+}
+
+impl SamplingParams {
+    /// Greedy decoding of up to `max_tokens` tokens.
+    pub fn greedy(max_tokens: usize) -> SamplingParams {
+        SamplingParams {
+            max_tokens,
+            ..SamplingParams::default()
+        }
+    }
+
+    /// Checks ranges; returns a message naming the bad parameter.
+    pub fn validate(&self) -> Result<(), String> {
+        if !self.temperature.is_finite() {
+            return Err(format!("temperature {} is not finite", self.temperature));
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return Err(format!("top-p {} must lie in (0, 1]", self.top_p));
+        }
+        if !(0.0..=1.0).contains(&self.min_p) {
+            return Err(format!("min-p {} must lie in [0, 1]", self.min_p));
+        }
+        if !(self.repeat_penalty.is_finite() && self.repeat_penalty > 0.0) {
+            return Err(format!("repeat penalty {} must be positive", self.repeat_penalty));
+        }
+        Ok(())
+    }
+}
+
+/// Index of the largest value (the lowest index on ties); NaN never wins.
+pub fn argmax(logits: &[f32]) -> usize {
+    let mut best = 0;
+    let mut best_v = f32::NEG_INFINITY;
+    for (i, &v) in logits.iter().enumerate() {
+        if v > best_v {
+            best = i;
+            best_v = v;
+        }
+    }
+    best
+}
+
+/// A sampler: the parameters plus the RNG state and a reusable candidate list.
+pub struct Sampler {
+    params: SamplingParams,
+    rng: StdRng,
+    candidates: Vec<(u32, f32)>,
+}
+
+impl Sampler {
+    pub fn new(params: &SamplingParams) -> Sampler {
+        Sampler {
+            params: params.clone(),
+            rng: StdRng::seed_from_u64(params.seed),
+            candidates: Vec::new(),
+        }
+    }
+
+    /// Picks the next token. `logits` is modified by the repetition penalty; `history` is every
+    /// token in the context so far.
+    pub fn sample(&mut self, logits: &mut [f32], history: &[u32]) -> u32 {
+        let p = &self.params;
+        if p.repeat_penalty != 1.0 && p.repeat_last_n > 0 {
+            apply_repeat_penalty(logits, history, p.repeat_last_n, p.repeat_penalty);
+        }
+        if p.temperature <= 0.0 {
+            return argmax(logits) as u32;
+        }
+        let c = &mut self.candidates;
+        c.clear();
+        c.extend(
+            logits
+                .iter()
+                .enumerate()
+                .filter(|(_, v)| !v.is_nan())
+                .map(|(i, &v)| (i as u32, v)),
+        );
+        if c.is_empty() {
+            return 0;
+        }
+        // Most likely first; ties by id, so the order is deterministic.
+        let by_logit = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+        if p.top_k > 0 && p.top_k < c.len() {
+            c.select_nth_unstable_by(p.top_k - 1, by_logit);
+            c.truncate(p.top_k);
+        }
+        c.sort_unstable_by(by_logit);
+        // Probabilities at temperature 1 for top-p and min-p (as llama.cpp's chain does).
+        let probs = softmax(c.iter().map(|x| x.1));
+        if p.top_p < 1.0 {
+            let mut acc = 0.0;
+            let mut keep = c.len();
+            for (i, pr) in probs.iter().enumerate() {
+                acc += pr;
+                if acc >= p.top_p as f64 {
+                    keep = i + 1;
+                    break;
+                }
+            }
+            c.truncate(keep);
+        }
+        if p.min_p > 0.0 {
+            let floor = probs[0] * p.min_p as f64;
+            let keep = probs[..c.len()].iter().take_while(|&&pr| pr >= floor).count();
+            c.truncate(keep.max(1));
+        }
+        let inv_t = 1.0 / p.temperature;
+        let probs = softmax(c.iter().map(|x| x.1 * inv_t));
+        let r: f64 = self.rng.gen();
+        let mut acc = 0.0;
+        for (i, pr) in probs.iter().enumerate() {
+            acc += pr;
+            if r < acc {
+                return c[i].0;
+            }
+        }
+        c[c.len() - 1].0
+    }
+}
+
+/// Normalised probabilities of the values (in f64, so tiny tails do not vanish).
+fn softmax(values: impl Iterator<Item = f32> + Clone) -> Vec<f64> {
+    let max = values.clone().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let e: Vec<f64> = values.map(|v| (v as f64 - max).exp()).collect();
+    let z: f64 = e.iter().sum();
+    e.into_iter().map(|x| x / z).collect()
+}
+
+/// Penalises each distinct token among the last `window` of `history` once.
+pub fn apply_repeat_penalty(logits: &mut [f32], history: &[u32], window: usize, penalty: f32) {
+    let start = history.len().saturating_sub(window);
+    let mut seen: Vec<u32> = history[start..].to_vec();
+    seen.sort_unstable();
+    seen.dedup();
+    for id in seen {
+        if let Some(l) = logits.get_mut(id as usize) {
+            *l = if *l > 0.0 { *l / penalty } else { *l * penalty };
+        }
+    }
+}
+
+/// Holds back generated text that could be the start of a stop string, and finds stop strings
+/// that span token boundaries.
+#[derive(Debug, Default)]
+pub struct StopMatcher {
+    stops: Vec<String>,
+    pending: String,
+}
+
+impl StopMatcher {
+    pub fn new(stops: &[String]) -> StopMatcher {
+        StopMatcher {
+            stops: stops.iter().filter(|s| !s.is_empty()).cloned().collect(),
+            pending: String::new(),
+        }
+    }
+
+    /// Adds new text; returns the text safe to show now, and whether a stop string was found
+    /// (in which case the returned text ends just before it, and nothing more should be shown).
+    pub fn push(&mut self, text: &str) -> (String, bool) {
+        self.pending.push_str(text);
+        if let Some(at) = self
+            .stops
+            .iter()
+            .filter_map(|s| self.pending.find(s.as_str()))
+            .min()
+        {
+            let shown = self.pending[..at].to_string();
+            self.pending.clear();
+            return (shown, true);
+        }
+        // Keep the longest tail that is a proper prefix of some stop string.
+        let mut keep = 0;
+        for s in &self.stops {
+            for (i, _) in s.char_indices().skip(1) {
+                if i > keep && self.pending.ends_with(&s[..i]) {
+                    keep = i;
+                }
+            }
+        }
+        let cut = self.pending.len() - keep;
+        let shown = self.pending[..cut].to_string();
+        self.pending.drain(..cut);
+        (shown, false)
+    }
+
+    /// The text held back when generation ends without a stop string.
+    pub fn finish(&mut self) -> String {
+        std::mem::take(&mut self.pending)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(t: f32) -> SamplingParams {
+        SamplingParams {
+            temperature: t,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            ..SamplingParams::default()
+        }
+    }
+
+    #[test]
+    fn greedy_takes_the_argmax_lowest_id_on_ties() {
+        let mut s = Sampler::new(&params(0.0));
+        assert_eq!(s.sample(&mut [0.1, 3.0, -1.0, 3.0], &[]), 1);
+        assert_eq!(argmax(&[f32::NAN, -5.0, -4.0]), 2);
+    }
+
+    #[test]
+    fn same_seed_same_tokens_and_different_seeds_differ() {
+        let logits: Vec<f32> = (0..50).map(|i| ((i * 37) % 11) as f32 * 0.3).collect();
+        let draw = |seed: u64| {
+            let mut s = Sampler::new(&SamplingParams { seed, ..params(1.0) });
+            (0..40).map(|_| s.sample(&mut logits.clone(), &[])).collect::<Vec<_>>()
+        };
+        assert_eq!(draw(7), draw(7));
+        assert_ne!(draw(7), draw(8));
+    }
+
+    #[test]
+    fn top_k_top_p_and_min_p_narrow_the_candidates() {
+        let logits = [5.0f32, 4.0, 3.0, 0.0, -10.0];
+        let seen = |p: SamplingParams| {
+            let mut s = Sampler::new(&p);
+            let mut set = std::collections::BTreeSet::new();
+            for _ in 0..400 {
+                set.insert(s.sample(&mut logits.to_vec(), &[]));
+            }
+            set.into_iter().collect::<Vec<_>>()
+        };
+        assert_eq!(seen(SamplingParams { top_k: 2, ..params(5.0) }), vec![0, 1]);
+        // p(0) = 0.665, p(1) = 0.245: top-p 0.8 keeps two.
+        assert_eq!(seen(SamplingParams { top_p: 0.8, ..params(5.0) }), vec![0, 1]);
+        // min-p 0.2 drops token 2 (p = 0.09 < 0.2 * 0.665).
+        assert_eq!(seen(SamplingParams { min_p: 0.2, ..params(5.0) }), vec![0, 1]);
+        assert_eq!(seen(params(100.0)).len(), 5);
+    }
+
+    #[test]
+    fn repetition_penalty_uses_the_window_and_sign() {
+        let mut l = vec![2.0f32, -2.0, 2.0, 2.0];
+        apply_repeat_penalty(&mut l, &[2, 0, 1, 0, 1], 4, 2.0);
+        assert_eq!(l, vec![1.0, -4.0, 2.0, 2.0]);
+        // It changes the greedy choice.
+        let mut s = Sampler::new(&SamplingParams { repeat_penalty: 4.0, ..params(0.0) });
+        assert_eq!(s.sample(&mut [3.0, 2.0], &[0]), 1);
+    }
+
+    #[test]
+    fn stop_strings_are_found_across_pushes_and_held_back() {
+        let mut m = StopMatcher::new(&["</s>".to_string(), "\n\n".to_string()]);
+        assert_eq!(m.push("Hello <"), ("Hello ".to_string(), false));
+        assert_eq!(m.push("/"), (String::new(), false));
+        assert_eq!(m.push("x> world\n"), ("</x> world".to_string(), false));
+        assert_eq!(m.push("\nmore"), (String::new(), true));
+        let mut m = StopMatcher::new(&["END".to_string()]);
+        assert_eq!(m.push("abc EN"), ("abc ".to_string(), false));
+        assert_eq!(m.finish(), "EN");
+        let mut m = StopMatcher::new(&[]);
+        assert_eq!(m.push("héllo"), ("héllo".to_string(), false));
+    }
+}

@@ -1,0 +1,187 @@
+//! SentencePiece-style BPE (`tokenizer.ggml.model = "llama"`), as llama.cpp runs it: the text
+//! (spaces already written as U+2581) starts as one symbol per character, and the adjacent pair
+//! whose concatenation is the highest-scoring token is merged first (leftmost among equals)
+//! until no pair forms a token. Symbols that are not tokens fall back to `<0xXX>` byte tokens.
+//! A binary heap of candidate pairs keeps n characters at O(n log n).
+
+use super::vocab::Vocab;
+use super::TokenizerError;
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+
+const NONE: u32 = u32::MAX;
+
+/// Scores and byte-fallback table of a SentencePiece vocabulary.
+pub struct Spm {
+    scores: Vec<f32>,
+    /// `<0xXX>` token of each byte (or the one-character token of an ASCII byte); NONE if absent.
+    byte_tokens: [u32; 256],
+    unk: Option<u32>,
+}
+
+/// A character range of the text and its live neighbours; `start == NONE` once merged away.
+#[derive(Clone, Copy)]
+struct Symbol {
+    start: u32,
+    end: u32,
+    prev: u32,
+    next: u32,
+}
+
+/// A candidate merge: the pair starting at symbol `left`, whose joined text has score `score`.
+#[derive(Clone, Copy)]
+struct Candidate {
+    score: f32,
+    left: u32,
+}
+
+impl Ord for Candidate {
+    /// Highest score first, then leftmost.
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.score
+            .total_cmp(&other.score)
+            .then_with(|| other.left.cmp(&self.left))
+    }
+}
+impl PartialOrd for Candidate {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl PartialEq for Candidate {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+impl Eq for Candidate {}
+
+/// Buffers reused across fragments of one `encode` call.
+#[derive(Default)]
+pub struct SpmScratch {
+    symbols: Vec<Symbol>,
+    heap: BinaryHeap<Candidate>,
+}
+
+impl Spm {
+    /// `scores` must hold one score per token (checked by the caller).
+    pub fn new(vocab: &Vocab, scores: Vec<f32>, unk: Option<u32>) -> Result<Spm, TokenizerError> {
+        let mut byte_tokens = [NONE; 256];
+        for (b, slot) in byte_tokens.iter_mut().enumerate() {
+            let hex = format!("<0x{b:02X}>");
+            let plain = (b < 0x80).then(|| (b as u8 as char).to_string());
+            *slot = vocab
+                .id_of(&hex)
+                .or_else(|| plain.and_then(|p| vocab.id_of(&p)))
+                .unwrap_or(NONE);
+        }
+        Ok(Spm {
+            scores,
+            byte_tokens,
+            unk,
+        })
+    }
+
+    /// Tokenizes one fragment whose spaces are already escaped as U+2581.
+    pub fn encode(&self, vocab: &Vocab, text: &str, out: &mut Vec<u32>, s: &mut SpmScratch) {
+        if text.is_empty() {
+            return;
+        }
+        s.symbols.clear();
+        let mut chars = text.char_indices().peekable();
+        while let Some((start, _)) = chars.next() {
+            let end = chars.peek().map_or(text.len(), |&(e, _)| e);
+            let i = s.symbols.len() as u32;
+            s.symbols.push(Symbol {
+                start: start as u32,
+                end: end as u32,
+                prev: if i == 0 { NONE } else { i - 1 },
+                next: if end == text.len() { NONE } else { i + 1 },
+            });
+        }
+        s.heap.clear();
+        for left in 0..s.symbols.len() as u32 - 1 {
+            self.push_pair(vocab, text, &s.symbols, &mut s.heap, left);
+        }
+        while let Some(c) = s.heap.pop() {
+            let l = s.symbols[c.left as usize];
+            if l.start == NONE || l.next == NONE {
+                continue;
+            }
+            let r = s.symbols[l.next as usize];
+            // Stale entry: the pair at `left` changed since it was queued.
+            match self.pair_score(vocab, text, l, r) {
+                Some(score) if score.to_bits() == c.score.to_bits() => {}
+                _ => continue,
+            }
+            let right = l.next;
+            let sym = &mut s.symbols[c.left as usize];
+            sym.end = r.end;
+            sym.next = r.next;
+            if r.next != NONE {
+                s.symbols[r.next as usize].prev = c.left;
+            }
+            s.symbols[right as usize].start = NONE;
+            if l.prev != NONE {
+                self.push_pair(vocab, text, &s.symbols, &mut s.heap, l.prev);
+            }
+            self.push_pair(vocab, text, &s.symbols, &mut s.heap, c.left);
+        }
+        let mut i = 0;
+        while i != NONE {
+            let sym = s.symbols[i as usize];
+            let piece = &text[sym.start as usize..sym.end as usize];
+            match vocab.id_of(piece) {
+                Some(id) => out.push(id),
+                None => self.byte_fallback(piece, out),
+            }
+            i = sym.next;
+        }
+    }
+
+    /// A symbol that is no token becomes its bytes' tokens; a byte without one becomes the
+    /// unknown token (llama.cpp would abort there).
+    fn byte_fallback(&self, piece: &str, out: &mut Vec<u32>) {
+        for &b in piece.as_bytes() {
+            match self.byte_tokens[b as usize] {
+                NONE => out.extend(self.unk),
+                id => out.push(id),
+            }
+        }
+    }
+
+    fn pair_score(&self, vocab: &Vocab, text: &str, l: Symbol, r: Symbol) -> Option<f32> {
+        if (r.end - l.start) as usize > vocab.max_piece_len() {
+            return None;
+        }
+        let id = vocab.id_of(&text[l.start as usize..r.end as usize])?;
+        Some(self.scores[id as usize])
+    }
+
+    fn push_pair(
+        &self,
+        vocab: &Vocab,
+        text: &str,
+        symbols: &[Symbol],
+        heap: &mut BinaryHeap<Candidate>,
+        left: u32,
+    ) {
+        let l = symbols[left as usize];
+        if l.next == NONE {
+            return;
+        }
+        if let Some(score) = self.pair_score(vocab, text, l, symbols[l.next as usize]) {
+            heap.push(Candidate { score, left });
+        }
+    }
+
+    pub fn heap_bytes(&self) -> usize {
+        self.scores.capacity() * 4
+    }
+}
+
+/// Writes spaces as U+2581, SentencePiece's visible space.
+pub fn escape_spaces(text: &str, out: &mut String) {
+    for c in text.chars() {
+        out.push(if c == ' ' { '\u{2581}' } else { c });
+    }
+}

@@ -1,0 +1,52 @@
+//! The one error type of the crate; every variant renders as one line naming the type.
+
+use crate::GgmlType;
+use std::fmt;
+
+/// Why a quantization kernel refused its input.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum QuantError {
+    /// The type has no kernels here (IQ1/IQ2/IQ3, TQ*, integer types, ...).
+    Unsupported { ty: GgmlType },
+    /// A row length that is not a whole number of blocks.
+    RaggedRow { ty: GgmlType, elements: usize },
+    /// `src`/`weights` byte length does not match the element count it should hold.
+    ByteLength {
+        ty: GgmlType,
+        expected: usize,
+        got: usize,
+    },
+    /// An f32 buffer (`x`, `y`, `dst`, `src`) of the wrong length.
+    ElementLength {
+        ty: GgmlType,
+        what: &'static str,
+        expected: usize,
+        got: usize,
+    },
+}
+
+impl fmt::Display for QuantError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            QuantError::Unsupported { ty } => {
+                write!(f, "ggml type {ty} (id {}) is not supported", ty.id())
+            }
+            QuantError::RaggedRow { ty, elements } => write!(
+                f,
+                "{ty}: {elements} elements is not a multiple of the block size {}",
+                ty.block_size()
+            ),
+            QuantError::ByteLength { ty, expected, got } => {
+                write!(f, "{ty}: expected {expected} bytes of blocks, got {got}")
+            }
+            QuantError::ElementLength {
+                ty,
+                what,
+                expected,
+                got,
+            } => write!(f, "{ty}: {what} has {got} elements, expected {expected}"),
+        }
+    }
+}
+
+impl std::error::Error for QuantError {}

@@ -1,0 +1,166 @@
+//! `ramforge-tools chat` driven through a pipe on the real SmolLM2 model: replies go to stdout one
+//! per turn, the conversation carries over between turns, `/reset` forgets it, end of input quits,
+//! and the first reply is exactly what `run --chat` gives for the same message.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+const QUESTION: &str = "What is the capital of France?";
+
+fn model() -> PathBuf {
+    let dir = std::env::var_os("RAMFORGE_MODELS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models"));
+    let p = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(
+        p.is_file(),
+        "{} not found: run scripts/test.sh (it fetches the models) or set RAMFORGE_MODELS",
+        p.display()
+    );
+    p
+}
+
+/// `chat` (greedy, short replies, verbose stats) with `input` on stdin.
+fn chat(input: &str, extra: &[&str]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ramforge-tools"))
+        .arg("--verbose")
+        .arg("chat")
+        .arg(model())
+        .args(["--temperature", "0", "-n", "6", "--threads", "1"])
+        .args(extra)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn ramforge-tools");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// The prompt and reply token counts of each turn, from the verbose stats on stderr.
+fn turns(stderr: &str) -> Vec<(usize, usize)> {
+    stderr
+        .lines()
+        .filter_map(|l| {
+            let rest = l.split("prompt ").nth(1)?;
+            let prompt = rest.split(' ').next()?.parse().ok()?;
+            let reply = l.split("reply ").nth(1)?.split(' ').next()?.parse().ok()?;
+            Some((prompt, reply))
+        })
+        .collect()
+}
+
+#[test]
+fn reset_forgets_the_conversation() {
+    let o = chat(&format!("{QUESTION}\n/reset\n{QUESTION}\n"), &[]);
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert!(o.status.success(), "{err}");
+    let replies: Vec<&str> = out.lines().collect();
+    assert_eq!(replies.len(), 2, "one line per reply: {out:?}");
+    assert!(!replies[0].trim().is_empty(), "empty reply: {out:?}");
+    assert_eq!(
+        replies[0], replies[1],
+        "after /reset the same question gets the same reply"
+    );
+    let t = turns(&err);
+    assert_eq!(t.len(), 2, "{err}");
+    assert_eq!(
+        t[0].0, t[1].0,
+        "after /reset the prompt is as short as the first: {err}"
+    );
+    assert!(err.contains("(conversation cleared)"), "{err}");
+}
+
+#[test]
+fn history_carries_over_between_turns() {
+    let o = chat(&format!("{QUESTION}\nAnd of Italy?\n"), &[]);
+    let err = text(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(text(&o.stdout).lines().count(), 2);
+    let t = turns(&err);
+    assert_eq!(t.len(), 2, "{err}");
+    // The second prompt holds the first question, the first reply and the new question.
+    assert!(
+        t[1].0 > t[0].0 + t[0].1,
+        "second prompt ({}) must contain the first turn ({} + {} tokens)",
+        t[1].0,
+        t[0].0,
+        t[0].1
+    );
+}
+
+#[test]
+fn first_reply_matches_run_chat() {
+    let o = chat(&format!("{QUESTION}\n"), &[]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let run = Command::new(env!("CARGO_BIN_EXE_ramforge-tools"))
+        .arg("run")
+        .arg(model())
+        .args(["--chat", "--prompt", QUESTION, "-n", "6", "--threads", "1"])
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    assert_eq!(text(&o.stdout).trim_end(), text(&run.stdout).trim_end());
+}
+
+#[test]
+fn end_of_input_quits_quietly() {
+    let o = chat("", &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(o.stdout.is_empty());
+}
+
+#[test]
+fn unreadable_template_is_a_one_line_error() {
+    let o = chat(QUESTION, &["--template", "/nonexistent/template.jinja"]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("error: ") && err.contains("/nonexistent/template.jinja"),
+        "{err}"
+    );
+}
+
+#[test]
+fn ctrl_c_stops_the_reply_prints_its_stats_and_the_chat_goes_on() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ramforge-tools"))
+        .arg("chat")
+        .arg(model())
+        .args(["--temperature", "0", "-n", "2000", "--threads", "1"])
+        .args(["--system", "Answer at great length, in many paragraphs."])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all(b"Tell me the whole history of France.\n")
+        .unwrap();
+    stdin.flush().unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    let kill = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    drop(stdin); // end of input: the chat ends after the interrupted reply
+    let o = child.wait_with_output().unwrap();
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("[interrupted; prompt "),
+        "stats of the stopped reply: {err}"
+    );
+}

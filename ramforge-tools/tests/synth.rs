@@ -1,0 +1,192 @@
+//! `ramforge-tools synth`: the file it writes is valid, seeded, shaped as asked, carries the
+//! donor's tokenizer, and llama.cpp (the reference venv's llama_cpp) loads and evaluates it.
+
+use ramforge_gguf::{GgmlType, GgufFile};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn donor() -> PathBuf {
+    let dir = std::env::var_os("RAMFORGE_MODELS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("models"));
+    let p = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(
+        p.is_file(),
+        "model file {} is missing: run scripts/test.sh (it fetches the models) or set RAMFORGE_MODELS",
+        p.display()
+    );
+    p
+}
+
+fn reference_python() -> PathBuf {
+    let p = std::env::var_os("RAMFORGE_REFERENCE_PY")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("models/.venv-reference/bin/python"));
+    assert!(
+        p.is_file(),
+        "reference python {} is missing: run scripts/test.sh (it sets up the venv) or set RAMFORGE_REFERENCE_PY",
+        p.display()
+    );
+    p
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ramforge-synth-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+/// Runs synth for a small model; returns (exit status, stderr).
+fn synth(out: &Path, arch: &str, ty: &str, seed: u64) -> (Option<i32>, String) {
+    let o = Command::new(env!("CARGO_BIN_EXE_ramforge-tools"))
+        .args(["synth", "-o"])
+        .arg(out)
+        .args([
+            "--arch", arch, "--layers", "2", "--embd", "64", "--ffn", "96",
+        ])
+        .args(["--heads", "4", "--kv-heads", "2", "--type", ty])
+        .arg("--vocab-from")
+        .arg(donor())
+        .args(["--seed", &seed.to_string()])
+        .output()
+        .unwrap();
+    (
+        o.status.code(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// llama.cpp loads the file, evaluates a prompt, and the last logits are finite with a
+/// spread near 1 (the weights are scaled for unit-variance outputs).
+fn llama_cpp_logit_std(path: &Path) -> f64 {
+    const SCRIPT: &str = r#"
+import sys, numpy as np
+from llama_cpp import Llama
+m = Llama(model_path=sys.argv[1], n_ctx=64, n_threads=2, verbose=False, logits_all=True)
+toks = m.tokenize(b"Hello world, this is a test", add_bos=False)
+m.eval(toks)
+logits = np.array(m.scores[m.n_tokens - 1])
+assert logits.shape == (49152,), logits.shape
+assert np.isfinite(logits).all()
+print(float(logits.std()))
+"#;
+    let o = Command::new(reference_python())
+        .args(["-c", SCRIPT])
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "llama.cpp could not run {}: {}",
+        path.display(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).trim().parse().unwrap()
+}
+
+#[test]
+fn llama_and_qwen2_files_are_valid_and_run_in_llama_cpp() {
+    let donor_file = GgufFile::open(donor()).unwrap();
+    let donor_tokens = donor_file
+        .header()
+        .metadata
+        .get_str_array("tokenizer.ggml.tokens")
+        .unwrap();
+    for (arch, ty, gty, n_tensors) in [
+        ("llama", "Q8_0", GgmlType::Q8_0, 2 + 9 * 2 + 1),
+        ("qwen2", "Q4_0", GgmlType::Q4_0, 2 + 12 * 2 + 1),
+    ] {
+        let path = tmp(&format!("{arch}.gguf"));
+        let (code, err) = synth(&path, arch, ty, 7);
+        assert_eq!(code, Some(0), "{err}");
+        let f = GgufFile::open(&path).unwrap();
+        let h = f.header();
+        let m = &h.metadata;
+        assert_eq!(m.get_str("general.architecture").unwrap(), arch);
+        assert_eq!(m.get_u32(&format!("{arch}.block_count")).unwrap(), 2);
+        assert_eq!(
+            m.get_u32(&format!("{arch}.attention.head_count_kv"))
+                .unwrap(),
+            2
+        );
+        assert_eq!(
+            m.get_str_array("tokenizer.ggml.tokens").unwrap(),
+            donor_tokens
+        );
+        assert_eq!(h.tensors.len(), n_tensors);
+        let k = f.tensor("blk.1.attn_k.weight").unwrap();
+        assert_eq!((k.ggml_type, k.shape.clone()), (gty, vec![64, 32]));
+        assert_eq!(f.tensor("output.weight").unwrap().shape, vec![64, 49152]);
+        assert_eq!(
+            f.tensor("blk.0.ffn_down.weight").unwrap().shape,
+            vec![96, 64]
+        );
+        assert_eq!(arch == "qwen2", f.tensor("blk.0.attn_q.bias").is_ok());
+
+        // Weights are uniform in ±sqrt(3/fan_in): check the dequantized down projection.
+        let down = f.tensor("blk.1.ffn_down.weight").unwrap();
+        let mut raw = vec![0; down.n_bytes as usize];
+        f.read_tensor_into(down, &mut raw).unwrap();
+        let mut w = vec![0f32; down.n_elements as usize];
+        for (src, dst) in raw.chunks(down.row_bytes() as usize).zip(w.chunks_mut(96)) {
+            ramforge_quant::dequantize_row(gty, src, dst).unwrap();
+        }
+        let bound = (3.0f32 / 96.0).sqrt();
+        assert!(
+            w.iter().all(|v| v.abs() <= bound * 1.01),
+            "weights out of range"
+        );
+        let var = w.iter().map(|v| (*v as f64).powi(2)).sum::<f64>() / w.len() as f64;
+        assert!(
+            (var * 96.0 - 1.0).abs() < 0.15,
+            "fan-in scaled variance {}",
+            var * 96.0
+        );
+        let mut norm = vec![0u8; 256];
+        f.read_tensor_into(f.tensor("blk.0.attn_norm.weight").unwrap(), &mut norm)
+            .unwrap();
+        assert!(norm
+            .chunks(4)
+            .all(|b| f32::from_le_bytes(b.try_into().unwrap()) == 1.0));
+
+        let std = llama_cpp_logit_std(&path);
+        assert!((0.3..3.0).contains(&std), "{arch}: logit std {std}");
+    }
+}
+
+#[test]
+fn the_seed_decides_the_bytes() {
+    let a = tmp("a.gguf");
+    let b = tmp("b.gguf");
+    let c = tmp("c.gguf");
+    for (p, seed) in [(&a, 3), (&b, 3), (&c, 4)] {
+        let (code, err) = synth(p, "llama", "Q4_0", seed);
+        assert_eq!(code, Some(0), "{err}");
+    }
+    let read = |p: &Path| std::fs::read(p).unwrap();
+    assert!(read(&a) == read(&b), "same seed, same file");
+    let (fa, fc) = (GgufFile::open(&a).unwrap(), GgufFile::open(&c).unwrap());
+    assert_eq!(fa.header().tensors, fc.header().tensors, "same layout");
+    let t = fa.tensor("blk.0.attn_q.weight").unwrap();
+    let (mut x, mut y) = (vec![0; t.n_bytes as usize], vec![0; t.n_bytes as usize]);
+    fa.read_tensor_into(t, &mut x).unwrap();
+    fc.read_tensor_into(t, &mut y).unwrap();
+    assert!(x != y, "another seed, other weights");
+}
+
+#[test]
+fn bad_shapes_are_refused_in_one_line() {
+    let out = tmp("bad.gguf");
+    // 64-wide rows are not whole Q4_K blocks (256).
+    let (code, err) = synth(&out, "llama", "Q4_K", 0);
+    assert_eq!(code, Some(1));
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("error: ") && err.contains("Q4_K"), "{err}");
+    let (code, err) = synth(&out, "llama", "Q9_9", 0);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("unknown type"), "{err}");
+}
