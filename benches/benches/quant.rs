@@ -25,7 +25,9 @@ fn formats() -> impl Iterator<Item = GgmlType> {
 fn bench_dequantize(c: &mut Criterion) {
     let mut rng = rand::rngs::StdRng::seed_from_u64(1);
     let mut group = c.benchmark_group("dequantize");
-    group.sample_size(10).warm_up_time(Duration::from_millis(300));
+    group
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(300));
     group.measurement_time(Duration::from_secs(1));
     for ty in formats() {
         let w = weights(ty, &mut rng);
@@ -47,7 +49,9 @@ fn bench_matvec(c: &mut Criterion) {
         .expect("pool");
     for (label, elements) in [("matvec_elements", true), ("matvec_bytes", false)] {
         let mut group = c.benchmark_group(label);
-        group.sample_size(10).warm_up_time(Duration::from_millis(300));
+        group
+            .sample_size(10)
+            .warm_up_time(Duration::from_millis(300));
         group.measurement_time(Duration::from_secs(1));
         for ty in formats() {
             let w = weights(ty, &mut rng);

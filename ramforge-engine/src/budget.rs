@@ -370,14 +370,18 @@ pub fn parse_proc_status(status: &str) -> Option<ProcessMemory> {
 
 /// Makes glibc return large freed buffers to the kernel at once, so the process's RSS follows
 /// the budget's ledger: allocations of 128 KiB and more are mapped and unmapped individually
-/// (fixing the threshold disables glibc's dynamic raise of it), and the heap top is trimmed
-/// above 1 MiB. A no-op on other C libraries.
+/// (fixing the threshold disables glibc's dynamic raise of it), the heap top is trimmed above
+/// 1 MiB, one arena serves every thread (worker threads allocate only small, short-lived
+/// buffers), and memory freed so far (e.g. by header parsing) is handed back now.
+/// A no-op on other C libraries.
 pub fn tie_allocator_to_budget() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only changes allocator tunables; these values are valid.
+    // SAFETY: mallopt and malloc_trim only change allocator tunables and release free memory.
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
         libc::mallopt(libc::M_TRIM_THRESHOLD, 1024 * 1024);
+        libc::mallopt(libc::M_ARENA_MAX, 1);
+        libc::malloc_trim(0);
     }
 }
 

@@ -7,6 +7,7 @@
 use crate::budget::{Charge, MemoryBudget};
 use crate::error::EngineError;
 use half::f16;
+use half::slice::HalfFloatSliceExt;
 
 /// Positions per cache chunk.
 pub const KV_CHUNK_TOKENS: usize = 64;
@@ -54,27 +55,24 @@ pub fn kv_cache_bytes(n_layer: usize, kv_dim: usize, ctx: usize, ty: KvType) -> 
 
 /// A cache element type: stored form of one f32.
 trait Element: Copy + Default + Send + Sync {
-    fn store(x: f32) -> Self;
-    fn load(self) -> f32;
+    /// Widens a row to f32 (vectorised for f16).
+    fn load_row(src: &[Self], dst: &mut [f32]);
 }
 
 impl Element for f32 {
-    fn store(x: f32) -> f32 {
-        x
-    }
-    fn load(self) -> f32 {
-        self
+    fn load_row(src: &[f32], dst: &mut [f32]) {
+        dst.copy_from_slice(src);
     }
 }
 
 impl Element for f16 {
-    fn store(x: f32) -> f16 {
-        f16::from_f32(x)
-    }
-    fn load(self) -> f32 {
-        self.to_f32()
+    fn load_row(src: &[f16], dst: &mut [f32]) {
+        src.convert_to_f32_slice(dst);
     }
 }
+
+/// Widest head handled with a stack buffer; wider heads use a heap row.
+const STACK_HEAD: usize = 256;
 
 enum ChunkData {
     F16(Vec<f16>),
@@ -262,20 +260,23 @@ impl KvCache {
 }
 
 fn store(dst: &mut [f16], src: &[f32]) {
-    for (d, &s) in dst.iter_mut().zip(src) {
-        *d = f16::store(s);
-    }
+    dst.convert_from_f32_slice(src);
 }
 
 /// `scores[p] = scale * sum_i q[i] K[p][i]` for the rows starting at `base`, `stride` apart.
 fn dots<T: Element>(data: &[T], base: usize, stride: usize, q: &[f32], scale: f32, scores: &mut [f32]) {
     let hd = q.len();
+    let mut stack = [0.0f32; STACK_HEAD];
+    let mut heap = Vec::new();
+    let row_f32: &mut [f32] = if hd <= STACK_HEAD {
+        &mut stack[..hd]
+    } else {
+        heap.resize(hd, 0.0);
+        &mut heap
+    };
     for (p, s) in scores.iter_mut().enumerate() {
-        let row = &data[base + p * stride..base + p * stride + hd];
-        let mut acc = 0.0f32;
-        for (k, &qi) in row.iter().zip(q) {
-            acc += k.load() * qi;
-        }
+        T::load_row(&data[base + p * stride..base + p * stride + hd], row_f32);
+        let acc: f32 = row_f32.iter().zip(q).map(|(k, qi)| k * qi).sum();
         *s = acc * scale;
     }
 }
@@ -283,10 +284,18 @@ fn dots<T: Element>(data: &[T], base: usize, stride: usize, q: &[f32], scale: f3
 /// `out += sum_p w[p] V[p]` for the rows starting at `base`, `stride` apart.
 fn weighted_sum<T: Element>(data: &[T], base: usize, stride: usize, w: &[f32], out: &mut [f32]) {
     let hd = out.len();
+    let mut stack = [0.0f32; STACK_HEAD];
+    let mut heap = Vec::new();
+    let row_f32: &mut [f32] = if hd <= STACK_HEAD {
+        &mut stack[..hd]
+    } else {
+        heap.resize(hd, 0.0);
+        &mut heap
+    };
     for (p, &wp) in w.iter().enumerate() {
-        let row = &data[base + p * stride..base + p * stride + hd];
-        for (o, v) in out.iter_mut().zip(row) {
-            *o += wp * v.load();
+        T::load_row(&data[base + p * stride..base + p * stride + hd], row_f32);
+        for (o, v) in out.iter_mut().zip(row_f32.iter()) {
+            *o += wp * v;
         }
     }
 }

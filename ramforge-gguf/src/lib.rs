@@ -4,6 +4,9 @@
 //! (counts bounded by the bytes that remain, checked arithmetic, aligned, in-bounds and
 //! non-overlapping tensor data) before anything is trusted, and tensor payloads are read only
 //! on request, into caller-provided buffers or mapped views.
+//!
+//! [`GgufWriter`] builds files in the layout gguf-py and llama.cpp write (re-writing a real
+//! file reproduces its bytes); every header it emits passes [`parse_header`] first.
 
 mod error;
 mod file;

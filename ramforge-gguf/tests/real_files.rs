@@ -241,3 +241,47 @@ fn rewriting_real_files_reproduces_their_bytes() {
         );
     }
 }
+
+#[test]
+fn every_truncation_of_a_shrunken_real_header_is_an_error() {
+    // The real metadata and tensor table of SmolLM2 (arrays cut to 8 items, each tensor cut
+    // to one block, so the file is ~27 KB), truncated at every byte.
+    let f = GgufFile::open(model("SmolLM2-135M-Instruct.Q4_1.gguf")).unwrap();
+    let h = f.header();
+    let mut m = ramforge_gguf::Metadata::new();
+    for (k, v) in h.metadata.iter() {
+        let v = match v {
+            ramforge_gguf::Value::Array(t, items) => {
+                ramforge_gguf::Value::Array(*t, items.iter().take(8).cloned().collect())
+            }
+            other => other.clone(),
+        };
+        m.set(k, v);
+    }
+    let mut w = GgufWriter::new(m);
+    for t in &h.tensors {
+        let mut shape = vec![1u64; t.shape.len()];
+        shape[0] = t.ggml_type.block_size() as u64;
+        w.add_tensor(
+            &t.name,
+            t.ggml_type,
+            &shape,
+            vec![7u8; t.ggml_type.type_size()],
+        )
+        .unwrap();
+    }
+    let bytes = w.to_bytes().unwrap();
+    let full = ramforge_gguf::parse_header(&bytes, bytes.len() as u64).unwrap();
+    assert_eq!(full.tensors.len(), 272);
+    let last_end = full.data_offset
+        + full
+            .tensors
+            .iter()
+            .map(|t| t.offset + t.n_bytes)
+            .max()
+            .unwrap();
+    for n in 0..bytes.len() {
+        let r = ramforge_gguf::parse_header(&bytes[..n], n as u64);
+        assert_eq!(r.is_ok(), n as u64 >= last_end, "prefix {n}");
+    }
+}

@@ -121,7 +121,10 @@ pub fn format_module(spec: &Spec, act: &Spec) -> TokenStream {
     let quant = &spec.quant;
     let scale = &spec.scale;
     let has_min = spec.min.is_some();
-    let min = spec.min.clone().unwrap_or_else(|| syn::parse_quote!(0.0f32));
+    let min = spec
+        .min
+        .clone()
+        .unwrap_or_else(|| syn::parse_quote!(0.0f32));
 
     let locals = spec.fields.iter().map(|f| {
         let name = format_ident!("{}", f.name);

@@ -47,7 +47,10 @@ fn spec_files(dir: &Path) -> Result<Vec<PathBuf>, String> {
     }
     files.sort();
     if files.is_empty() {
-        return Err(format!("spec directory {} holds no *.toml spec", dir.display()));
+        return Err(format!(
+            "spec directory {} holds no *.toml spec",
+            dir.display()
+        ));
     }
     Ok(files)
 }

@@ -118,7 +118,18 @@ impl Spec {
 
 /// Names the generated code binds itself; fields and tables may not shadow them.
 const RESERVED: &[&str] = &[
-    "j", "g", "x", "b", "q", "i", "act", "group_scales", "group_mins", "self", "crate", "super",
+    "j",
+    "g",
+    "x",
+    "b",
+    "q",
+    "i",
+    "act",
+    "group_scales",
+    "group_mins",
+    "self",
+    "crate",
+    "super",
 ];
 
 fn is_ident(s: &str) -> bool {
@@ -156,7 +167,9 @@ pub fn load(path: &Path) -> Result<Spec, String> {
     let mut tables = Vec::new();
     for (name, values) in raw.tables {
         if !is_ident(&name) || RESERVED.contains(&name.as_str()) {
-            return Err(bad(format!("table name {name:?} is not a usable identifier")));
+            return Err(bad(format!(
+                "table name {name:?} is not a usable identifier"
+            )));
         }
         if let Some(v) = values.iter().find(|v| !(-128..=127).contains(*v)) {
             return Err(bad(format!("table {name}: value {v} does not fit in i8")));
@@ -168,7 +181,10 @@ pub fn load(path: &Path) -> Result<Spec, String> {
     let mut at = 0usize;
     for f in raw.field {
         if !is_ident(&f.name) || RESERVED.contains(&f.name.as_str()) {
-            return Err(bad(format!("field name {:?} is not a usable identifier", f.name)));
+            return Err(bad(format!(
+                "field name {:?} is not a usable identifier",
+                f.name
+            )));
         }
         if fields.iter().any(|g: &Field| g.name == f.name)
             || tables.iter().any(|(t, _)| *t == f.name)
@@ -217,7 +233,12 @@ pub fn load(path: &Path) -> Result<Spec, String> {
     };
     let quant = expr("quant", &raw.dequant.quant)?;
     let scale = expr("scale", &raw.dequant.scale)?;
-    let min = raw.dequant.min.as_deref().map(|m| expr("min", m)).transpose()?;
+    let min = raw
+        .dequant
+        .min
+        .as_deref()
+        .map(|m| expr("min", m))
+        .transpose()?;
     let quantize = syn::parse_str::<syn::Block>(&format!("{{\n{}\n}}", raw.quantize.code))
         .map_err(|e| bad(format!("quantize.code is not a Rust block: {e}")))?;
 

@@ -62,11 +62,7 @@ fn dot_with(row: &[u8], x: &[f32], width: usize, at: impl Fn(&[u8]) -> f32) -> f
         }
     }
     let mut tail = 0f32;
-    for (r, xv) in rows
-        .remainder()
-        .chunks_exact(width)
-        .zip(xs.remainder())
-    {
+    for (r, xv) in rows.remainder().chunks_exact(width).zip(xs.remainder()) {
         tail += at(r) * xv;
     }
     acc.iter().sum::<f32>() + tail

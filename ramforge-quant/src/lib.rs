@@ -108,7 +108,11 @@ pub fn matmul(
 /// Float weights dot with f32 activations and get only the summation term.
 pub fn matvec_tolerance(ty: GgmlType, w: &[f32], x: &[f32]) -> Result<f32, QuantError> {
     kernels::check_elements(ty, "x", w.len(), x.len())?;
-    let sum_abs: f64 = w.iter().zip(x).map(|(a, b)| (*a as f64 * *b as f64).abs()).sum();
+    let sum_abs: f64 = w
+        .iter()
+        .zip(x)
+        .map(|(a, b)| (*a as f64 * *b as f64).abs())
+        .sum();
     let mut tol = 1e-5 * sum_abs + 1e-30;
     if let Some(act) = vec_dot_type(ty)? {
         // Q8_K keeps its scale in f32; the others round it to f16 (2^-11 relative, or 2^-25

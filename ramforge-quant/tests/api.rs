@@ -41,17 +41,20 @@ fn q8_k_maps_the_max_to_minus_127_and_rounds_ties_to_even() {
     assert_eq!(qs, [-127, 0, -2, -2, 0, 2]);
     let bsum0 = i16::from_le_bytes([b[260], b[261]]);
     assert_eq!(bsum0, -127 - 2 - 2 + 2);
-    // A negative max maps to +127 the same way; quants are clamped to 127.
+    // The first value of largest magnitude maps to -127 whatever its sign (d < 0 here).
     let mut x = vec![0f32; 256];
     x[0] = -3.0;
     x[1] = 3.0;
     quantize_row(GgmlType::Q8_K, &x, &mut b).unwrap();
-    assert_eq!((b[4] as i8, b[5] as i8), (127, -127));
+    assert_eq!((b[4] as i8, b[5] as i8), (-127, 127));
+    assert_eq!(f32::from_le_bytes(b[..4].try_into().unwrap()), 3.0 / 127.0);
 }
 
 fn random(n: usize, seed: u64) -> Vec<f32> {
     // A small LCG: deterministic, and no dev-dependency needed.
-    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
     (0..n)
         .map(|_| {
             s = s
@@ -72,10 +75,22 @@ fn all_fourteen_block_formats_and_three_float_types_are_supported() {
     for ty in [GgmlType::Q4_1, GgmlType::Q5_1] {
         assert_eq!(vec_dot_type(ty).unwrap(), Some(GgmlType::Q8_1));
     }
-    for ty in [GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::IQ4_NL] {
+    for ty in [
+        GgmlType::Q4_0,
+        GgmlType::Q5_0,
+        GgmlType::Q8_0,
+        GgmlType::IQ4_NL,
+    ] {
         assert_eq!(vec_dot_type(ty).unwrap(), Some(GgmlType::Q8_0));
     }
-    for ty in [GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_XS] {
+    for ty in [
+        GgmlType::Q2_K,
+        GgmlType::Q3_K,
+        GgmlType::Q4_K,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
+        GgmlType::IQ4_XS,
+    ] {
         assert_eq!(vec_dot_type(ty).unwrap(), Some(GgmlType::Q8_K));
     }
     assert_eq!(vec_dot_type(GgmlType::F16).unwrap(), None);
@@ -105,7 +120,10 @@ fn parallel_matvec_equals_the_generated_reference() {
     let (rows, cols) = (300, 1024);
     let w = random(rows * cols, 3);
     let x = random(cols, 4);
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(3)
+        .build()
+        .unwrap();
     type Reference = fn(&[u8], usize, &[f32], &mut [f32]);
     let cases: [(GgmlType, Reference); 4] = [
         (GgmlType::Q4_0, formats::q4_0::matvec),
@@ -117,7 +135,8 @@ fn parallel_matvec_equals_the_generated_reference() {
         let mut wq = vec![0u8; ty.row_size(rows * cols).unwrap()];
         quantize_row(ty, &w, &mut wq).unwrap();
         let mut y = vec![0f32; rows];
-        pool.install(|| matvec(ty, &wq, rows, cols, &x, &mut y)).unwrap();
+        pool.install(|| matvec(ty, &wq, rows, cols, &x, &mut y))
+            .unwrap();
         let mut y_ref = vec![0f32; rows];
         reference(&wq, cols, &x, &mut y_ref);
         assert_eq!(y, y_ref, "{ty}");
@@ -128,22 +147,71 @@ fn parallel_matvec_equals_the_generated_reference() {
 fn unsupported_and_malformed_input_is_a_typed_error() {
     let mut out = vec![0f32; 256];
     let e = dequantize_row(GgmlType::IQ2_XXS, &[0u8; 66], &mut out).unwrap_err();
-    assert_eq!(e, QuantError::Unsupported { ty: GgmlType::IQ2_XXS });
+    assert_eq!(
+        e,
+        QuantError::Unsupported {
+            ty: GgmlType::IQ2_XXS
+        }
+    );
     assert!(e.to_string().contains("IQ2_XXS"), "{e}");
-    let e = matvec(GgmlType::Q4_0, &[0u8; 36], 2, 32, &[0f32; 31], &mut [0f32; 2]).unwrap_err();
-    assert!(matches!(e, QuantError::ElementLength { what: "x", .. }), "{e}");
-    let e = matvec(GgmlType::Q4_0, &[0u8; 36], 2, 32, &[0f32; 32], &mut [0f32; 3]).unwrap_err();
-    assert!(matches!(e, QuantError::ElementLength { what: "y", .. }), "{e}");
-    let e = matvec(GgmlType::Q4_0, &[0u8; 36], 2, 33, &[0f32; 33], &mut [0f32; 2]).unwrap_err();
+    let e = matvec(
+        GgmlType::Q4_0,
+        &[0u8; 36],
+        2,
+        32,
+        &[0f32; 31],
+        &mut [0f32; 2],
+    )
+    .unwrap_err();
+    assert!(
+        matches!(e, QuantError::ElementLength { what: "x", .. }),
+        "{e}"
+    );
+    let e = matvec(
+        GgmlType::Q4_0,
+        &[0u8; 36],
+        2,
+        32,
+        &[0f32; 32],
+        &mut [0f32; 3],
+    )
+    .unwrap_err();
+    assert!(
+        matches!(e, QuantError::ElementLength { what: "y", .. }),
+        "{e}"
+    );
+    let e = matvec(
+        GgmlType::Q4_0,
+        &[0u8; 36],
+        2,
+        33,
+        &[0f32; 33],
+        &mut [0f32; 2],
+    )
+    .unwrap_err();
     assert!(matches!(e, QuantError::RaggedRow { .. }), "{e}");
     let e = quantize_row(GgmlType::F16, &[0f32; 4], &mut [0u8; 7]).unwrap_err();
-    assert!(matches!(e, QuantError::ByteLength { expected: 8, got: 7, .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            QuantError::ByteLength {
+                expected: 8,
+                got: 7,
+                ..
+            }
+        ),
+        "{e}"
+    );
 }
 
 #[test]
 fn float_types_round_trip_natively() {
     let x = random(64, 5);
-    for (ty, tol) in [(GgmlType::F32, 0.0), (GgmlType::F16, 1e-3), (GgmlType::BF16, 8e-3)] {
+    for (ty, tol) in [
+        (GgmlType::F32, 0.0),
+        (GgmlType::F16, 1e-3),
+        (GgmlType::BF16, 8e-3),
+    ] {
         let mut b = vec![0u8; ty.row_size(64).unwrap()];
         quantize_row(ty, &x, &mut b).unwrap();
         let mut y = vec![0f32; 64];

@@ -42,5 +42,8 @@ fn dequantization_agrees_with_gguf_py() {
         .args(["--max-rows", "64"])
         .status()
         .expect("run the oracle script");
-    assert!(status.success(), "the gguf-py oracle found mismatches (see above)");
+    assert!(
+        status.success(),
+        "the gguf-py oracle found mismatches (see above)"
+    );
 }

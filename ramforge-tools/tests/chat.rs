@@ -61,34 +61,18 @@ fn turns(stderr: &str) -> Vec<(usize, usize)> {
 }
 
 #[test]
-fn reset_forgets_the_conversation() {
-    let o = chat(&format!("{QUESTION}\n/reset\n{QUESTION}\n"), &[]);
+fn history_carries_over_and_reset_forgets_it() {
+    let o = chat(
+        &format!("{QUESTION}\nAnd of Italy?\n/reset\n{QUESTION}\n"),
+        &[],
+    );
     let (out, err) = (text(&o.stdout), text(&o.stderr));
     assert!(o.status.success(), "{err}");
     let replies: Vec<&str> = out.lines().collect();
-    assert_eq!(replies.len(), 2, "one line per reply: {out:?}");
+    assert_eq!(replies.len(), 3, "one line per reply: {out:?}");
     assert!(!replies[0].trim().is_empty(), "empty reply: {out:?}");
-    assert_eq!(
-        replies[0], replies[1],
-        "after /reset the same question gets the same reply"
-    );
     let t = turns(&err);
-    assert_eq!(t.len(), 2, "{err}");
-    assert_eq!(
-        t[0].0, t[1].0,
-        "after /reset the prompt is as short as the first: {err}"
-    );
-    assert!(err.contains("(conversation cleared)"), "{err}");
-}
-
-#[test]
-fn history_carries_over_between_turns() {
-    let o = chat(&format!("{QUESTION}\nAnd of Italy?\n"), &[]);
-    let err = text(&o.stderr);
-    assert!(o.status.success(), "{err}");
-    assert_eq!(text(&o.stdout).lines().count(), 2);
-    let t = turns(&err);
-    assert_eq!(t.len(), 2, "{err}");
+    assert_eq!(t.len(), 3, "{err}");
     // The second prompt holds the first question, the first reply and the new question.
     assert!(
         t[1].0 > t[0].0 + t[0].1,
@@ -97,6 +81,10 @@ fn history_carries_over_between_turns() {
         t[0].0,
         t[0].1
     );
+    // After /reset the same question is the whole prompt again, and gets the same reply.
+    assert!(err.contains("(conversation cleared)"), "{err}");
+    assert_eq!(t[2].0, t[0].0, "{err}");
+    assert_eq!(replies[2], replies[0]);
 }
 
 #[test]

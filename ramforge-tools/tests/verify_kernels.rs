@@ -83,7 +83,10 @@ fn kernels_pass_on_every_model_file() {
         "F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K",
         "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS",
     ] {
-        assert!(seen_types.contains(ty), "no tensor of type {ty} was checked");
+        assert!(
+            seen_types.contains(ty),
+            "no tensor of type {ty} was checked"
+        );
     }
 }
 
@@ -120,7 +123,10 @@ fn assert_one_line_error(out: &std::process::Output, needle: &str) {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.lines().count(), 1, "stderr: {err}");
-    assert!(err.starts_with("error: ") && err.contains(needle), "stderr: {err}");
+    assert!(
+        err.starts_with("error: ") && err.contains(needle),
+        "stderr: {err}"
+    );
 }
 
 #[test]
@@ -146,7 +152,11 @@ fn a_supported_tiny_file_passes() {
     // 256 Q4_0 elements of zero bytes: every weight is 0 * (q - 8) = 0.
     let path = temp_file("q4_0.gguf", &tiny_gguf(2, 8 * 18));
     let out = verify(&path, false);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("Q4_0") && text.contains("pass"), "{text}");
 }

@@ -1,14 +1,13 @@
 //! Byte-level BPE (`tokenizer.ggml.model = "gpt2"`): each word from the pre-tokenizer starts as
 //! one symbol per byte (GPT-2's byte-to-character alphabet) and adjacent pairs are merged by
-//! rank, lowest first and leftmost among equals, exactly as llama.cpp does. A binary heap of
-//! candidate pairs keeps a word of n bytes at O(n log n).
+//! rank, lowest first and leftmost among equals, exactly as llama.cpp does. A priority queue of
+//! candidate pairs ([`MergeQueue`]) keeps a word of n bytes at O(n log n).
 
 use super::pretokenize::{PreSpec, PreTokenizer};
+use super::queue::MergeQueue;
 use super::vocab::Vocab;
 use super::TokenizerError;
-use std::cmp::Reverse;
 use hashbrown::HashMap;
-use std::collections::BinaryHeap;
 use std::ops::Range;
 
 /// No symbol / no token.
@@ -86,7 +85,7 @@ pub struct BpeScratch {
     words: Vec<Range<usize>>,
     pieces: Vec<Range<usize>>,
     symbols: Vec<Symbol>,
-    heap: BinaryHeap<Reverse<u64>>,
+    queue: MergeQueue,
     encoded: String,
 }
 
@@ -167,12 +166,11 @@ impl Bpe {
             prev: if i == 0 { NONE } else { i as u32 - 1 },
             next: if i as u32 + 1 == n { NONE } else { i as u32 + 1 },
         }));
-        s.heap.clear();
+        s.queue.clear();
         for left in 0..n.saturating_sub(1) {
-            self.push_pair(&s.symbols, &mut s.heap, left);
+            self.push_pair(&s.symbols, &mut s.queue, left);
         }
-        while let Some(Reverse(key)) = s.heap.pop() {
-            let (rank, left) = ((key >> 32) as u32, key as u32);
+        while let Some((rank, left)) = s.queue.pop() {
             let l = s.symbols[left as usize];
             if l.id == NONE || l.next == NONE {
                 continue;
@@ -193,9 +191,9 @@ impl Bpe {
             }
             s.symbols[right as usize].id = NONE;
             if l.prev != NONE {
-                self.push_pair(&s.symbols, &mut s.heap, l.prev);
+                self.push_pair(&s.symbols, &mut s.queue, l.prev);
             }
-            self.push_pair(&s.symbols, &mut s.heap, left);
+            self.push_pair(&s.symbols, &mut s.queue, left);
         }
         // Bytes whose alphabet character is not a token are dropped, as llama.cpp does.
         let mut i = 0;
@@ -218,13 +216,13 @@ impl Bpe {
     }
 
     /// Queues the pair starting at symbol `left`, if it has a merge.
-    fn push_pair(&self, symbols: &[Symbol], heap: &mut BinaryHeap<Reverse<u64>>, left: u32) {
+    fn push_pair(&self, symbols: &[Symbol], queue: &mut MergeQueue, left: u32) {
         let l = symbols[left as usize];
         if l.next == NONE {
             return;
         }
         if let Some((rank, _)) = self.rank(l.id, symbols[l.next as usize].id) {
-            heap.push(Reverse((rank as u64) << 32 | left as u64));
+            queue.push(rank, left);
         }
     }
 

@@ -7,6 +7,7 @@
 mod bpe;
 mod decode;
 mod pretokenize;
+mod queue;
 mod special;
 mod spm;
 mod vocab;
@@ -377,4 +378,29 @@ fn check_len(key: &'static str, len: usize, n: usize) -> Result<(), TokenizerErr
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod zz_timing {
+    #[test]
+    #[ignore]
+    fn stages() {
+        let g = ramforge_gguf::GgufFile::open("/work/models/SmolLM2-135M-Instruct.Q4_1.gguf").unwrap();
+        let t = super::Tokenizer::from_gguf(&g.header().metadata).unwrap();
+        let text = "The quick brown fox jumps over the lazy dog. ".repeat(20);
+        let super::Model::Bpe(bpe) = &t.model else { panic!() };
+        let pre = super::pretokenize::PreTokenizer::new(&super::pretokenize::spec("smollm").unwrap()).unwrap();
+        let (mut w, mut s) = (Vec::new(), Vec::new());
+        let t0 = std::time::Instant::now();
+        for _ in 0..2000 { pre.split(&text, &mut w, &mut s); }
+        eprintln!("split: {:?} ({} words)", t0.elapsed() / 2000, w.len());
+        let t0 = std::time::Instant::now();
+        for _ in 0..2000 { let _ = t.specials.partition(&t.vocab, &text, false); }
+        eprintln!("partition: {:?}", t0.elapsed() / 2000);
+        let mut scratch = super::BpeScratch::default();
+        let mut out = Vec::new();
+        let t0 = std::time::Instant::now();
+        for _ in 0..2000 { out.clear(); bpe.encode(&t.vocab, &text, &mut out, &mut scratch); }
+        eprintln!("bpe encode (incl split): {:?}", t0.elapsed() / 2000);
+    }
 }

@@ -3,12 +3,17 @@
 //! non-overlapping occurrences inside the text that is still plain. User-defined tokens are
 //! always split out; control and unknown tokens only when the caller parses special tokens.
 //!
-//! An Aho-Corasick pass finds which special tokens occur at all, so the per-token passes run
-//! only for those (a vocabulary may have thousands of special tokens).
+//! One Aho-Corasick pass finds which special tokens occur at all, so the per-token passes run
+//! only for those (a vocabulary may have thousands of special tokens). The pass walks the
+//! automaton itself and reads each distinct match state's pattern list once, so a megabyte of
+//! spaces (where dozens of space-run tokens match at every byte) costs one step per byte.
 
 use super::vocab::{TokenKind, Vocab};
 use super::TokenizerError;
-use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind};
+use aho_corasick::automaton::Automaton;
+use aho_corasick::nfa::contiguous::NFA;
+use aho_corasick::{Anchored, MatchKind};
+use hashbrown::HashSet;
 use std::ops::Range;
 
 /// A piece of the input: plain text to tokenize, or a special token found in it.
@@ -29,7 +34,9 @@ pub struct SpecialTokens {
 /// Token ids in priority order (longest piece first, then lowest id) and their automaton.
 struct Matcher {
     ids: Vec<u32>,
-    automaton: Option<AhoCorasick>,
+    /// Matches every occurrence of every token (standard semantics: each match state lists
+    /// all patterns that end there).
+    automaton: Option<NFA>,
 }
 
 impl Matcher {
@@ -38,9 +45,8 @@ impl Matcher {
         let automaton = if ids.is_empty() {
             None
         } else {
-            let built = AhoCorasick::builder()
+            let built = NFA::builder()
                 .match_kind(MatchKind::Standard)
-                .kind(Some(AhoCorasickKind::ContiguousNFA))
                 .build(ids.iter().map(|&id| vocab.piece(id)));
             Some(built.map_err(|e| TokenizerError::Invalid {
                 key: "tokenizer.ggml.tokens",
@@ -79,10 +85,7 @@ impl SpecialTokens {
         let Some(ac) = &m.automaton else {
             return frags;
         };
-        let mut present = vec![false; m.ids.len()];
-        for hit in ac.find_overlapping_iter(text) {
-            present[hit.pattern().as_usize()] = true;
-        }
+        let present = present_patterns(ac, text, m.ids.len());
         let mut next = Vec::new();
         for (i, _) in present.iter().enumerate().filter(|(_, &p)| p) {
             let id = m.ids[i];
@@ -102,6 +105,24 @@ impl SpecialTokens {
     pub fn heap_bytes(&self) -> usize {
         self.user.heap_bytes() + self.all.heap_bytes()
     }
+}
+
+/// Which patterns occur anywhere in `text`.
+fn present_patterns(nfa: &NFA, text: &str, n: usize) -> Vec<bool> {
+    let mut present = vec![false; n];
+    let mut seen = HashSet::new();
+    let Ok(mut sid) = nfa.start_state(Anchored::No) else {
+        return present;
+    };
+    for &b in text.as_bytes() {
+        sid = nfa.next_state(Anchored::No, sid, b);
+        if nfa.is_match(sid) && seen.insert(sid) {
+            for i in 0..nfa.match_len(sid) {
+                present[nfa.match_pattern(sid, i).as_usize()] = true;
+            }
+        }
+    }
+    present
 }
 
 /// Splits one plain fragment at every leftmost non-overlapping occurrence of `piece`.

@@ -2,18 +2,19 @@
 //! (spaces already written as U+2581) starts as one symbol per character, and the adjacent pair
 //! whose concatenation is the highest-scoring token is merged first (leftmost among equals)
 //! until no pair forms a token. Symbols that are not tokens fall back to `<0xXX>` byte tokens.
-//! A binary heap of candidate pairs keeps n characters at O(n log n).
+//! Scores become dense ranks (highest score = rank 0, equal scores share a rank), so the same
+//! priority queue as BPE ([`MergeQueue`]) keeps n characters at O(n log n).
 
+use super::queue::MergeQueue;
 use super::vocab::Vocab;
 use super::TokenizerError;
-use std::cmp::Ordering;
-use std::collections::BinaryHeap;
 
 const NONE: u32 = u32::MAX;
 
 /// Scores and byte-fallback table of a SentencePiece vocabulary.
 pub struct Spm {
-    scores: Vec<f32>,
+    /// Each token's score as a dense rank: 0 for the highest score, equal scores equal ranks.
+    ranks: Vec<u32>,
     /// `<0xXX>` token of each byte (or the one-character token of an ASCII byte); NONE if absent.
     byte_tokens: [u32; 256],
     unk: Option<u32>,
@@ -28,38 +29,11 @@ struct Symbol {
     next: u32,
 }
 
-/// A candidate merge: the pair starting at symbol `left`, whose joined text has score `score`.
-#[derive(Clone, Copy)]
-struct Candidate {
-    score: f32,
-    left: u32,
-}
-
-impl Ord for Candidate {
-    /// Highest score first, then leftmost.
-    fn cmp(&self, other: &Self) -> Ordering {
-        self.score
-            .total_cmp(&other.score)
-            .then_with(|| other.left.cmp(&self.left))
-    }
-}
-impl PartialOrd for Candidate {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl PartialEq for Candidate {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other) == Ordering::Equal
-    }
-}
-impl Eq for Candidate {}
-
 /// Buffers reused across fragments of one `encode` call.
 #[derive(Default)]
 pub struct SpmScratch {
     symbols: Vec<Symbol>,
-    heap: BinaryHeap<Candidate>,
+    queue: MergeQueue,
 }
 
 impl Spm {
@@ -75,7 +49,7 @@ impl Spm {
                 .unwrap_or(NONE);
         }
         Ok(Spm {
-            scores,
+            ranks: score_ranks(&scores),
             byte_tokens,
             unk,
         })
@@ -98,33 +72,32 @@ impl Spm {
                 next: if end == text.len() { NONE } else { i + 1 },
             });
         }
-        s.heap.clear();
+        s.queue.clear();
         for left in 0..s.symbols.len() as u32 - 1 {
-            self.push_pair(vocab, text, &s.symbols, &mut s.heap, left);
+            self.push_pair(vocab, text, &s.symbols, &mut s.queue, left);
         }
-        while let Some(c) = s.heap.pop() {
-            let l = s.symbols[c.left as usize];
+        while let Some((rank, left)) = s.queue.pop() {
+            let l = s.symbols[left as usize];
             if l.start == NONE || l.next == NONE {
                 continue;
             }
             let r = s.symbols[l.next as usize];
             // Stale entry: the pair at `left` changed since it was queued.
-            match self.pair_score(vocab, text, l, r) {
-                Some(score) if score.to_bits() == c.score.to_bits() => {}
-                _ => continue,
+            if self.pair_rank(vocab, text, l, r) != Some(rank) {
+                continue;
             }
             let right = l.next;
-            let sym = &mut s.symbols[c.left as usize];
+            let sym = &mut s.symbols[left as usize];
             sym.end = r.end;
             sym.next = r.next;
             if r.next != NONE {
-                s.symbols[r.next as usize].prev = c.left;
+                s.symbols[r.next as usize].prev = left;
             }
             s.symbols[right as usize].start = NONE;
             if l.prev != NONE {
-                self.push_pair(vocab, text, &s.symbols, &mut s.heap, l.prev);
+                self.push_pair(vocab, text, &s.symbols, &mut s.queue, l.prev);
             }
-            self.push_pair(vocab, text, &s.symbols, &mut s.heap, c.left);
+            self.push_pair(vocab, text, &s.symbols, &mut s.queue, left);
         }
         let mut i = 0;
         while i != NONE {
@@ -149,12 +122,13 @@ impl Spm {
         }
     }
 
-    fn pair_score(&self, vocab: &Vocab, text: &str, l: Symbol, r: Symbol) -> Option<f32> {
+    /// The rank of the token the two symbols would form, if they form one.
+    fn pair_rank(&self, vocab: &Vocab, text: &str, l: Symbol, r: Symbol) -> Option<u32> {
         if (r.end - l.start) as usize > vocab.max_piece_len() {
             return None;
         }
         let id = vocab.id_of(&text[l.start as usize..r.end as usize])?;
-        Some(self.scores[id as usize])
+        Some(self.ranks[id as usize])
     }
 
     fn push_pair(
@@ -162,26 +136,54 @@ impl Spm {
         vocab: &Vocab,
         text: &str,
         symbols: &[Symbol],
-        heap: &mut BinaryHeap<Candidate>,
+        queue: &mut MergeQueue,
         left: u32,
     ) {
         let l = symbols[left as usize];
         if l.next == NONE {
             return;
         }
-        if let Some(score) = self.pair_score(vocab, text, l, symbols[l.next as usize]) {
-            heap.push(Candidate { score, left });
+        if let Some(rank) = self.pair_rank(vocab, text, l, symbols[l.next as usize]) {
+            queue.push(rank, left);
         }
     }
 
     pub fn heap_bytes(&self) -> usize {
-        self.scores.capacity() * 4
+        self.ranks.capacity() * 4
     }
+}
+
+/// Dense ranks of scores, highest first: equal scores (as llama.cpp compares them, so -0 equals
+/// 0) share a rank; NaN ranks last.
+fn score_ranks(scores: &[f32]) -> Vec<u32> {
+    let key = |s: f32| if s.is_nan() { f32::NEG_INFINITY } else { s + 0.0 };
+    let mut order: Vec<u32> = (0..scores.len() as u32).collect();
+    order.sort_by(|&a, &b| key(scores[b as usize]).total_cmp(&key(scores[a as usize])));
+    let mut ranks = vec![0u32; scores.len()];
+    let mut rank = 0u32;
+    for (i, &id) in order.iter().enumerate() {
+        if i > 0 && key(scores[order[i - 1] as usize]) != key(scores[id as usize]) {
+            rank += 1;
+        }
+        ranks[id as usize] = rank;
+    }
+    ranks
 }
 
 /// Writes spaces as U+2581, SentencePiece's visible space.
 pub fn escape_spaces(text: &str, out: &mut String) {
     for c in text.chars() {
         out.push(if c == ' ' { '\u{2581}' } else { c });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn equal_scores_share_a_rank() {
+        let ranks = score_ranks(&[-1.0, 0.0, -1.0, -0.0, 5.0, f32::NAN]);
+        assert_eq!(ranks, [2, 1, 2, 1, 0, 3]);
     }
 }

@@ -1,0 +1,132 @@
+//! Every llama.cpp golden (`gen-*.jsonl` in the shared golden directory, plus this crate's own
+//! long-context goldens in tests/data) passes `ramforge-tools verify --golden` on the model file
+//! it was recorded from: teacher-forced logits within the tolerances of the golden README.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+fn models_dir() -> PathBuf {
+    std::env::var_os("RAMFORGE_MODELS").map_or_else(|| root().join("models"), PathBuf::from)
+}
+
+fn golden_dir() -> PathBuf {
+    std::env::var_os("RAMFORGE_GOLDEN").map_or_else(|| root().join("../shared/golden"), PathBuf::from)
+}
+
+/// `gen-<model>.jsonl` -> `<model>.gguf` (the names in the golden README).
+fn model_for(golden: &Path) -> PathBuf {
+    let stem = golden.file_stem().unwrap().to_str().unwrap();
+    let name = stem
+        .strip_prefix("gen-")
+        .or_else(|| stem.strip_prefix("long-"))
+        .expect("golden files are named gen-<model>.jsonl or long-<model>.jsonl");
+    let path = models_dir().join(format!("{name}.gguf"));
+    assert!(
+        path.exists(),
+        "model file {} (named by golden {}) is missing: run scripts/test.sh, which fetches every model first",
+        path.display(),
+        golden.display()
+    );
+    path
+}
+
+/// Runs verify on one golden; returns (mean, max, pass) from its JSON summary.
+fn verify(golden: &Path) -> (f64, f64, bool, String) {
+    let model = model_for(golden);
+    let out = Command::new(env!("CARGO_BIN_EXE_ramforge-tools"))
+        .args(["verify", "--threads", "2", "--json", "--golden"])
+        .arg(golden)
+        .arg(&model)
+        .output()
+        .expect("run ramforge-tools");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let summary: serde_json::Value = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find_map(|v| v.get("summary").cloned())
+        .unwrap_or_else(|| panic!("{}: no summary line; stderr: {stderr}", golden.display()));
+    let steps = stdout.lines().filter(|l| l.contains("\"step\"")).count();
+    assert_eq!(summary["steps"].as_u64(), Some(steps as u64), "one JSON line per step");
+    let pass = summary["pass"].as_bool().unwrap();
+    assert_eq!(out.status.success(), pass, "exit status follows the verdict; stderr: {stderr}");
+    (
+        summary["mean_abs_diff"].as_f64().unwrap(),
+        summary["max_abs_diff"].as_f64().unwrap(),
+        pass,
+        format!("{}", summary["argmax_mismatches"]),
+    )
+}
+
+fn check_all(goldens: Vec<PathBuf>) {
+    assert!(!goldens.is_empty(), "no golden files found");
+    let mut failures = Vec::new();
+    for g in &goldens {
+        let started = std::time::Instant::now();
+        let (mean, max, pass, mism) = verify(g);
+        eprintln!(
+            "{}: mean {mean:.4} max {max:.4} argmax mismatches {mism} {} ({:.1} s)",
+            g.file_name().unwrap().to_string_lossy(),
+            if pass { "PASS" } else { "FAIL" },
+            started.elapsed().as_secs_f64()
+        );
+        if !pass {
+            failures.push(g.display().to_string());
+        }
+    }
+    assert!(failures.is_empty(), "outside tolerance: {failures:?}");
+}
+
+#[test]
+fn every_shared_gen_golden_passes() {
+    let dir = golden_dir();
+    let mut goldens: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("golden directory {}: {e}; run scripts/test.sh", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let n = p.file_name().unwrap().to_string_lossy();
+            n.starts_with("gen-") && n.ends_with(".jsonl")
+        })
+        .collect();
+    goldens.sort();
+    assert!(goldens.len() >= 17, "expected the 17 shared gen goldens, found {}", goldens.len());
+    check_all(goldens);
+}
+
+/// 600+ token prompts (prose, and a multi-turn chat) on llama and qwen2, recorded with
+/// shared/reference/golden.py into tests/data.
+#[test]
+fn long_prompt_goldens_pass() {
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+    check_all(vec![
+        data.join("long-SmolLM2-135M-Instruct.Q4_1.jsonl"),
+        data.join("long-qwen2ish-Q8_0.jsonl"),
+    ]);
+}
+
+#[test]
+fn a_wrong_golden_fails_with_non_zero_exit() {
+    // Logits shifted by +1 for every id: the mean error is at least 0.5 off.
+    let src = golden_dir().join("gen-SmolLM2-135M-Instruct.Q4_1.jsonl");
+    let text = std::fs::read_to_string(&src).expect("shared golden; run scripts/test.sh");
+    let first = text.lines().next().unwrap();
+    let mut rec: serde_json::Value = serde_json::from_str(first).unwrap();
+    for step in rec["top"].as_array_mut().unwrap().iter_mut().take(4) {
+        for pair in step.as_array_mut().unwrap() {
+            let v = pair[1].as_f64().unwrap();
+            pair[1] = serde_json::json!(v + 1.0);
+        }
+    }
+    rec["top"] = serde_json::Value::Array(rec["top"].as_array().unwrap()[..4].to_vec());
+    let dir = std::env::temp_dir().join(format!("ramforge-golden-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("gen-SmolLM2-135M-Instruct.Q4_1.jsonl");
+    std::fs::write(&bad, format!("{rec}\n")).unwrap();
+    let (mean, _, pass, _) = verify(&bad);
+    std::fs::remove_dir_all(&dir).ok();
+    assert!(!pass && mean > 0.5, "mean {mean}");
+}
