@@ -23,6 +23,7 @@ import sys
 import time
 from pathlib import Path
 
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import vs_llamacpp  # noqa: E402  (the llama.cpp child and the wait4 runner)
 
@@ -239,7 +240,9 @@ def main():
     p.add_argument("--margin", default=24 << 20, type=int,
                    help="RAMforge --ram = limit - margin bytes (default 24 MiB)")
     p.add_argument("-t", "--threads", type=int, default=2)
-    p.add_argument("-p", "--prompt-tokens", type=int, default=8)
+    # One prompt token: RAMforge's bytes_read_per_token divides by prompt + decoded tokens, and a
+    # one-token prefill reads exactly what a decode step does, so the quotient is the decode figure.
+    p.add_argument("-p", "--prompt-tokens", type=int, default=1)
     p.add_argument("-n", "--gen-tokens", type=int, default=16)
     p.add_argument("--ramforge", required=True, help="ramforge-tools binary")
     p.add_argument("--python", required=True, help="python with llama_cpp 0.3.36")
@@ -283,18 +286,26 @@ def main():
     say("llama.cpp (use_extra_bufts = false: pure mmap) ...")
     runs["llama.cpp mmap"] = run_limited(llama + ["--no-extra-bufts"], cgroups, limit, model, args.timeout)
 
+    # llama.cpp's achieved storage rate: what it really read per token (at most the file) x tok/s.
     mmap_run = runs["llama.cpp mmap"]
-    llama_rate = model_bytes * mmap_run["decode_tokens_per_sec"] if mmap_run["ok"] else 0.0
+    llama_rate = 0.0
+    if mmap_run["ok"]:
+        per_token = min(model_bytes, mmap_run.get("bytes_read_per_token") or 0)
+        llama_rate = per_token * mmap_run["decode_tokens_per_sec"]
     bw = max(disk["bytes_per_sec"], llama_rate)
-    streamed = model_bytes - resident if resident is not None else None
+    # What must come from storage per token: the engine's own plan (unpinned layers, the output
+    # matrix when streamed, one embedding row); else the file less the pinned weights.
+    streamed = (plan or {}).get("streamed_bytes_per_token")
+    if streamed is None and resident is not None:
+        streamed = model_bytes - resident
     physical = bw / streamed if streamed else None
     report = {
         "model": model, "model_bytes": model_bytes, "threads": args.threads, "gen_tokens": args.gen_tokens,
         "cgroup_version": cgroups.version, "cgroup_parent": cgroups.parent, "cgroup_note": cgroups.why,
         "limit_bytes": limit if cgroups.version else None, "ramforge_ram_bytes": ram,
-        "disk_read": disk, "llama_mmap_model_rate_bytes_per_sec": llama_rate, "bw_bytes_per_sec": bw,
-        "resident_weight_bytes": resident, "model_minus_resident_bytes": streamed,
-        "planned_read_bytes_per_token": (plan or {}).get("streamed_bytes_per_token"),
+        "disk_read": disk, "llama_mmap_read_rate_bytes_per_sec": llama_rate, "bw_bytes_per_sec": bw,
+        "pinned_weight_bytes": resident, "model_minus_resident_bytes": streamed,
+        "llama_mmap_model_bytes_x_tokens_per_sec": model_bytes * mmap_run.get("decode_tokens_per_sec", 0.0),
         "physical_limit_tokens_per_sec": physical, "physical_limit_all_streamed_tokens_per_sec": bw / model_bytes,
         "runs": runs,
     }
@@ -314,13 +325,15 @@ def print_report(r):
         f"NONE ({r['cgroup_note']})"
     print(f"limit     {limit}; RAMforge --ram {mib(r['ramforge_ram_bytes'])}")
     print(f"storage   {d['bytes_per_sec'] / m:.1f} MiB/s {d['method']} ({d['bytes'] / m:.0f} MiB in {d['secs']:.2f} s);"
-          f" llama.cpp mmap model rate {r['llama_mmap_model_rate_bytes_per_sec'] / m:.1f} MiB/s"
+          f" llama.cpp mmap read rate {r['llama_mmap_read_rate_bytes_per_sec'] / m:.1f} MiB/s"
           f" -> bw {r['bw_bytes_per_sec'] / m:.1f} MiB/s")
     if r["physical_limit_tokens_per_sec"] is not None:
-        print(f"resident  {mib(r['resident_weight_bytes'])} pinned by RAMforge -> physical limit"
-              f" bw / (model - resident) = {r['physical_limit_tokens_per_sec']:.2f} tok/s"
-              f" (all streamed: {r['physical_limit_all_streamed_tokens_per_sec']:.2f} tok/s);"
-              f" planned read/token {mib(r['planned_read_bytes_per_token'])}")
+        print(f"resident  {mib(r['pinned_weight_bytes'])} of layers/output pinned by RAMforge; model - resident ="
+              f" {mib(r['model_minus_resident_bytes'])}/token -> physical limit"
+              f" {r['physical_limit_tokens_per_sec']:.2f} tok/s"
+              f" (whole file per token: {r['physical_limit_all_streamed_tokens_per_sec']:.2f} tok/s)")
+    elif r["model_minus_resident_bytes"] == 0:
+        print("resident  everything (RAMforge plans no storage reads per token): no storage limit")
     else:
         print("resident  unknown (ramforge-tools plan did not fit the budget)")
     head = f"{'engine':<18} {'tok/s':>8} {'read/token':>12} {'peak RSS':>11} {'cgroup peak':>12} {'% of phys':>10}  note"

@@ -17,7 +17,10 @@ fn tokenizer(file: &str) -> Tokenizer {
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../models"));
     let path = dir.join(file);
     let gguf = GgufFile::open(&path).unwrap_or_else(|e| {
-        panic!("{}: {e} (run scripts/test.sh or set RAMFORGE_MODELS)", path.display())
+        panic!(
+            "{}: {e} (run scripts/test.sh or set RAMFORGE_MODELS)",
+            path.display()
+        )
     });
     Tokenizer::from_gguf(&gguf.header().metadata).expect("tokenizer")
 }
@@ -26,12 +29,22 @@ fn inputs() -> Vec<(&'static str, String)> {
     const MB: usize = 1 << 20;
     let mixed = "abcdefghij0123456789.,;!?éü日本🙂ABCxyz";
     vec![
-        ("prompt", "The quick brown fox jumps over the lazy dog. ".repeat(20)),
+        (
+            "prompt",
+            "The quick brown fox jumps over the lazy dog. ".repeat(20),
+        ),
         ("100k_same_char", "a".repeat(100_000)),
-        ("1MB_no_spaces", mixed.chars().cycle().scan(0, |n, c| {
-            *n += c.len_utf8();
-            (*n <= MB).then_some(c)
-        }).collect()),
+        (
+            "1MB_no_spaces",
+            mixed
+                .chars()
+                .cycle()
+                .scan(0, |n, c| {
+                    *n += c.len_utf8();
+                    (*n <= MB).then_some(c)
+                })
+                .collect(),
+        ),
         ("1MB_spaces", " ".repeat(MB)),
     ]
 }
@@ -44,7 +57,9 @@ fn bench(c: &mut Criterion) {
     ] {
         let tok = tokenizer(file);
         let mut group = c.benchmark_group(format!("tokenize/{model}"));
-        group.sample_size(10).measurement_time(Duration::from_secs(3));
+        group
+            .sample_size(10)
+            .measurement_time(Duration::from_secs(3));
         for (name, text) in &inputs {
             group.throughput(Throughput::Bytes(text.len() as u64));
             group.bench_with_input(BenchmarkId::from_parameter(name), text, |b, t| {

@@ -21,7 +21,9 @@ const TIB: u64 = GIB * 1024;
 /// Why a memory size string was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SizeError {
-    #[error("memory size {0:?}: expected a number with an optional unit (e.g. 8G, 512MiB, 1.5G, 800K)")]
+    #[error(
+        "memory size {0:?}: expected a number with an optional unit (e.g. 8G, 512MiB, 1.5G, 800K)"
+    )]
     Malformed(String),
     #[error("memory size {0:?}: unknown unit (use B, K/KB/KiB, M/MB/MiB, G/GB/GiB or T/TB/TiB; all are powers of 1024)")]
     UnknownUnit(String),
@@ -303,7 +305,11 @@ pub struct ChargedVec<T> {
 
 impl<T: Clone + Default> ChargedVec<T> {
     /// Charges `len * size_of::<T>()` bytes to `budget` as `what`, then allocates.
-    pub fn zeroed(budget: &MemoryBudget, what: &str, len: usize) -> Result<ChargedVec<T>, BudgetError> {
+    pub fn zeroed(
+        budget: &MemoryBudget,
+        what: &str,
+        len: usize,
+    ) -> Result<ChargedVec<T>, BudgetError> {
         let bytes = (len as u64).saturating_mul(std::mem::size_of::<T>() as u64);
         let charge = budget.charge(what, bytes)?;
         Ok(ChargedVec {
@@ -335,7 +341,12 @@ impl<T> std::ops::DerefMut for ChargedVec<T> {
 
 impl<T> fmt::Debug for ChargedVec<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "ChargedVec({} elements, {} bytes)", self.data.len(), self._charge.bytes())
+        write!(
+            f,
+            "ChargedVec({} elements, {} bytes)",
+            self.data.len(),
+            self._charge.bytes()
+        )
     }
 }
 
@@ -418,24 +429,57 @@ mod tests {
 
     #[test]
     fn bad_sizes_are_refused_with_the_reason() {
-        assert!(matches!(parse_memory_size(""), Err(SizeError::Malformed(_))));
-        assert!(matches!(parse_memory_size("abc"), Err(SizeError::Malformed(_))));
-        assert!(matches!(parse_memory_size("G"), Err(SizeError::Malformed(_))));
-        assert!(matches!(parse_memory_size("1.2.3G"), Err(SizeError::Malformed(_))));
-        assert!(matches!(parse_memory_size("12X"), Err(SizeError::UnknownUnit(_))));
-        assert!(matches!(parse_memory_size("12 MBs"), Err(SizeError::UnknownUnit(_))));
-        assert!(matches!(parse_memory_size("1e9"), Err(SizeError::UnknownUnit(_))));
-        assert!(matches!(parse_memory_size("-5M"), Err(SizeError::Negative(_))));
+        assert!(matches!(
+            parse_memory_size(""),
+            Err(SizeError::Malformed(_))
+        ));
+        assert!(matches!(
+            parse_memory_size("abc"),
+            Err(SizeError::Malformed(_))
+        ));
+        assert!(matches!(
+            parse_memory_size("G"),
+            Err(SizeError::Malformed(_))
+        ));
+        assert!(matches!(
+            parse_memory_size("1.2.3G"),
+            Err(SizeError::Malformed(_))
+        ));
+        assert!(matches!(
+            parse_memory_size("12X"),
+            Err(SizeError::UnknownUnit(_))
+        ));
+        assert!(matches!(
+            parse_memory_size("12 MBs"),
+            Err(SizeError::UnknownUnit(_))
+        ));
+        assert!(matches!(
+            parse_memory_size("1e9"),
+            Err(SizeError::UnknownUnit(_))
+        ));
+        assert!(matches!(
+            parse_memory_size("-5M"),
+            Err(SizeError::Negative(_))
+        ));
         assert!(matches!(parse_memory_size("0"), Err(SizeError::Zero(_))));
-        assert!(matches!(parse_memory_size("0.0001K"), Err(SizeError::Zero(_))));
+        assert!(matches!(
+            parse_memory_size("0.0001K"),
+            Err(SizeError::Zero(_))
+        ));
         assert!(matches!(parse_memory_size("0G"), Err(SizeError::Zero(_))));
-        assert!(matches!(parse_memory_size("16777216T"), Err(SizeError::Overflow(_))));
+        assert!(matches!(
+            parse_memory_size("16777216T"),
+            Err(SizeError::Overflow(_))
+        ));
         assert!(matches!(
             parse_memory_size("99999999999999999999999999999999999999999"),
             Err(SizeError::Overflow(_))
         ));
         assert_eq!(parse_memory_size("18446744073709551615"), Ok(u64::MAX));
-        assert!(matches!(parse_memory_size("18446744073709551616"), Err(SizeError::Overflow(_))));
+        assert!(matches!(
+            parse_memory_size("18446744073709551616"),
+            Err(SizeError::Overflow(_))
+        ));
         let msg = parse_memory_size("12X").unwrap_err().to_string();
         assert!(msg.contains("12X") && msg.contains("1024"), "{msg}");
     }

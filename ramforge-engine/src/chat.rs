@@ -118,7 +118,14 @@ mod tests {
     #[test]
     fn trims_blocks_like_hugging_face() {
         let t = "{% for m in messages %}\n  {% if m.role == 'user' %}\n[{{ m.content }}]\n  {% endif %}\n{% endfor %}\n";
-        let out = render_chat(t, &msgs(&[("user", "a"), ("assistant", "b")]), false, "", "").unwrap();
+        let out = render_chat(
+            t,
+            &msgs(&[("user", "a"), ("assistant", "b")]),
+            false,
+            "",
+            "",
+        )
+        .unwrap();
         assert_eq!(out, "[a]\n");
     }
 
@@ -132,20 +139,26 @@ mod tests {
     #[test]
     fn raise_exception_is_a_clear_error() {
         let t = "{% if messages[0].role != 'system' %}{{ raise_exception('first message must be system') }}{% endif %}";
-        let e = render_chat(t, &msgs(&[("user", "x")]), false, "", "").unwrap_err().to_string();
+        let e = render_chat(t, &msgs(&[("user", "x")]), false, "", "")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("first message must be system"), "{e}");
         assert!(!e.contains('\n'));
     }
 
     #[test]
     fn syntax_error_is_reported() {
-        let e = render_chat("{% for %}", &[], false, "", "").unwrap_err().to_string();
+        let e = render_chat("{% for %}", &[], false, "", "")
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("chat template does not compile"), "{e}");
     }
 
     #[test]
     fn missing_template_says_how_to_pass_one() {
-        let e = model_chat_template(&Metadata::new()).unwrap_err().to_string();
+        let e = model_chat_template(&Metadata::new())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("--template FILE"), "{e}");
     }
 }

@@ -241,11 +241,17 @@ mod tests {
         let c = ModelConfig::from_metadata(&meta("llama", &[])).unwrap();
         assert_eq!(c.arch, Arch::Llama);
         assert_eq!(c.arch.rope_style(), RopeStyle::Adjacent);
-        assert_eq!((c.head_dim, c.rope_dim, c.q_dim(), c.kv_dim()), (16, 16, 64, 32));
+        assert_eq!(
+            (c.head_dim, c.rope_dim, c.q_dim(), c.kv_dim()),
+            (16, 16, 64, 32)
+        );
         assert_eq!(c.rope_base, 10000.0);
         let q = ModelConfig::from_metadata(&meta(
             "qwen2",
-            &[("rope.freq_base", Value::F32(1e6)), ("rope.dimension_count", Value::U32(8))],
+            &[
+                ("rope.freq_base", Value::F32(1e6)),
+                ("rope.dimension_count", Value::U32(8)),
+            ],
         ))
         .unwrap();
         assert_eq!(q.arch.rope_style(), RopeStyle::Neox);
@@ -254,15 +260,23 @@ mod tests {
 
     #[test]
     fn unknown_architecture_and_bad_values_are_named() {
-        let e = ModelConfig::from_metadata(&meta("gemma3", &[])).unwrap_err().to_string();
+        let e = ModelConfig::from_metadata(&meta("gemma3", &[]))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("gemma3") && e.contains("llama, qwen2"), "{e}");
-        let e = ModelConfig::from_metadata(&meta("llama", &[("attention.head_count_kv", Value::U32(3))]))
-            .unwrap_err()
-            .to_string();
+        let e = ModelConfig::from_metadata(&meta(
+            "llama",
+            &[("attention.head_count_kv", Value::U32(3))],
+        ))
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("head_count"), "{e}");
-        let e = ModelConfig::from_metadata(&meta("llama", &[("rope.scaling.type", Value::String("yarn".into()))]))
-            .unwrap_err()
-            .to_string();
+        let e = ModelConfig::from_metadata(&meta(
+            "llama",
+            &[("rope.scaling.type", Value::String("yarn".into()))],
+        ))
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("yarn"), "{e}");
         let mut m = meta("llama", &[]);
         m = {

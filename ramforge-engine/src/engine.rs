@@ -49,6 +49,13 @@ impl Default for EngineOptions {
     }
 }
 
+/// Metadata arrays dropped once the tokenizer is built (use `model.tokenizer` instead).
+pub const DROPPED_METADATA: &[&str] = &[
+    "tokenizer.ggml.merges",
+    "tokenizer.ggml.token_type",
+    "tokenizer.ggml.scores",
+];
+
 /// An opened, checked model file: hyperparameters, tensor table and tokenizer. Holds no
 /// weights. (The tokenizer's tables and the header are not charged to the budget.)
 pub struct Model {
@@ -61,11 +68,17 @@ pub struct Model {
 impl Model {
     /// Opens a GGUF file and checks everything the forward pass needs.
     pub fn open(path: impl AsRef<Path>) -> Result<Model, EngineError> {
-        let file = GgufFile::open(path)?;
+        let mut file = GgufFile::open(path)?;
         let config = ModelConfig::from_metadata(&file.header().metadata)?;
         let tensors = ModelTensors::find(&file, &config)?;
         let tokenizer = Tokenizer::from_gguf(&file.header().metadata)
             .map_err(|e| EngineError::Tokenizer(e.to_string()))?;
+        // The tokenizer has its own copy of these; as metadata values they would cost several
+        // uncharged MiB for the engine's lifetime. (`tokenizer.ggml.tokens` stays: chat
+        // templates look up the BOS/EOS texts in it.)
+        for key in DROPPED_METADATA {
+            file.metadata_mut().remove(key);
+        }
         Ok(Model {
             file,
             config,
@@ -151,7 +164,13 @@ impl Engine {
         let weights = Weights::load(&model.file, &model.tensors, &plan, &budget)?;
         let scratch = Scratch::new(&budget, cfg, plan.request.batch, ctx)?;
         let logits = ChargedVec::zeroed(&budget, "logits", model.tensors.n_vocab)?;
-        let kv = KvCache::new(&budget, plan.request.kv_type, cfg.n_layer, cfg.kv_dim(), ctx);
+        let kv = KvCache::new(
+            &budget,
+            plan.request.kv_type,
+            cfg.n_layer,
+            cfg.kv_dim(),
+            ctx,
+        );
         Ok(Engine {
             model,
             plan,
@@ -272,16 +291,27 @@ impl Engine {
                     .matrices
                     .embed(file, tensors, t, &mut s.x[i * e..(i + 1) * e])?;
             }
-            rope_table(cfg, self.weights.vectors.rope_freqs.as_deref(), pos, n, &mut s.rope);
+            rope_table(
+                cfg,
+                self.weights.vectors.rope_freqs.as_deref(),
+                pos,
+                n,
+                &mut s.rope,
+            );
             for l in 0..cfg.n_layer {
                 let view = self.weights.matrices.layer(file, tensors, l)?;
                 let vecs = &self.weights.vectors.layers[l];
-                block(cfg, l, &view, vecs, s, &mut self.kv, pos, n)?;
+                block(cfg, l, &view, vecs, s, &mut self.kv, pos..pos + n)?;
             }
             done += n;
             if done == tokens.len() {
                 let last = &s.x[(n - 1) * e..n * e];
-                rms_norm(last, &self.weights.vectors.output_norm, cfg.rms_eps, &mut s.xn[..e]);
+                rms_norm(
+                    last,
+                    &self.weights.vectors.output_norm,
+                    cfg.rms_eps,
+                    &mut s.xn[..e],
+                );
             }
         }
         self.weights

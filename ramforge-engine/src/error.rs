@@ -20,7 +20,11 @@ pub enum EngineError {
     BadModel(String),
     /// The budget cannot hold even the smallest working layout.
     #[error("a memory budget of {} is below the minimum of {} ({minimum} bytes) this model needs at a context of {ctx} tokens", human_bytes(*.budget), human_bytes(*.minimum))]
-    BudgetTooSmall { budget: u64, minimum: u64, ctx: usize },
+    BudgetTooSmall {
+        budget: u64,
+        minimum: u64,
+        ctx: usize,
+    },
     /// The prompt (plus what is generated) does not fit in the context.
     #[error("the prompt has {prompt} tokens, {needed} with the tokens to generate, but the context holds {ctx}")]
     ContextOverflow {

@@ -179,8 +179,8 @@ fn add_into(acc: &mut [f32], x: &[f32]) {
     }
 }
 
-/// Runs one transformer block on the `n` rows of `s.x` at positions `first..first + n`,
-/// storing their keys and values in `kv`. The RoPE table must already hold these positions.
+/// Runs one transformer block on the rows of `s.x` at positions `positions`, storing their
+/// keys and values in `kv`. The RoPE table must already hold these positions.
 pub fn block(
     cfg: &ModelConfig,
     layer_index: usize,
@@ -188,15 +188,20 @@ pub fn block(
     vecs: &LayerVectors,
     s: &mut Scratch,
     kv: &mut KvCache,
-    first: usize,
-    n: usize,
+    positions: std::ops::Range<usize>,
 ) -> Result<(), EngineError> {
+    let (first, n) = (positions.start, positions.len());
     let (e, qd, kvd, ff) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim(), cfg.n_ff);
     let hd = cfg.head_dim;
     let style = cfg.arch.rope_style();
 
     // Attention.
-    rms_norm(&s.x[..n * e], &vecs.attn_norm, cfg.rms_eps, &mut s.xn[..n * e]);
+    rms_norm(
+        &s.x[..n * e],
+        &vecs.attn_norm,
+        cfg.rms_eps,
+        &mut s.xn[..n * e],
+    );
     matmul(&w.q, &s.xn, n, &mut s.q)?;
     matmul(&w.k, &s.xn, n, &mut s.k)?;
     matmul(&w.v, &s.xn, n, &mut s.v)?;
@@ -220,7 +225,12 @@ pub fn block(
     add_into(&mut s.x[..n * e], &s.xn[..n * e]);
 
     // Feed-forward.
-    rms_norm(&s.x[..n * e], &vecs.ffn_norm, cfg.rms_eps, &mut s.xn[..n * e]);
+    rms_norm(
+        &s.x[..n * e],
+        &vecs.ffn_norm,
+        cfg.rms_eps,
+        &mut s.xn[..n * e],
+    );
     matmul(&w.gate, &s.xn, n, &mut s.gate)?;
     matmul(&w.up, &s.xn, n, &mut s.up)?;
     swiglu(&mut s.gate[..n * ff], &s.up[..n * ff]);
@@ -231,7 +241,14 @@ pub fn block(
 
 /// Causal grouped-query attention of the `n` query rows in `s.q` over the cache, heads in
 /// parallel; the result lands token-major in `s.att`.
-fn attention(cfg: &ModelConfig, layer: usize, s: &mut Scratch, kv: &KvCache, first: usize, n: usize) {
+fn attention(
+    cfg: &ModelConfig,
+    layer: usize,
+    s: &mut Scratch,
+    kv: &KvCache,
+    first: usize,
+    n: usize,
+) {
     let hd = cfg.head_dim;
     let qd = cfg.q_dim();
     let group = cfg.n_head / cfg.n_head_kv;
@@ -246,7 +263,14 @@ fn attention(cfg: &ModelConfig, layer: usize, s: &mut Scratch, kv: &KvCache, fir
             for i in 0..n {
                 let qrow = &q[i * qd + h * hd..i * qd + (h + 1) * hd];
                 let o = &mut out[i * hd..(i + 1) * hd];
-                kv.attend(layer, h / group, qrow, first + i + 1, scale, scores, o);
+                kv.attend(
+                    layer,
+                    h / group,
+                    qrow,
+                    scale,
+                    &mut scores[..first + i + 1],
+                    o,
+                );
             }
         });
     for h in 0..cfg.n_head {
@@ -304,8 +328,14 @@ mod tests {
             2.0 * s1 + 4.0 * c1,
         ];
         for i in 0..4 {
-            assert!((a[i] - want_a[i]).abs() < 1e-6, "adjacent {i}: {a:?} vs {want_a:?}");
-            assert!((b[i] - want_b[i]).abs() < 1e-6, "neox {i}: {b:?} vs {want_b:?}");
+            assert!(
+                (a[i] - want_a[i]).abs() < 1e-6,
+                "adjacent {i}: {a:?} vs {want_a:?}"
+            );
+            assert!(
+                (b[i] - want_b[i]).abs() < 1e-6,
+                "neox {i}: {b:?} vs {want_b:?}"
+            );
         }
         // Position 0 is the identity; partial rotation leaves the tail alone.
         let c2 = cfg(2);

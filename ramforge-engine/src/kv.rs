@@ -155,10 +155,9 @@ impl KvCache {
             let first = self.chunks.len() * KV_CHUNK_TOKENS;
             let tokens = KV_CHUNK_TOKENS.min(self.capacity - first);
             let elems = 2 * self.n_layer * tokens * self.kv_dim;
-            let charge = self.budget.charge(
-                "KV cache",
-                elems as u64 * self.ty.bytes_per_element(),
-            )?;
+            let charge = self
+                .budget
+                .charge("KV cache", elems as u64 * self.ty.bytes_per_element())?;
             let data = match self.ty {
                 KvType::F16 => ChunkData::F16(vec![f16::ZERO; elems]),
                 KvType::F32 => ChunkData::F32(vec![0.0; elems]),
@@ -202,18 +201,18 @@ impl KvCache {
         self.len = n;
     }
 
-    /// Attention of one query head over positions `0..n_pos` of `layer`, using key/value head
-    /// `kv_head`: `out = softmax(q . K^T * scale) V`. `scores` needs `n_pos` elements.
+    /// Attention of one query head over positions `0..scores.len()` of `layer`, using
+    /// key/value head `kv_head`: `out = softmax(q . K^T * scale) V`.
     pub fn attend(
         &self,
         layer: usize,
         kv_head: usize,
         q: &[f32],
-        n_pos: usize,
         scale: f32,
         scores: &mut [f32],
         out: &mut [f32],
     ) {
+        let n_pos = scores.len();
         let hd = q.len();
         let col = kv_head * hd;
         // Scores, chunk by chunk.
@@ -232,7 +231,6 @@ impl KvCache {
             }
             max = s.iter().fold(max, |m, &x| m.max(x));
         }
-        let scores = &mut scores[..n_pos];
         let mut sum = 0.0f64;
         for s in scores.iter_mut() {
             *s = (*s - max).exp();
@@ -264,7 +262,14 @@ fn store(dst: &mut [f16], src: &[f32]) {
 }
 
 /// `scores[p] = scale * sum_i q[i] K[p][i]` for the rows starting at `base`, `stride` apart.
-fn dots<T: Element>(data: &[T], base: usize, stride: usize, q: &[f32], scale: f32, scores: &mut [f32]) {
+fn dots<T: Element>(
+    data: &[T],
+    base: usize,
+    stride: usize,
+    q: &[f32],
+    scale: f32,
+    scores: &mut [f32],
+) {
     let hd = q.len();
     let mut stack = [0.0f32; STACK_HEAD];
     let mut heap = Vec::new();
@@ -307,7 +312,13 @@ mod tests {
     fn naive(q: &[f32], ks: &[Vec<f32>], vs: &[Vec<f32>], scale: f32) -> Vec<f32> {
         let s: Vec<f64> = ks
             .iter()
-            .map(|k| k.iter().zip(q).map(|(a, b)| (*a as f64) * (*b as f64)).sum::<f64>() * scale as f64)
+            .map(|k| {
+                k.iter()
+                    .zip(q)
+                    .map(|(a, b)| (*a as f64) * (*b as f64))
+                    .sum::<f64>()
+                    * scale as f64
+            })
             .collect();
         let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
         let e: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
@@ -326,7 +337,8 @@ mod tests {
         let (n_layer, hd, n_kv) = (2, 8, 2);
         let kv_dim = hd * n_kv;
         let n = KV_CHUNK_TOKENS * 2 + 5;
-        let val = |p: usize, i: usize, salt: usize| (((p * 31 + i * 7 + salt) % 17) as f32 - 8.0) / 8.0;
+        let val =
+            |p: usize, i: usize, salt: usize| (((p * 31 + i * 7 + salt) % 17) as f32 - 8.0) / 8.0;
         for ty in [KvType::F32, KvType::F16] {
             let budget = MemoryBudget::new(1 << 20);
             let mut kv = KvCache::new(&budget, ty, n_layer, kv_dim, n + 10);
@@ -351,7 +363,7 @@ mod tests {
             let want = naive(&q, &ks, &vs, 0.35);
             let mut scores = vec![0.0; n];
             let mut out = vec![0.0; hd];
-            kv.attend(layer, head, &q, n, 0.35, &mut scores, &mut out);
+            kv.attend(layer, head, &q, 0.35, &mut scores[..n], &mut out);
             for (a, b) in out.iter().zip(&want) {
                 // Values are multiples of 1/8, exact in f16.
                 assert!((a - b).abs() < 1e-5, "{ty:?}: {a} vs {b}");
@@ -366,11 +378,17 @@ mod tests {
         let budget = MemoryBudget::new(1 << 20);
         let mut kv = KvCache::new(&budget, KvType::F16, 1, 4, 100);
         kv.reserve(1).unwrap();
-        assert_eq!(budget.held(), kv_cache_bytes(1, 4, KV_CHUNK_TOKENS, KvType::F16));
+        assert_eq!(
+            budget.held(),
+            kv_cache_bytes(1, 4, KV_CHUNK_TOKENS, KvType::F16)
+        );
         kv.reserve(100).unwrap();
         // The last chunk is cut at the capacity.
         assert_eq!(budget.held(), kv_cache_bytes(1, 4, 100, KvType::F16));
-        assert!(matches!(kv.reserve(101), Err(EngineError::ContextOverflow { .. })));
+        assert!(matches!(
+            kv.reserve(101),
+            Err(EngineError::ContextOverflow { .. })
+        ));
         let small = MemoryBudget::new(100);
         let mut kv = KvCache::new(&small, KvType::F32, 1, 4, 100);
         let e = kv.reserve(1).unwrap_err().to_string();

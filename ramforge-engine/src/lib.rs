@@ -1,8 +1,7 @@
 //! ramforge-engine: memory budget, streaming model, KV cache, tokenizer, sampling, inference.
 
-pub mod chat;
-pub mod tokenizer;
 pub mod budget;
+pub mod chat;
 pub mod config;
 pub mod engine;
 pub mod error;
@@ -12,6 +11,7 @@ pub mod kv;
 pub mod plan;
 pub mod sampling;
 pub mod tensors;
+pub mod tokenizer;
 pub mod weights;
 
 pub use budget::{parse_memory_size, process_memory, MemoryBudget, ProcessMemory};

@@ -202,6 +202,11 @@ impl MemoryPlan {
             .filter(|(_, &p)| !p)
             .map(|(b, _)| b)
             .sum();
-        layers + if self.output_resident { 0 } else { self.output_bytes }
+        layers
+            + if self.output_resident {
+                0
+            } else {
+                self.output_bytes
+            }
     }
 }

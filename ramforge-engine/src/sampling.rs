@@ -66,7 +66,10 @@ impl SamplingParams {
             return Err(format!("min-p {} must lie in [0, 1]", self.min_p));
         }
         if !(self.repeat_penalty.is_finite() && self.repeat_penalty > 0.0) {
-            return Err(format!("repeat penalty {} must be positive", self.repeat_penalty));
+            return Err(format!(
+                "repeat penalty {} must be positive",
+                self.repeat_penalty
+            ));
         }
         Ok(())
     }
@@ -146,7 +149,10 @@ impl Sampler {
         }
         if p.min_p > 0.0 {
             let floor = probs[0] * p.min_p as f64;
-            let keep = probs[..c.len()].iter().take_while(|&&pr| pr >= floor).count();
+            let keep = probs[..c.len()]
+                .iter()
+                .take_while(|&&pr| pr >= floor)
+                .count();
             c.truncate(keep.max(1));
         }
         let inv_t = 1.0 / p.temperature;
@@ -260,8 +266,13 @@ mod tests {
     fn same_seed_same_tokens_and_different_seeds_differ() {
         let logits: Vec<f32> = (0..50).map(|i| ((i * 37) % 11) as f32 * 0.3).collect();
         let draw = |seed: u64| {
-            let mut s = Sampler::new(&SamplingParams { seed, ..params(1.0) });
-            (0..40).map(|_| s.sample(&mut logits.clone(), &[])).collect::<Vec<_>>()
+            let mut s = Sampler::new(&SamplingParams {
+                seed,
+                ..params(1.0)
+            });
+            (0..40)
+                .map(|_| s.sample(&mut logits.clone(), &[]))
+                .collect::<Vec<_>>()
         };
         assert_eq!(draw(7), draw(7));
         assert_ne!(draw(7), draw(8));
@@ -278,11 +289,29 @@ mod tests {
             }
             set.into_iter().collect::<Vec<_>>()
         };
-        assert_eq!(seen(SamplingParams { top_k: 2, ..params(5.0) }), vec![0, 1]);
+        assert_eq!(
+            seen(SamplingParams {
+                top_k: 2,
+                ..params(5.0)
+            }),
+            vec![0, 1]
+        );
         // p(0) = 0.665, p(1) = 0.245: top-p 0.8 keeps two.
-        assert_eq!(seen(SamplingParams { top_p: 0.8, ..params(5.0) }), vec![0, 1]);
+        assert_eq!(
+            seen(SamplingParams {
+                top_p: 0.8,
+                ..params(5.0)
+            }),
+            vec![0, 1]
+        );
         // min-p 0.2 drops token 2 (p = 0.09 < 0.2 * 0.665).
-        assert_eq!(seen(SamplingParams { min_p: 0.2, ..params(5.0) }), vec![0, 1]);
+        assert_eq!(
+            seen(SamplingParams {
+                min_p: 0.2,
+                ..params(5.0)
+            }),
+            vec![0, 1]
+        );
         assert_eq!(seen(params(100.0)).len(), 5);
     }
 
@@ -292,7 +321,10 @@ mod tests {
         apply_repeat_penalty(&mut l, &[2, 0, 1, 0, 1], 4, 2.0);
         assert_eq!(l, vec![1.0, -4.0, 2.0, 2.0]);
         // It changes the greedy choice.
-        let mut s = Sampler::new(&SamplingParams { repeat_penalty: 4.0, ..params(0.0) });
+        let mut s = Sampler::new(&SamplingParams {
+            repeat_penalty: 4.0,
+            ..params(0.0)
+        });
         assert_eq!(s.sample(&mut [3.0, 2.0], &[0]), 1);
     }
 

@@ -137,7 +137,11 @@ impl ModelTensors {
 
     /// Bytes of the largest layer (the size of one streaming slot).
     pub fn max_layer_bytes(&self) -> u64 {
-        self.layers.iter().map(LayerTensors::matrix_bytes).max().unwrap_or(0)
+        self.layers
+            .iter()
+            .map(LayerTensors::matrix_bytes)
+            .max()
+            .unwrap_or(0)
     }
 
     /// Bytes of the norms, biases and RoPE factors, kept resident as f32.

@@ -194,7 +194,8 @@ impl Weights {
         stats.load_bytes += plan.vector_bytes;
 
         let output = if plan.output_resident {
-            let mut buf = ChargedVec::zeroed(budget, "output projection", plan.output_bytes as usize)?;
+            let mut buf =
+                ChargedVec::zeroed(budget, "output projection", plan.output_bytes as usize)?;
             file.read_tensor_into(&tensors.output, &mut buf)?;
             stats.load_bytes += plan.output_bytes;
             Output::Resident(buf)
@@ -220,7 +221,11 @@ impl Weights {
             }
         }
         let slot = if plan.slot_bytes > 0 {
-            Some(ChargedVec::zeroed(budget, "layer streaming slot", plan.slot_bytes as usize)?)
+            Some(ChargedVec::zeroed(
+                budget,
+                "layer streaming slot",
+                plan.slot_bytes as usize,
+            )?)
         } else {
             None
         };
@@ -330,7 +335,14 @@ impl Matrices {
                     self.stats.read_secs += started.elapsed().as_secs_f64();
                     self.stats.bytes_read += (n * rb) as u64;
                     self.stats.output_chunks_read += 1;
-                    ramforge_quant::matvec(t.ggml_type, bytes, n, cols, x, &mut logits[first..first + n])?;
+                    ramforge_quant::matvec(
+                        t.ggml_type,
+                        bytes,
+                        n,
+                        cols,
+                        x,
+                        &mut logits[first..first + n],
+                    )?;
                     first += n;
                 }
             }

@@ -56,7 +56,10 @@ fn assert_streams_back(tok: &Tokenizer, name: &str) {
         assert_eq!(&out, text, "{name}: stream of {ids:?}");
         assert_eq!(tok.decode(&ids), *text, "{name}");
         if text.starts_with("rare") {
-            assert!(held_back > 0, "{name}: rare characters should span several tokens");
+            assert!(
+                held_back > 0,
+                "{name}: rare characters should span several tokens"
+            );
         }
     }
 }
@@ -73,7 +76,9 @@ fn stream_of_a_cut_character_ends_in_a_replacement() {
     // "𓀀" is not in Gemma's vocabulary: four <0xXX> byte tokens.
     let ids = tok.encode("𓀀", false, false);
     assert_eq!(ids.len(), 4, "{ids:?}");
-    assert!(ids.iter().all(|&id| tok.token_kind(id) == Some(TokenKind::Byte)));
+    assert!(ids
+        .iter()
+        .all(|&id| tok.token_kind(id) == Some(TokenKind::Byte)));
     let mut dec = tok.decoder();
     assert_eq!(dec.push(ids[0]), "");
     assert_eq!(dec.push(ids[1]), "");
@@ -96,16 +101,25 @@ fn control_tokens_are_not_printed_unless_asked() {
 fn bos_eos_and_end_of_generation_follow_the_files() {
     let s = smollm();
     assert_eq!(s.vocab_size(), 49152);
-    assert_eq!((s.bos_id(), s.eos_id(), s.adds_bos()), (Some(1), Some(2), false));
+    assert_eq!(
+        (s.bos_id(), s.eos_id(), s.adds_bos()),
+        (Some(1), Some(2), false)
+    );
     assert_eq!(s.encode("Hello", true, false), [19556]);
-    assert!(s.is_eog(2) && s.is_eog(0), "<|im_end|> and <|endoftext|> end generation");
+    assert!(
+        s.is_eog(2) && s.is_eog(0),
+        "<|im_end|> and <|endoftext|> end generation"
+    );
     assert!(!s.is_eog(1) && !s.is_eog(19556));
     assert_eq!(s.token_text(2), Some("<|im_end|>"));
     assert_eq!(s.token_text(49152), None);
 
     let g = gemma();
     assert_eq!(g.vocab_size(), 262144);
-    assert_eq!((g.bos_id(), g.eos_id(), g.adds_bos()), (Some(2), Some(1), true));
+    assert_eq!(
+        (g.bos_id(), g.eos_id(), g.adds_bos()),
+        (Some(2), Some(1), true)
+    );
     assert_eq!(g.encode("a", true, false), [2, 236746]);
     assert_eq!(g.encode("a", false, false), [236746]);
     let eot = g.encode("<end_of_turn>", false, true);
@@ -116,7 +130,11 @@ fn bos_eos_and_end_of_generation_follow_the_files() {
 #[test]
 fn pathological_inputs_round_trip() {
     let many_a = "a".repeat(100_000);
-    let no_spaces: String = "abcdefghij0123456789.,;!?éü日本🙂".chars().cycle().take(200_000).collect();
+    let no_spaces: String = "abcdefghij0123456789.,;!?éü日本🙂"
+        .chars()
+        .cycle()
+        .take(200_000)
+        .collect();
     let spaces = format!("x{}y", " ".repeat(50_000));
     for (name, tok) in [("SmolLM2", smollm()), ("Gemma 3", gemma())] {
         for text in [&many_a, &no_spaces, &spaces] {
@@ -130,14 +148,20 @@ fn pathological_inputs_round_trip() {
 #[test]
 fn smollm2_tables_are_compact() {
     let bytes = smollm().heap_bytes();
-    assert!(bytes < 4 << 20, "SmolLM2 tokenizer uses {bytes} bytes of tables");
+    assert!(
+        bytes < 4 << 20,
+        "SmolLM2 tokenizer uses {bytes} bytes of tables"
+    );
 }
 
 /// SmolLM2's metadata with one key replaced.
 fn smollm_with(key: &str, value: Value) -> Metadata {
     let mut md = Metadata::new();
     for (k, v) in metadata("SmolLM2-135M-Instruct.Q4_1.gguf").iter() {
-        md.insert(k.to_string(), if k == key { value.clone() } else { v.clone() });
+        md.insert(
+            k.to_string(),
+            if k == key { value.clone() } else { v.clone() },
+        );
     }
     md
 }
@@ -151,12 +175,30 @@ fn load_error(md: &Metadata) -> String {
 
 #[test]
 fn unknown_or_malformed_metadata_is_a_load_error_naming_it() {
-    let e = load_error(&smollm_with("tokenizer.ggml.pre", Value::String("mystery-pre".into())));
-    assert!(e.contains("tokenizer.ggml.pre") && e.contains("mystery-pre"), "{e}");
-    let e = load_error(&smollm_with("tokenizer.ggml.model", Value::String("t5".into())));
-    assert!(e.contains("tokenizer.ggml.model") && e.contains("t5"), "{e}");
-    let e = load_error(&smollm_with("tokenizer.ggml.eos_token_id", Value::U32(70_000)));
-    assert!(e.contains("tokenizer.ggml.eos_token_id") && e.contains("70000"), "{e}");
+    let e = load_error(&smollm_with(
+        "tokenizer.ggml.pre",
+        Value::String("mystery-pre".into()),
+    ));
+    assert!(
+        e.contains("tokenizer.ggml.pre") && e.contains("mystery-pre"),
+        "{e}"
+    );
+    let e = load_error(&smollm_with(
+        "tokenizer.ggml.model",
+        Value::String("t5".into()),
+    ));
+    assert!(
+        e.contains("tokenizer.ggml.model") && e.contains("t5"),
+        "{e}"
+    );
+    let e = load_error(&smollm_with(
+        "tokenizer.ggml.eos_token_id",
+        Value::U32(70_000),
+    ));
+    assert!(
+        e.contains("tokenizer.ggml.eos_token_id") && e.contains("70000"),
+        "{e}"
+    );
     let e = load_error(&smollm_with("tokenizer.ggml.merges", Value::U32(3)));
     assert!(e.contains("tokenizer.ggml.merges"), "{e}");
     assert!(matches!(

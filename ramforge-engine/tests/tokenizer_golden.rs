@@ -47,7 +47,10 @@ fn golden_files(prefix: &str) -> Vec<(String, PathBuf)> {
         .map(|e| e.unwrap().path())
         .filter_map(|p| {
             let name = p.file_name()?.to_str()?;
-            let model = name.strip_prefix(prefix)?.strip_suffix(".jsonl")?.to_string();
+            let model = name
+                .strip_prefix(prefix)?
+                .strip_suffix(".jsonl")?
+                .to_string();
             Some((model, p))
         })
         .collect();
@@ -93,7 +96,10 @@ fn plain_text_ids_and_round_trip_match_llama_cpp() {
         for r in records(path) {
             let ids = tok.encode(&r.text, true, false);
             if ids != r.tokens {
-                failures.push(format!("{model} {:?}: got {ids:?}, want {:?}", r.text, r.tokens));
+                failures.push(format!(
+                    "{model} {:?}: got {ids:?}, want {:?}",
+                    r.text, r.tokens
+                ));
             }
             let back = tok.decode(&ids);
             if back != r.text {
@@ -109,7 +115,11 @@ fn plain_text_ids_and_round_trip_match_llama_cpp() {
 #[test]
 fn prompt_ids_with_special_tokens_match_llama_cpp() {
     let files = golden_files("gen-");
-    assert!(files.len() >= 17, "expected a gen- golden per model, found {}", files.len());
+    assert!(
+        files.len() >= 17,
+        "expected a gen- golden per model, found {}",
+        files.len()
+    );
     let mut failures = Vec::new();
     let mut checked = 0;
     for (model, path) in &files {
@@ -117,7 +127,10 @@ fn prompt_ids_with_special_tokens_match_llama_cpp() {
         for r in records(path) {
             let ids = tok.encode(&r.text, true, true);
             if ids != r.tokens {
-                failures.push(format!("{model} {:?}: got {ids:?}, want {:?}", r.text, r.tokens));
+                failures.push(format!(
+                    "{model} {:?}: got {ids:?}, want {:?}",
+                    r.text, r.tokens
+                ));
             }
             checked += 1;
         }

@@ -48,6 +48,12 @@ impl GgufFile {
         &self.header
     }
 
+    /// The metadata, mutable: a consumer may drop large arrays it has already turned into its
+    /// own tables (the tensor infos stay immutable).
+    pub fn metadata_mut(&mut self) -> &mut crate::value::Metadata {
+        &mut self.header.metadata
+    }
+
     /// The tensor with this name, or a `MissingTensor` error.
     pub fn tensor(&self, name: &str) -> Result<&TensorInfo, GgufError> {
         self.header

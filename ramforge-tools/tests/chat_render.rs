@@ -19,7 +19,11 @@ fn golden(name: &str) -> String {
 /// A model file; a missing one fails the test with what to do.
 fn model(name: &str) -> String {
     let p = env_dir("RAMFORGE_MODELS", root().join("models")).join(name);
-    assert!(p.is_file(), "model {} not found: run scripts/test.sh or set RAMFORGE_MODELS", p.display());
+    assert!(
+        p.is_file(),
+        "model {} not found: run scripts/test.sh or set RAMFORGE_MODELS",
+        p.display()
+    );
     p.to_str().unwrap().to_string()
 }
 
@@ -31,15 +35,28 @@ fn tool(args: &[&str]) -> Output {
 }
 
 fn json_lines(text: &str) -> Vec<serde_json::Value> {
-    text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
 
 #[test]
 fn smollm2_template_reproduces_hugging_face() {
-    let o = tool(&["chat-render", &model("SmolLM2-135M-Instruct.Q4_1.gguf"), &golden("inputs/conv_public.json")]);
-    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = tool(&[
+        "chat-render",
+        &model("SmolLM2-135M-Instruct.Q4_1.gguf"),
+        &golden("inputs/conv_public.json"),
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let got = json_lines(&String::from_utf8(o.stdout).unwrap());
-    let want = json_lines(&std::fs::read_to_string(golden("chat-SmolLM2-135M-Instruct.Q4_1.jsonl")).unwrap());
+    let want = json_lines(
+        &std::fs::read_to_string(golden("chat-SmolLM2-135M-Instruct.Q4_1.jsonl")).unwrap(),
+    );
     assert_eq!(got.len(), want.len());
     assert!(!want.is_empty());
     for (g, w) in got.iter().zip(&want) {
@@ -56,7 +73,10 @@ fn model_without_template_needs_a_template_file() {
     assert!(o.stdout.is_empty());
     let err = String::from_utf8(o.stderr).unwrap();
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.contains("no chat template") && err.contains("--template FILE"), "{err}");
+    assert!(
+        err.contains("no chat template") && err.contains("--template FILE"),
+        "{err}"
+    );
 
     let dir = std::env::temp_dir().join(format!("ramforge-chat-render-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -66,8 +86,19 @@ fn model_without_template_needs_a_template_file() {
         "{{ bos_token }}{% for m in messages %}<start_of_turn>{{ m.role }}\n{{ m.content | trim }}<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}",
     )
     .unwrap();
-    let o = tool(&["chat-render", &gemma, &convs, "--template", tmpl.to_str().unwrap()]);
-    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = tool(&[
+        "chat-render",
+        &gemma,
+        &convs,
+        "--template",
+        tmpl.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let got = json_lines(&String::from_utf8(o.stdout).unwrap());
     assert_eq!(got.len(), 4);
     assert_eq!(

@@ -6,7 +6,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 fn models_dir() -> PathBuf {
@@ -14,7 +17,8 @@ fn models_dir() -> PathBuf {
 }
 
 fn golden_dir() -> PathBuf {
-    std::env::var_os("RAMFORGE_GOLDEN").map_or_else(|| root().join("../shared/golden"), PathBuf::from)
+    std::env::var_os("RAMFORGE_GOLDEN")
+        .map_or_else(|| root().join("../shared/golden"), PathBuf::from)
 }
 
 /// `gen-<model>.jsonl` -> `<model>.gguf` (the names in the golden README).
@@ -51,9 +55,17 @@ fn verify(golden: &Path) -> (f64, f64, bool, String) {
         .find_map(|v| v.get("summary").cloned())
         .unwrap_or_else(|| panic!("{}: no summary line; stderr: {stderr}", golden.display()));
     let steps = stdout.lines().filter(|l| l.contains("\"step\"")).count();
-    assert_eq!(summary["steps"].as_u64(), Some(steps as u64), "one JSON line per step");
+    assert_eq!(
+        summary["steps"].as_u64(),
+        Some(steps as u64),
+        "one JSON line per step"
+    );
     let pass = summary["pass"].as_bool().unwrap();
-    assert_eq!(out.status.success(), pass, "exit status follows the verdict; stderr: {stderr}");
+    assert_eq!(
+        out.status.success(),
+        pass,
+        "exit status follows the verdict; stderr: {stderr}"
+    );
     (
         summary["mean_abs_diff"].as_f64().unwrap(),
         summary["max_abs_diff"].as_f64().unwrap(),
@@ -85,7 +97,12 @@ fn check_all(goldens: Vec<PathBuf>) {
 fn every_shared_gen_golden_passes() {
     let dir = golden_dir();
     let mut goldens: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("golden directory {}: {e}; run scripts/test.sh", dir.display()))
+        .unwrap_or_else(|e| {
+            panic!(
+                "golden directory {}: {e}; run scripts/test.sh",
+                dir.display()
+            )
+        })
         .map(|e| e.unwrap().path())
         .filter(|p| {
             let n = p.file_name().unwrap().to_string_lossy();
@@ -93,7 +110,11 @@ fn every_shared_gen_golden_passes() {
         })
         .collect();
     goldens.sort();
-    assert!(goldens.len() >= 17, "expected the 17 shared gen goldens, found {}", goldens.len());
+    assert!(
+        goldens.len() >= 17,
+        "expected the 17 shared gen goldens, found {}",
+        goldens.len()
+    );
     check_all(goldens);
 }
 

@@ -9,13 +9,21 @@ use std::process::{Command, Output};
 const MIB: u64 = 1 << 20;
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 fn model(name: &str) -> PathBuf {
-    let dir = std::env::var_os("RAMFORGE_MODELS").map_or_else(|| root().join("models"), PathBuf::from);
+    let dir =
+        std::env::var_os("RAMFORGE_MODELS").map_or_else(|| root().join("models"), PathBuf::from);
     let p = dir.join(name);
-    assert!(p.exists(), "{} is missing: run scripts/test.sh, which fetches the models", p.display());
+    assert!(
+        p.exists(),
+        "{} is missing: run scripts/test.sh, which fetches the models",
+        p.display()
+    );
     p
 }
 
@@ -37,11 +45,17 @@ fn run_json(model: &Path, extra: &[&str]) -> serde_json::Value {
     let out = tool(&args);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "run {extra:?} failed: {stderr}");
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("bad JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("bad JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
 }
 
 fn tokens(report: &serde_json::Value) -> Vec<u64> {
-    report["tokens"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect()
+    report["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect()
 }
 
 const PROMPT: &str = "The capital of France is";
@@ -54,7 +68,11 @@ fn out_of_core_40m_generates_the_1g_tokens_within_budget_plus_16_mib() {
     let big = run_json(&m, &[&common[..], &["--ram", "1G"]].concat());
     let small = run_json(&m, &[&common[..], &["--ram", "40M"]].concat());
     assert_eq!(tokens(&big).len(), 24);
-    assert_eq!(tokens(&small), tokens(&big), "same greedy tokens under 40M as under 1G");
+    assert_eq!(
+        tokens(&small),
+        tokens(&big),
+        "same greedy tokens under 40M as under 1G"
+    );
     assert_eq!(small["text"], big["text"]);
     let peak_rss = small["peak_rss_bytes"].as_u64().unwrap();
     let peak_managed = small["peak_managed_bytes"].as_u64().unwrap();
@@ -66,23 +84,50 @@ fn out_of_core_40m_generates_the_1g_tokens_within_budget_plus_16_mib() {
         small["bytes_read_per_token"].as_f64().unwrap() / MIB as f64
     );
     assert!(peak_managed <= 40 * MIB);
-    assert!(peak_rss <= 56 * MIB, "peak RSS {peak_rss} exceeds 40 MiB + 16 MiB");
+    assert!(
+        peak_rss <= 56 * MIB,
+        "peak RSS {peak_rss} exceeds 40 MiB + 16 MiB"
+    );
     // It really streamed: layers were read while generating, far more than the file once.
     assert!(small["streamed_layers"].as_u64().unwrap() > 0);
     assert!(small["bytes_read"].as_u64().unwrap() > file_len);
-    assert_eq!(big["bytes_read"].as_u64().unwrap(), 0, "all resident under 1G");
+    assert_eq!(
+        big["bytes_read"].as_u64().unwrap(),
+        0,
+        "all resident under 1G"
+    );
 }
 
 #[test]
 fn a_budget_below_the_minimum_fails_stating_the_minimum() {
     let m = smollm();
-    let out = tool(&["run", m.to_str().unwrap(), "--prompt", PROMPT, "--max-tokens", "4", "--ram", "2M"]);
+    let out = tool(&[
+        "run",
+        m.to_str().unwrap(),
+        "--prompt",
+        PROMPT,
+        "--max-tokens",
+        "4",
+        "--ram",
+        "2M",
+    ]);
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.starts_with("error: ") && stderr.trim_end().lines().count() == 1, "{stderr}");
+    assert!(
+        stderr.starts_with("error: ") && stderr.trim_end().lines().count() == 1,
+        "{stderr}"
+    );
     assert!(stderr.contains("below the minimum of"), "{stderr}");
     // The stated minimum works, one byte less does not: plan and engine share the arithmetic.
-    let plan = tool(&["plan", m.to_str().unwrap(), "--ram", "1G", "--ctx", "10", "--json"]);
+    let plan = tool(&[
+        "plan",
+        m.to_str().unwrap(),
+        "--ram",
+        "1G",
+        "--ctx",
+        "10",
+        "--json",
+    ]);
     assert!(plan.status.success());
     let plan: serde_json::Value = serde_json::from_slice(&plan.stdout).unwrap();
     let minimum = plan["minimum_budget_bytes"].as_u64().unwrap();
@@ -101,7 +146,11 @@ fn a_budget_below_the_minimum_fails_stating_the_minimum() {
         ])
     };
     let ok = at(minimum);
-    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
     let below = at(minimum - 1);
     assert_eq!(below.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&below.stderr).contains(&format!("({minimum} bytes)")));
@@ -110,7 +159,16 @@ fn a_budget_below_the_minimum_fails_stating_the_minimum() {
 #[test]
 fn greedy_tokens_are_identical_for_one_and_two_threads() {
     let m = smollm();
-    let args = |t: &'static str| vec!["--prompt", "Once upon a time, in a small village,", "--max-tokens", "20", "--threads", t];
+    let args = |t: &'static str| {
+        vec![
+            "--prompt",
+            "Once upon a time, in a small village,",
+            "--max-tokens",
+            "20",
+            "--threads",
+            t,
+        ]
+    };
     let one = run_json(&m, &args("1"));
     let two = run_json(&m, &args("2"));
     assert_eq!(tokens(&one), tokens(&two));
@@ -125,14 +183,24 @@ fn all_resident_and_40_percent_of_the_file_give_identical_tokens() {
     let m = model("smollm2-Q8_0.gguf");
     let file_len = std::fs::metadata(&m).unwrap().len();
     let forty = (file_len * 2 / 5).to_string();
-    let args = ["--prompt", "def fibonacci(n):\n    ", "--max-tokens", "16", "--threads", "2"];
+    let args = [
+        "--prompt",
+        "def fibonacci(n):\n    ",
+        "--max-tokens",
+        "16",
+        "--threads",
+        "2",
+    ];
     let resident = run_json(&m, &args);
     let streamed = run_json(&m, &[&args[..], &["--ram", &forty]].concat());
     let tiny = run_json(&m, &[&args[..], &["--ram", "12M"]].concat());
     assert_eq!(tokens(&streamed), tokens(&resident));
     assert_eq!(tokens(&tiny), tokens(&resident));
     assert!(streamed["streamed_layers"].as_u64().unwrap() > 0);
-    assert_eq!(tiny["output_resident"], false, "12M cannot hold the 34 MB output projection");
+    assert_eq!(
+        tiny["output_resident"], false,
+        "12M cannot hold the 34 MB output projection"
+    );
 }
 
 #[test]
@@ -140,8 +208,20 @@ fn seeded_sampling_repeats_and_stop_strings_cut_the_text() {
     let m = smollm();
     let args = |seed: &'static str| {
         vec![
-            "--prompt", "Once upon a time", "--max-tokens", "24", "--temperature", "0.9", "--top-k", "0", "--top-p",
-            "1.0", "--min-p", "0", "--seed", seed,
+            "--prompt",
+            "Once upon a time",
+            "--max-tokens",
+            "24",
+            "--temperature",
+            "0.9",
+            "--top-k",
+            "0",
+            "--top-p",
+            "1.0",
+            "--min-p",
+            "0",
+            "--seed",
+            seed,
         ]
     };
     let a = run_json(&m, &args("11"));
@@ -152,9 +232,15 @@ fn seeded_sampling_repeats_and_stop_strings_cut_the_text() {
     let greedy = run_json(&m, &["--prompt", PROMPT, "--max-tokens", "24"]);
     let full = greedy["text"].as_str().unwrap();
     assert!(full.contains('\n'), "{full:?}");
-    let stopped = run_json(&m, &["--prompt", PROMPT, "--max-tokens", "24", "--stop", "\n"]);
+    let stopped = run_json(
+        &m,
+        &["--prompt", PROMPT, "--max-tokens", "24", "--stop", "\n"],
+    );
     assert_eq!(stopped["stop_reason"], "stop_string");
-    assert_eq!(stopped["text"].as_str().unwrap(), &full[..full.find('\n').unwrap()]);
+    assert_eq!(
+        stopped["text"].as_str().unwrap(),
+        &full[..full.find('\n').unwrap()]
+    );
 }
 
 /// A bad input exits 1 with one `error:` line on stderr and no panic.
@@ -163,7 +249,10 @@ fn assert_one_line_error(out: &Output, needle: &str) {
     assert_eq!(out.status.code(), Some(1), "stderr: {stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
-    assert!(stderr.starts_with("error: ") && stderr.contains(needle), "want {needle:?} in {stderr}");
+    assert!(
+        stderr.starts_with("error: ") && stderr.contains(needle),
+        "want {needle:?} in {stderr}"
+    );
 }
 
 fn temp_dir(tag: &str) -> PathBuf {
@@ -186,21 +275,37 @@ fn bad_inputs_are_one_line_errors() {
 
     // An architecture the engine does not run.
     let gemma = model("gemma-3-270m-q4_k_m.gguf");
-    assert_one_line_error(&tool(&["run", gemma.to_str().unwrap(), "--prompt", "hi"]), "gemma3");
+    assert_one_line_error(
+        &tool(&["run", gemma.to_str().unwrap(), "--prompt", "hi"]),
+        "gemma3",
+    );
 
     // A weight of a type without kernels (I8), in an otherwise valid tiny llama file.
     let odd = dir.join("i8.gguf");
     write_tiny_llama(&odd, GgmlType::I8);
-    assert_one_line_error(&tool(&["run", odd.to_str().unwrap(), "--prompt", "hi"]), "blk.0.attn_q.weight");
+    assert_one_line_error(
+        &tool(&["run", odd.to_str().unwrap(), "--prompt", "hi"]),
+        "blk.0.attn_q.weight",
+    );
 
     // A prompt longer than the context.
     let long = "word ".repeat(200);
     assert_one_line_error(
-        &tool(&["run", smollm().to_str().unwrap(), "--prompt", &long, "--ctx", "32"]),
+        &tool(&[
+            "run",
+            smollm().to_str().unwrap(),
+            "--prompt",
+            &long,
+            "--ctx",
+            "32",
+        ]),
         "context holds 32",
     );
     // A missing file.
-    assert_one_line_error(&tool(&["run", "/nonexistent/model.gguf", "--prompt", "hi"]), "nonexistent");
+    assert_one_line_error(
+        &tool(&["run", "/nonexistent/model.gguf", "--prompt", "hi"]),
+        "nonexistent",
+    );
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -224,9 +329,16 @@ fn write_tiny_llama(path: &Path, q_type: GgmlType) {
     ] {
         md.insert(k.to_string(), Value::U32(v));
     }
-    md.insert("llama.attention.layer_norm_rms_epsilon".into(), Value::F32(1e-5));
+    md.insert(
+        "llama.attention.layer_norm_rms_epsilon".into(),
+        Value::F32(1e-5),
+    );
     let mut w = GgufWriter::new(md);
-    let f32s = |n: u64| -> Vec<u8> { (0..n).flat_map(|i| ((i % 7) as f32 * 0.01).to_le_bytes()).collect() };
+    let f32s = |n: u64| -> Vec<u8> {
+        (0..n)
+            .flat_map(|i| ((i % 7) as f32 * 0.01).to_le_bytes())
+            .collect()
+    };
     let tensors: Vec<(String, GgmlType, Vec<u64>)> = vec![
         ("token_embd.weight".into(), GgmlType::F32, vec![e, vocab]),
         ("output_norm.weight".into(), GgmlType::F32, vec![e]),

@@ -18,7 +18,11 @@ fn golden(name: &str) -> PathBuf {
 /// A model file; a missing one fails the test with what to do.
 fn model(name: &str) -> String {
     let p = env_dir("RAMFORGE_MODELS", root().join("models")).join(name);
-    assert!(p.is_file(), "model {} not found: run scripts/test.sh or set RAMFORGE_MODELS", p.display());
+    assert!(
+        p.is_file(),
+        "model {} not found: run scripts/test.sh or set RAMFORGE_MODELS",
+        p.display()
+    );
     p.to_str().unwrap().to_string()
 }
 
@@ -31,12 +35,19 @@ fn tool(args: &[&str]) -> Output {
 
 fn stdout_ok(args: &[&str]) -> String {
     let o = tool(args);
-    assert_eq!(o.status.code(), Some(0), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     String::from_utf8(o.stdout).unwrap()
 }
 
 fn json_lines(text: &str) -> Vec<serde_json::Value> {
-    text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
 
 const SMOL: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -46,13 +57,27 @@ const GEMMA: &str = "gemma-3-270m-q4_k_m.gguf";
 fn file_of_golden_strings_gives_llama_cpp_ids() {
     let strings = golden("inputs/strings_public.txt");
     for m in [SMOL, GEMMA] {
-        let out = stdout_ok(&["tokenize", &model(m), "--file", strings.to_str().unwrap(), "--json"]);
+        let out = stdout_ok(&[
+            "tokenize",
+            &model(m),
+            "--file",
+            strings.to_str().unwrap(),
+            "--json",
+        ]);
         let got = json_lines(&out);
         let stem = m.strip_suffix(".gguf").unwrap();
-        let want = json_lines(&std::fs::read_to_string(golden(&format!("tok-{stem}.jsonl"))).unwrap());
-        assert_eq!(got.len(), want.len(), "{m}: one object per line of the file");
+        let want =
+            json_lines(&std::fs::read_to_string(golden(&format!("tok-{stem}.jsonl"))).unwrap());
+        assert_eq!(
+            got.len(),
+            want.len(),
+            "{m}: one object per line of the file"
+        );
         for (g, w) in got.iter().zip(&want) {
-            assert_eq!(g["text"], w["text"], "{m}: escapes decoded as the goldens expect");
+            assert_eq!(
+                g["text"], w["text"],
+                "{m}: escapes decoded as the goldens expect"
+            );
             assert_eq!(g["tokens"], w["tokens"], "{m}: {}", w["text"]);
         }
     }
@@ -74,14 +99,19 @@ fn special_tokens_are_parsed_only_on_request() {
     };
     assert_eq!(ids(&["--parse-special"]), serde_json::json!([1, 4093]));
     let plain = ids(&[]);
-    assert!(plain.as_array().unwrap().len() > 2 && plain[0] != 1, "{plain}");
+    assert!(
+        plain.as_array().unwrap().len() > 2 && plain[0] != 1,
+        "{plain}"
+    );
 }
 
 #[test]
 fn no_bos_drops_the_models_bos() {
     let m = model(GEMMA);
     let with = json_lines(&stdout_ok(&["tokenize", &m, "--text", "a", "--json"]));
-    let without = json_lines(&stdout_ok(&["tokenize", &m, "--text", "a", "--json", "--no-bos"]));
+    let without = json_lines(&stdout_ok(&[
+        "tokenize", &m, "--text", "a", "--json", "--no-bos",
+    ]));
     assert_eq!(with[0]["tokens"], serde_json::json!([2, 236746]));
     assert_eq!(without[0]["tokens"], serde_json::json!([236746]));
 }

@@ -124,9 +124,11 @@ impl Bpe {
             merged_text.clear();
             merged_text.push_str(left);
             merged_text.push_str(right);
-            let m = vocab
-                .id_of(&merged_text)
-                .ok_or_else(|| bad(format!("the result {merged_text:?} is not in the vocabulary")))?;
+            let m = vocab.id_of(&merged_text).ok_or_else(|| {
+                bad(format!(
+                    "the result {merged_text:?} is not in the vocabulary"
+                ))
+            })?;
             let rank = u32::try_from(rank).map_err(|_| bad("too many merges".into()))?;
             table
                 .entry(pair_key(l, r))
@@ -161,12 +163,17 @@ impl Bpe {
         }
         let n = word.len() as u32;
         s.symbols.clear();
-        s.symbols.extend(word.iter().enumerate().map(|(i, &b)| Symbol {
-            id: self.byte_tokens[b as usize],
-            prev: if i == 0 { NONE } else { i as u32 - 1 },
-            next: if i as u32 + 1 == n { NONE } else { i as u32 + 1 },
-        }));
-        s.queue.clear();
+        s.symbols
+            .extend(word.iter().enumerate().map(|(i, &b)| Symbol {
+                id: self.byte_tokens[b as usize],
+                prev: if i == 0 { NONE } else { i as u32 - 1 },
+                next: if i as u32 + 1 == n {
+                    NONE
+                } else {
+                    i as u32 + 1
+                },
+            }));
+        s.queue.reset(word.len());
         for left in 0..n.saturating_sub(1) {
             self.push_pair(&s.symbols, &mut s.queue, left);
         }

@@ -93,7 +93,8 @@ impl StreamDecoder<'_> {
     /// Adds one token; returns the text that is complete so far (possibly empty).
     /// Bytes that can never form a character come out as U+FFFD.
     pub fn push(&mut self, id: u32) -> String {
-        self.tok.piece_bytes(id, self.show_control, &mut self.pending);
+        self.tok
+            .piece_bytes(id, self.show_control, &mut self.pending);
         let mut text = String::new();
         let mut rest: &[u8] = &self.pending;
         loop {

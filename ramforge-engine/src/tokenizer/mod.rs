@@ -93,17 +93,44 @@ const EOG_TEXTS: &[&str] = &[
 const FIM_SLOTS: &[(&str, &[&str], bool)] = &[
     (
         "tokenizer.ggml.fim_pre_token_id",
-        &["<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>", "<|code_prefix|>", "<|prefix|>"],
+        &[
+            "<|fim_prefix|>",
+            "<fim-prefix>",
+            "<fim_prefix>",
+            "<｜fim▁begin｜>",
+            "<PRE>",
+            "▁<PRE>",
+            "<|code_prefix|>",
+            "<|prefix|>",
+        ],
         false,
     ),
     (
         "tokenizer.ggml.fim_suf_token_id",
-        &["<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>", "<|code_suffix|>", "<|suffix|>"],
+        &[
+            "<|fim_suffix|>",
+            "<fim-suffix>",
+            "<fim_suffix>",
+            "<｜fim▁hole｜>",
+            "<SUF>",
+            "▁<SUF>",
+            "<|code_suffix|>",
+            "<|suffix|>",
+        ],
         false,
     ),
     (
         "tokenizer.ggml.fim_mid_token_id",
-        &["<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>", "<|code_middle|>", "<|middle|>"],
+        &[
+            "<|fim_middle|>",
+            "<fim-middle>",
+            "<fim_middle>",
+            "<｜fim▁end｜>",
+            "<MID>",
+            "▁<MID>",
+            "<|code_middle|>",
+            "<|middle|>",
+        ],
         false,
     ),
     (
@@ -113,7 +140,13 @@ const FIM_SLOTS: &[(&str, &[&str], bool)] = &[
     ),
     (
         "tokenizer.ggml.fim_rep_token_id",
-        &["<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"],
+        &[
+            "<|fim_repo|>",
+            "<|repo_name|>",
+            "<fim-repo>",
+            "<REPO>",
+            "<reponame>",
+        ],
         true,
     ),
     ("tokenizer.ggml.fim_sep_token_id", &["<|file_sep|>"], true),
@@ -137,7 +170,10 @@ impl Tokenizer {
             Some(_) => {
                 let types = md.get_i64_array("tokenizer.ggml.token_type")?;
                 check_len("tokenizer.ggml.token_type", types.len(), n)?;
-                types[..n].iter().map(|&t| TokenKind::from_type_id(t)).collect()
+                types[..n]
+                    .iter()
+                    .map(|&t| TokenKind::from_type_id(t))
+                    .collect()
             }
         };
         let mut vocab = Vocab::new(tokens.into_iter(), kinds)?;
@@ -246,7 +282,9 @@ impl Tokenizer {
                 let mut scratch = BpeScratch::default();
                 for f in fragments {
                     match f {
-                        Fragment::Text(r) => bpe.encode(&self.vocab, &text[r], &mut out, &mut scratch),
+                        Fragment::Text(r) => {
+                            bpe.encode(&self.vocab, &text[r], &mut out, &mut scratch)
+                        }
                         Fragment::Token(id) => out.push(id),
                     }
                 }
@@ -356,7 +394,10 @@ fn string_array<'a>(md: &'a Metadata, key: &'static str) -> Result<Vec<&'a str>,
     if t != ValueType::String {
         return Err(TokenizerError::Invalid {
             key,
-            msg: format!("expected an array of string, found an array of {}", t.name()),
+            msg: format!(
+                "expected an array of string, found an array of {}",
+                t.name()
+            ),
         });
     }
     Ok(items.iter().filter_map(Value::as_str).collect())
@@ -378,29 +419,4 @@ fn check_len(key: &'static str, len: usize, n: usize) -> Result<(), TokenizerErr
         });
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod zz_timing {
-    #[test]
-    #[ignore]
-    fn stages() {
-        let g = ramforge_gguf::GgufFile::open("/work/models/SmolLM2-135M-Instruct.Q4_1.gguf").unwrap();
-        let t = super::Tokenizer::from_gguf(&g.header().metadata).unwrap();
-        let text = "The quick brown fox jumps over the lazy dog. ".repeat(20);
-        let super::Model::Bpe(bpe) = &t.model else { panic!() };
-        let pre = super::pretokenize::PreTokenizer::new(&super::pretokenize::spec("smollm").unwrap()).unwrap();
-        let (mut w, mut s) = (Vec::new(), Vec::new());
-        let t0 = std::time::Instant::now();
-        for _ in 0..2000 { pre.split(&text, &mut w, &mut s); }
-        eprintln!("split: {:?} ({} words)", t0.elapsed() / 2000, w.len());
-        let t0 = std::time::Instant::now();
-        for _ in 0..2000 { let _ = t.specials.partition(&t.vocab, &text, false); }
-        eprintln!("partition: {:?}", t0.elapsed() / 2000);
-        let mut scratch = super::BpeScratch::default();
-        let mut out = Vec::new();
-        let t0 = std::time::Instant::now();
-        for _ in 0..2000 { out.clear(); bpe.encode(&t.vocab, &text, &mut out, &mut scratch); }
-        eprintln!("bpe encode (incl split): {:?}", t0.elapsed() / 2000);
-    }
 }

@@ -26,24 +26,14 @@ const GPT4O: &str = r"[^\r\n\p{L}\p{N}]?[\p{L}--a-z]*[\p{L}--A-Z]+(?:'[sS]|'[tT]
 /// CJK ranges used by the DeepSeek pre-tokenizers.
 const DEEPSEEK_CJK: &str = "[一-龥ࠀ-一가-퟿]+";
 
-const DEFAULT_LIST: &[&str] = &[
-    r"[\p{P}\$\+<=>\^~\|]+",
-    GPT2,
-    r"\p{N}+",
-    "[0-9][0-9][0-9]",
-];
+const DEFAULT_LIST: &[&str] = &[r"[\p{P}\$\+<=>\^~\|]+", GPT2, r"\p{N}+", "[0-9][0-9][0-9]"];
 const GPT2_LIST: &[&str] = &[GPT2];
 const LLAMA3_LIST: &[&str] = &[LLAMA3];
 const QWEN2_LIST: &[&str] = &[QWEN2];
 const SMOLLM_LIST: &[&str] = &[r"\p{N}", GPT2];
 const GPT4O_LIST: &[&str] = &[GPT4O];
-const DEEPSEEK_CODER_LIST: &[&str] = &[
-    "[\r\n]",
-    r"\s?\p{L}+",
-    r"\s?\p{P}+",
-    DEEPSEEK_CJK,
-    r"\p{N}",
-];
+const DEEPSEEK_CODER_LIST: &[&str] =
+    &["[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", DEEPSEEK_CJK, r"\p{N}"];
 const DEEPSEEK_LLM_LIST: &[&str] = &[
     "[\r\n]",
     concat!(
@@ -68,7 +58,8 @@ const DEEPSEEK_LLM_LIST: &[&str] = &[
         "\u{104D8}-\u{104FB}\u{10C80}-\u{10CB2}\u{10CC0}-\u{10CF2}\u{118A0}-\u{118DF}",
         "\u{1E900}-\u{1E943}",
         "]+"
-    ),    "\\s?[!-/:-~！-／：-～‘-‟　-。]+",
+    ),
+    "\\s?[!-/:-~！-／：-～‘-‟　-。]+",
     r"\s+$",
     DEEPSEEK_CJK,
     r"\p{N}+",
@@ -132,8 +123,9 @@ pub fn spec(name: &str) -> Option<PreSpec> {
         },
         "dbrx" | "smaug-bpe" => plain(LLAMA3_LIST),
         "qwen2" | "deepseek-r1-qwen" | "stablelm2" | "megrez" => plain(QWEN2_LIST),
-        "smollm" | "starcoder" | "refact" | "command-r" | "codeshell" | "exaone"
-        | "minerva-7b" => plain(SMOLLM_LIST),
+        "smollm" | "starcoder" | "refact" | "command-r" | "codeshell" | "exaone" | "minerva-7b" => {
+            plain(SMOLLM_LIST)
+        }
         "deepseek-llm" => plain(DEEPSEEK_LLM_LIST),
         "deepseek-coder" => plain(DEEPSEEK_CODER_LIST),
         "gpt-4o" | "llama4" => plain(GPT4O_LIST),
@@ -249,7 +241,10 @@ impl Splitter {
 /// non-space ends one character early.
 fn give_back_end(hay: &str, start: usize, end: usize, rule: GiveBack) -> usize {
     let run = &hay[start..end];
-    let followed_by_text = hay[end..].chars().next().is_some_and(|c| !c.is_whitespace());
+    let followed_by_text = hay[end..]
+        .chars()
+        .next()
+        .is_some_and(|c| !c.is_whitespace());
     if !followed_by_text
         || !run.chars().all(char::is_whitespace)
         || (rule == GiveBack::UnlessNewlineEnd && run.ends_with(['\r', '\n']))
@@ -289,7 +284,10 @@ mod tests {
             words("smollm", "The year 2024 had  x"),
             ["The", " year", " ", "2", "0", "2", "4", " had", " ", " x"]
         );
-        assert_eq!(words("smollm", "I'm\ttabs  "), ["I", "'m", "\t", "tabs", "  "]);
+        assert_eq!(
+            words("smollm", "I'm\ttabs  "),
+            ["I", "'m", "\t", "tabs", "  "]
+        );
         assert_eq!(words("gpt2", "a  \n  b"), ["a", "  \n ", " b"]);
     }
 
@@ -308,10 +306,22 @@ mod tests {
 
     /// llama.cpp's patterns, with lookarounds, as a backtracking engine runs them.
     const ORIGINAL: &[(&str, &str)] = &[
-        ("gpt2", r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"),
-        ("llama-bpe", r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"),
-        ("qwen2", r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"),
-        ("gpt-4o", r"[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"),
+        (
+            "gpt2",
+            r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)",
+        ),
+        (
+            "llama-bpe",
+            r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+        ),
+        (
+            "qwen2",
+            r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+        ),
+        (
+            "gpt-4o",
+            r"[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+        ),
     ];
 
     /// Splits with the original pattern: matches and the gaps between them.

@@ -1,18 +1,26 @@
 //! The priority queue of candidate merges shared by BPE and SentencePiece: entries are
 //! (rank, position) and come out lowest rank first, leftmost among equal ranks.
 //!
-//! A plain binary heap over a long word (a megabyte without spaces) spends its time in cache
-//! misses; here entries are grouped by rank, and each rank's positions mostly arrive in
-//! increasing order, so they are a vector read front to back. Positions that arrive out of
-//! order go to a small per-rank heap. Every operation stays O(log n) at worst.
+//! Short words use a plain binary heap. Over a long word (a megabyte without spaces) such a
+//! heap spends its time in cache misses, so long words group entries by rank instead: each
+//! rank's positions mostly arrive in increasing order and are a vector read front to back;
+//! positions that arrive out of order go to a small per-rank heap. Every operation stays
+//! O(log n) at worst.
 
 use hashbrown::HashMap;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
+/// Words with more symbols than this use the bucketed queue.
+const SMALL: usize = 512;
+
 /// Candidate merges, lowest (rank, position) first.
 #[derive(Default)]
 pub struct MergeQueue {
+    /// Whether the current word uses the buckets (else `heap`).
+    bucketed: bool,
+    /// (rank << 32 | position) entries of a short word.
+    heap: BinaryHeap<Reverse<u64>>,
     /// Ranks with a live bucket, lowest first.
     ranks: BinaryHeap<Reverse<u32>>,
     /// Rank -> index of its bucket in `buckets`.
@@ -32,7 +40,10 @@ struct Bucket {
 }
 
 impl MergeQueue {
-    pub fn clear(&mut self) {
+    /// Empties the queue for a word of `symbols` symbols.
+    pub fn reset(&mut self, symbols: usize) {
+        self.bucketed = symbols > SMALL;
+        self.heap.clear();
         self.ranks.clear();
         self.index.clear();
         for b in &mut self.buckets[..self.used] {
@@ -44,6 +55,10 @@ impl MergeQueue {
     }
 
     pub fn push(&mut self, rank: u32, pos: u32) {
+        if !self.bucketed {
+            self.heap.push(Reverse((rank as u64) << 32 | pos as u64));
+            return;
+        }
         let slot = match self.index.get(&rank) {
             Some(&slot) => slot,
             None => {
@@ -70,6 +85,10 @@ impl MergeQueue {
 
     /// The lowest (rank, position) entry.
     pub fn pop(&mut self) -> Option<(u32, u32)> {
+        if !self.bucketed {
+            let Reverse(key) = self.heap.pop()?;
+            return Some(((key >> 32) as u32, key as u32));
+        }
         loop {
             let &Reverse(rank) = self.ranks.peek()?;
             let b = &mut self.buckets[self.index[&rank]];
@@ -110,9 +129,11 @@ mod tests {
         /// interleaving of pushes and pops.
         #[test]
         fn pops_in_rank_then_position_order(
-            ops in proptest::collection::vec((0u32..6, 0u32..50, proptest::bool::weighted(0.3)), 0..200)
+            ops in proptest::collection::vec((0u32..6, 0u32..50, proptest::bool::weighted(0.3)), 0..200),
+            symbols in proptest::sample::select(vec![10usize, 100_000]),
         ) {
             let mut q = MergeQueue::default();
+            q.reset(symbols);
             let mut model = BinaryHeap::new();
             for (rank, pos, pop) in ops {
                 if pop {
@@ -126,7 +147,7 @@ mod tests {
                 prop_assert_eq!(q.pop(), Some(x));
             }
             prop_assert_eq!(q.pop(), None);
-            q.clear();
+            q.reset(symbols);
             q.push(3, 1);
             prop_assert_eq!(q.pop(), Some((3, 1)));
         }

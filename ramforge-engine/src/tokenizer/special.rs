@@ -174,7 +174,10 @@ mod tests {
     fn control_tokens_only_when_parsing() {
         let v = vocab();
         assert_eq!(show(&v, "x<s>y<|im_end|>", false), ["'x<s>y<|im_end|>'"]);
-        assert_eq!(show(&v, "x<s>y<|im_end|>", true), ["'x'", "#1", "'y'", "#2"]);
+        assert_eq!(
+            show(&v, "x<s>y<|im_end|>", true),
+            ["'x'", "#1", "'y'", "#2"]
+        );
     }
 
     #[test]

@@ -72,7 +72,7 @@ impl Spm {
                 next: if end == text.len() { NONE } else { i + 1 },
             });
         }
-        s.queue.clear();
+        s.queue.reset(s.symbols.len());
         for left in 0..s.symbols.len() as u32 - 1 {
             self.push_pair(vocab, text, &s.symbols, &mut s.queue, left);
         }
@@ -156,7 +156,13 @@ impl Spm {
 /// Dense ranks of scores, highest first: equal scores (as llama.cpp compares them, so -0 equals
 /// 0) share a rank; NaN ranks last.
 fn score_ranks(scores: &[f32]) -> Vec<u32> {
-    let key = |s: f32| if s.is_nan() { f32::NEG_INFINITY } else { s + 0.0 };
+    let key = |s: f32| {
+        if s.is_nan() {
+            f32::NEG_INFINITY
+        } else {
+            s + 0.0
+        }
+    };
     let mut order: Vec<u32> = (0..scores.len() as u32).collect();
     order.sort_by(|&a, &b| key(scores[b as usize]).total_cmp(&key(scores[a as usize])));
     let mut ranks = vec![0u32; scores.len()];
