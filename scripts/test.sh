@@ -57,24 +57,14 @@ need_models() { # the model files and the reference python every test needs; wit
   export RAMFORGE_REFERENCE_PY
 }
 
-fuzz_all() { # every cargo-fuzz target for $fuzz_seconds each; stable rustc runs it with RUSTC_BOOTSTRAP=1
-  command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked || return 1
-  local t
-  for t in $(cd fuzz && cargo fuzz list); do
-    echo "-- fuzz $t for ${fuzz_seconds}s"
-    (cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run "$t" -- -max_total_time="$fuzz_seconds" -rss_limit_mb=2048 2>&1 \
-      | grep -vE '^#[0-9]+' ) || return 1   # keep libFuzzer's summary, drop its per-input status lines
-  done
-}
 
 [ $list -eq 1 ] || need_models
-export -f fuzz_all; export fuzz_seconds
 
 # ---- the steps, in order: NAME MINUTES COMMAND ----
 step fmt      2  cargo fmt --all --check -- --color never
 step clippy   15 cargo clippy --workspace --all-targets -- -D warnings
-step test     25 cargo test --workspace --no-fail-fast
-step fuzz     10 fuzz_all
+step test     35 cargo test --workspace --no-fail-fast
+step fuzz     12 bash scripts/fuzz.sh "$fuzz_seconds"
 
 [ $list -eq 1 ] && exit 0
 echo
