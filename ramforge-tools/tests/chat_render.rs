@@ -1,38 +1,8 @@
 //! `ramforge-tools chat-render` against the Hugging Face renderings in ../shared/golden.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn env_dir(var: &str, default: PathBuf) -> PathBuf {
-    std::env::var_os(var).map(PathBuf::from).unwrap_or(default)
-}
-
-fn golden(name: &str) -> String {
-    let p = env_dir("RAMFORGE_GOLDEN", root().join("../shared/golden")).join(name);
-    p.to_str().unwrap().to_string()
-}
-
-/// A model file; a missing one fails the test with what to do.
-fn model(name: &str) -> String {
-    let p = env_dir("RAMFORGE_MODELS", root().join("models")).join(name);
-    assert!(
-        p.is_file(),
-        "model {} not found: run scripts/test.sh or set RAMFORGE_MODELS",
-        p.display()
-    );
-    p.to_str().unwrap().to_string()
-}
-
-fn tool(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ramforge-tools"))
-        .args(args)
-        .output()
-        .expect("spawn ramforge-tools")
-}
+use common::{golden, model, tool};
 
 fn json_lines(text: &str) -> Vec<serde_json::Value> {
     text.lines()

@@ -4,43 +4,9 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-const MODEL_FILES: [&str; 18] = [
-    "SmolLM2-135M-Instruct.Q4_1.gguf",
-    "gemma-3-270m-q4_k_m.gguf",
-    "qwen2ish-Q4_1.gguf",
-    "qwen2ish-Q8_0.gguf",
-    "smollm2-BF16.gguf",
-    "smollm2-F16.gguf",
-    "smollm2-IQ4_NL.gguf",
-    "smollm2-IQ4_XS.gguf",
-    "smollm2-Q2_K-pure.gguf",
-    "smollm2-Q3_K_M.gguf",
-    "smollm2-Q3_K_S-pure.gguf",
-    "smollm2-Q4_0.gguf",
-    "smollm2-Q4_K_M.gguf",
-    "smollm2-Q5_0.gguf",
-    "smollm2-Q5_1.gguf",
-    "smollm2-Q5_K_M.gguf",
-    "smollm2-Q6_K.gguf",
-    "smollm2-Q8_0.gguf",
-];
+mod common;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn model(name: &str) -> PathBuf {
-    let dir = std::env::var_os("RAMFORGE_MODELS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("models"));
-    let p = dir.join(name);
-    assert!(
-        p.is_file(),
-        "model file {} is missing: run scripts/test.sh (it fetches the models) or set RAMFORGE_MODELS",
-        p.display()
-    );
-    p
-}
+use common::{model_path as model, root, MODEL_FILES};
 
 fn reference_python() -> PathBuf {
     let p = std::env::var_os("RAMFORGE_REFERENCE_PY")

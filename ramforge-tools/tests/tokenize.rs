@@ -1,37 +1,8 @@
 //! `ramforge-tools tokenize` on the real models against llama.cpp's recorded ids.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn env_dir(var: &str, default: PathBuf) -> PathBuf {
-    std::env::var_os(var).map(PathBuf::from).unwrap_or(default)
-}
-
-fn golden(name: &str) -> PathBuf {
-    env_dir("RAMFORGE_GOLDEN", root().join("../shared/golden")).join(name)
-}
-
-/// A model file; a missing one fails the test with what to do.
-fn model(name: &str) -> String {
-    let p = env_dir("RAMFORGE_MODELS", root().join("models")).join(name);
-    assert!(
-        p.is_file(),
-        "model {} not found: run scripts/test.sh or set RAMFORGE_MODELS",
-        p.display()
-    );
-    p.to_str().unwrap().to_string()
-}
-
-fn tool(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ramforge-tools"))
-        .args(args)
-        .output()
-        .expect("spawn ramforge-tools")
-}
+use common::{golden, model, tool};
 
 fn stdout_ok(args: &[&str]) -> String {
     let o = tool(args);
@@ -57,13 +28,7 @@ const GEMMA: &str = "gemma-3-270m-q4_k_m.gguf";
 fn file_of_golden_strings_gives_llama_cpp_ids() {
     let strings = golden("inputs/strings_public.txt");
     for m in [SMOL, GEMMA] {
-        let out = stdout_ok(&[
-            "tokenize",
-            &model(m),
-            "--file",
-            strings.to_str().unwrap(),
-            "--json",
-        ]);
+        let out = stdout_ok(&["tokenize", &model(m), "--file", &strings, "--json"]);
         let got = json_lines(&out);
         let stem = m.strip_suffix(".gguf").unwrap();
         let want =

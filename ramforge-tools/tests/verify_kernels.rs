@@ -4,6 +4,10 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+mod common;
+
+use common::MODEL_FILES;
+
 fn models_dir() -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
     let dir = std::env::var_os("RAMFORGE_MODELS")
@@ -25,28 +29,6 @@ fn verify(path: &Path, json: bool) -> std::process::Output {
     }
     cmd.output().expect("run ramforge-tools")
 }
-
-/// The model files listed in ../shared/golden/README.md.
-const MODEL_FILES: &[&str] = &[
-    "SmolLM2-135M-Instruct.Q4_1.gguf",
-    "gemma-3-270m-q4_k_m.gguf",
-    "qwen2ish-Q4_1.gguf",
-    "qwen2ish-Q8_0.gguf",
-    "smollm2-BF16.gguf",
-    "smollm2-F16.gguf",
-    "smollm2-IQ4_NL.gguf",
-    "smollm2-IQ4_XS.gguf",
-    "smollm2-Q2_K-pure.gguf",
-    "smollm2-Q3_K_M.gguf",
-    "smollm2-Q3_K_S-pure.gguf",
-    "smollm2-Q4_0.gguf",
-    "smollm2-Q4_K_M.gguf",
-    "smollm2-Q5_0.gguf",
-    "smollm2-Q5_1.gguf",
-    "smollm2-Q5_K_M.gguf",
-    "smollm2-Q6_K.gguf",
-    "smollm2-Q8_0.gguf",
-];
 
 #[test]
 fn kernels_pass_on_every_model_file() {

@@ -1,0 +1,67 @@
+//! Helpers shared by the ramforge-tools integration tests: where the real model files and
+//! the goldens are, and how to run the binary. A missing model fails the test with what to do.
+#![allow(dead_code)] // each test file uses only some of these
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+/// The model files listed in ../shared/golden/README.md.
+pub const MODEL_FILES: [&str; 18] = [
+    "SmolLM2-135M-Instruct.Q4_1.gguf",
+    "gemma-3-270m-q4_k_m.gguf",
+    "qwen2ish-Q4_1.gguf",
+    "qwen2ish-Q8_0.gguf",
+    "smollm2-BF16.gguf",
+    "smollm2-F16.gguf",
+    "smollm2-IQ4_NL.gguf",
+    "smollm2-IQ4_XS.gguf",
+    "smollm2-Q2_K-pure.gguf",
+    "smollm2-Q3_K_M.gguf",
+    "smollm2-Q3_K_S-pure.gguf",
+    "smollm2-Q4_0.gguf",
+    "smollm2-Q4_K_M.gguf",
+    "smollm2-Q5_0.gguf",
+    "smollm2-Q5_1.gguf",
+    "smollm2-Q5_K_M.gguf",
+    "smollm2-Q6_K.gguf",
+    "smollm2-Q8_0.gguf",
+];
+
+/// The workspace root.
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn env_dir(var: &str, default: PathBuf) -> PathBuf {
+    std::env::var_os(var).map(PathBuf::from).unwrap_or(default)
+}
+
+/// A model file (under `RAMFORGE_MODELS`, default `<root>/models`); a missing one fails the test.
+pub fn model_path(name: &str) -> PathBuf {
+    let p = env_dir("RAMFORGE_MODELS", root().join("models")).join(name);
+    assert!(
+        p.is_file(),
+        "model file {} is missing: run scripts/test.sh (it fetches the models) or set RAMFORGE_MODELS",
+        p.display()
+    );
+    p
+}
+
+/// [`model_path`] as a string, for argument lists.
+pub fn model(name: &str) -> String {
+    model_path(name).to_str().unwrap().to_string()
+}
+
+/// A file under the golden directory (`RAMFORGE_GOLDEN`, default `<root>/../shared/golden`).
+pub fn golden(name: &str) -> String {
+    let p = env_dir("RAMFORGE_GOLDEN", root().join("../shared/golden")).join(name);
+    p.to_str().unwrap().to_string()
+}
+
+/// Runs `ramforge-tools` with `args`.
+pub fn tool(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ramforge-tools"))
+        .args(args)
+        .output()
+        .expect("spawn ramforge-tools")
+}
