@@ -300,6 +300,7 @@ pub fn format_module(spec: &Spec, act: &Spec) -> TokenStream {
                 dequantize: dequantize_row,
                 quantize: quantize_row,
                 dot: crate::kernels::Dot::Quant { act: act::TYPE, vec_dot },
+                tile: None,
             };
 
             #[cfg(test)]

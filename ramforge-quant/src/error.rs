@@ -23,6 +23,8 @@ pub enum QuantError {
         expected: usize,
         got: usize,
     },
+    /// An instruction set was chosen that this CPU does not have.
+    IsaUnavailable { isa: &'static str },
 }
 
 impl fmt::Display for QuantError {
@@ -45,6 +47,9 @@ impl fmt::Display for QuantError {
                 expected,
                 got,
             } => write!(f, "{ty}: {what} has {got} elements, expected {expected}"),
+            QuantError::IsaUnavailable { isa } => {
+                write!(f, "instruction set {isa} is not available on this CPU")
+            }
         }
     }
 }

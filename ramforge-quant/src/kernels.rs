@@ -17,32 +17,67 @@ pub(crate) enum Dot {
     },
 }
 
+/// Tokens a [`Tile`] kernel dots with one weight row at once.
+pub(crate) const TILE: usize = 4;
+
+/// The prefill GEMM's inner kernel: one weight row dotted with [`TILE`] tokens' activation
+/// rows at once, so each weight block is loaded and unpacked once for all of them.
+/// Results must equal `TILE` calls of the type's `Dot` up to f32 summation order.
+#[derive(Clone, Copy)]
+pub(crate) enum Tile {
+    Float(fn(&[u8], [&[f32]; TILE]) -> [f32; TILE]),
+    Quant(fn(&[u8], [&[u8]; TILE]) -> [f32; TILE]),
+}
+
 /// One type's kernels. The functions expect lengths already checked against the type
 /// (whole blocks, `src.len() == ty.row_size(dst.len())`).
 pub(crate) struct Kernels {
     pub dequantize: fn(&[u8], &mut [f32]),
     pub quantize: fn(&[f32], &mut [u8]),
     pub dot: Dot,
+    /// The multi-token kernel, where a fast path has one (the matmul driver falls back to
+    /// `dot` per token otherwise).
+    pub tile: Option<Tile>,
 }
 
 static F32: Kernels = Kernels {
     dequantize: float::dequantize_f32,
     quantize: float::quantize_f32,
     dot: Dot::Float(float::dot_f32),
+    tile: None,
 };
 static F16: Kernels = Kernels {
     dequantize: float::dequantize_f16,
     quantize: float::quantize_f16,
     dot: Dot::Float(float::dot_f16),
+    tile: None,
 };
 static BF16: Kernels = Kernels {
     dequantize: float::dequantize_bf16,
     quantize: float::quantize_bf16,
     dot: Dot::Float(float::dot_bf16),
+    tile: None,
 };
 
-/// The kernels for `ty`, or `Unsupported`.
+/// The kernels for `ty` on the active instruction set ([`crate::isa`]), or `Unsupported`.
+/// A type without a fast path on that instruction set gets its scalar reference kernels.
 pub(crate) fn kernels(ty: GgmlType) -> Result<&'static Kernels, QuantError> {
+    kernels_for(crate::isa::active(), ty)
+}
+
+/// The kernels for `ty` on `isa` (which the caller has checked the CPU supports).
+pub(crate) fn kernels_for(
+    isa: crate::isa::Isa,
+    ty: GgmlType,
+) -> Result<&'static Kernels, QuantError> {
+    if let Some(k) = crate::simd::kernels(isa, ty) {
+        return Ok(k);
+    }
+    scalar_kernels(ty)
+}
+
+/// The scalar reference kernels for `ty` (generated from the specs, or the plain float ones).
+pub(crate) fn scalar_kernels(ty: GgmlType) -> Result<&'static Kernels, QuantError> {
     match ty {
         GgmlType::F32 => Ok(&F32),
         GgmlType::F16 => Ok(&F16),
@@ -154,6 +189,22 @@ fn dot_token(dot: Dot, acts: &Activations<'_>, cols: usize, row: &[u8], t: usize
     }
 }
 
+/// The dots of weight row `row` with tokens `t .. t + TILE`.
+#[inline]
+fn dot_tile(tile: Tile, acts: &Activations<'_>, cols: usize, row: &[u8], t: usize) -> [f32; TILE] {
+    match (tile, acts) {
+        (Tile::Float(f), Activations::Float(x)) => f(
+            row,
+            std::array::from_fn(|k| &x[(t + k) * cols..(t + k + 1) * cols]),
+        ),
+        (Tile::Quant(f), Activations::Quant(buf, act_row)) => f(
+            row,
+            std::array::from_fn(|k| &buf[(t + k) * act_row..(t + k + 1) * act_row]),
+        ),
+        _ => unreachable!("a type's tile kernel matches its dot kernel"),
+    }
+}
+
 /// `y[o] = sum_i W[o][i] x[i]`; see [`crate::matvec`].
 pub(crate) fn matvec(
     ty: GgmlType,
@@ -219,13 +270,24 @@ pub(crate) fn matmul(
     if n == 1 {
         return matvec(ty, weights, rows, cols, x, y);
     }
+    let tile = kernels(ty)?.tile;
     let acts = quantize_activations(dot, x, n, cols)?;
     // Results by weight row (yt[o*n + t]) so that each chunk of weight rows owns a
     // contiguous slice; the chunk's weights stay in cache while every token visits them.
     let mut yt = vec![0f32; y_len];
     let chunk = rows_per_chunk(row);
     let run = |ys: &mut [f32], ws: &[u8]| {
-        for t in 0..n {
+        let mut t = 0;
+        if let Some(tile) = tile {
+            while t + TILE <= n {
+                for (o, w) in ws.chunks_exact(row).enumerate() {
+                    let out = dot_tile(tile, &acts, cols, w, t);
+                    ys[o * n + t..o * n + t + TILE].copy_from_slice(&out);
+                }
+                t += TILE;
+            }
+        }
+        for t in t..n {
             for (o, w) in ws.chunks_exact(row).enumerate() {
                 ys[o * n + t] = dot_token(dot, &acts, cols, w, t);
             }

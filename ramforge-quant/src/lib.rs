@@ -24,7 +24,9 @@
 mod error;
 mod float;
 pub mod formats;
+pub mod isa;
 mod kernels;
+mod simd;
 mod spec_support;
 mod types;
 

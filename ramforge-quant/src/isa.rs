@@ -1,0 +1,107 @@
+//! Which instruction set the kernels run on: detected once at run time, overridable for
+//! testing and benchmarking (`RAMFORGE_ISA=scalar`, or [`set`]).
+//!
+//! The scalar kernels generated from the specs are the reference: every fast path is tested
+//! against them, and they are what runs on a CPU without a supported extension.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// An instruction set with its own kernels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Isa {
+    /// The generated scalar reference kernels; runs everywhere.
+    Scalar,
+    /// x86-64 with AVX2, FMA and F16C (Haswell and later, Zen and later).
+    Avx2,
+}
+
+impl Isa {
+    /// Lower-case name, as `RAMFORGE_ISA` and the tools spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Scalar => "scalar",
+            Isa::Avx2 => "avx2",
+        }
+    }
+
+    /// Parses a name written by [`Isa::name`].
+    pub fn from_name(name: &str) -> Option<Isa> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "scalar" => Some(Isa::Scalar),
+            "avx2" => Some(Isa::Avx2),
+            _ => None,
+        }
+    }
+
+    /// Whether this CPU can run the instruction set's kernels.
+    pub fn is_available(self) -> bool {
+        match self {
+            Isa::Scalar => true,
+            Isa::Avx2 => avx2_available(),
+        }
+    }
+}
+
+impl std::fmt::Display for Isa {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn avx2_available() -> bool {
+    std::arch::is_x86_feature_detected!("avx2")
+        && std::arch::is_x86_feature_detected!("fma")
+        && std::arch::is_x86_feature_detected!("f16c")
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn avx2_available() -> bool {
+    false
+}
+
+/// The best instruction set this CPU supports.
+pub fn detected() -> Isa {
+    if Isa::Avx2.is_available() {
+        Isa::Avx2
+    } else {
+        Isa::Scalar
+    }
+}
+
+const UNSET: u8 = 0;
+static ACTIVE: AtomicU8 = AtomicU8::new(UNSET);
+
+fn code(isa: Isa) -> u8 {
+    match isa {
+        Isa::Scalar => 1,
+        Isa::Avx2 => 2,
+    }
+}
+
+/// The instruction set the kernels use now: [`set`]'s choice, else `RAMFORGE_ISA` when it
+/// names an available one, else [`detected`].
+pub fn active() -> Isa {
+    match ACTIVE.load(Ordering::Relaxed) {
+        1 => Isa::Scalar,
+        2 => Isa::Avx2,
+        _ => {
+            let isa = std::env::var("RAMFORGE_ISA")
+                .ok()
+                .and_then(|v| Isa::from_name(&v))
+                .filter(|i| i.is_available())
+                .unwrap_or_else(detected);
+            ACTIVE.store(code(isa), Ordering::Relaxed);
+            isa
+        }
+    }
+}
+
+/// Chooses the instruction set for every later call; an error if this CPU lacks it.
+pub fn set(isa: Isa) -> Result<(), crate::QuantError> {
+    if !isa.is_available() {
+        return Err(crate::QuantError::IsaUnavailable { isa: isa.name() });
+    }
+    ACTIVE.store(code(isa), Ordering::Relaxed);
+    Ok(())
+}

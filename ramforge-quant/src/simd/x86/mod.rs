@@ -1,0 +1,14 @@
+//! x86-64 kernels for AVX2 + FMA + F16C. Every function here is only reachable through the
+//! kernel table when `Isa::Avx2.is_available()`; the `#[target_feature]` bodies are entered
+//! through safe wrappers that rely on that.
+
+mod kquant;
+mod legacy;
+
+use crate::kernels::Kernels;
+use crate::GgmlType;
+
+/// The AVX2 kernels for `ty`, if written.
+pub(crate) fn kernels(ty: GgmlType) -> Option<&'static Kernels> {
+    legacy::kernels(ty).or_else(|| kquant::kernels(ty))
+}
