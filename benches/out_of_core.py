@@ -240,8 +240,9 @@ def main():
     p.add_argument("--margin", default=24 << 20, type=int,
                    help="RAMforge --ram = limit - margin bytes (default 24 MiB)")
     p.add_argument("-t", "--threads", type=int, default=2)
-    # One prompt token: RAMforge's bytes_read_per_token divides by prompt + decoded tokens, and a
-    # one-token prefill reads exactly what a decode step does, so the quotient is the decode figure.
+    # One prompt token (the prefill is not what is measured here). RAMforge's `bench` reports
+    # bytes read per decoded token from the decode phase alone; llama.cpp's child measures its
+    # decode loop alike.
     p.add_argument("-p", "--prompt-tokens", type=int, default=1)
     p.add_argument("-n", "--gen-tokens", type=int, default=16)
     p.add_argument("--ramforge", required=True, help="ramforge-tools binary")

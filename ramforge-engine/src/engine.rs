@@ -15,6 +15,7 @@ use crate::tokenizer::Tokenizer;
 use crate::weights::{ResidencyStats, Weights};
 use ramforge_gguf::GgufFile;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -125,7 +126,13 @@ pub struct Engine {
     /// Every token in the context, in order.
     history: Vec<u32>,
     load_secs: f64,
+    /// Called as a long prompt is processed: `(tokens_done, tokens_total)`.
+    prompt_progress: Option<PromptProgress>,
 }
+
+/// A callback for prompt processing: `(tokens_done, tokens_total)`, called per layer of each
+/// batch (so a long prompt on a large model reports often enough for a progress bar).
+pub type PromptProgress = Box<dyn FnMut(usize, usize) + Send>;
 
 impl Engine {
     /// Opens `path` and lays it out under `options`.
@@ -139,6 +146,16 @@ impl Engine {
 
     /// Plans the memory, charges it and reads the resident weights.
     pub fn new(model: Model, options: &EngineOptions) -> Result<Engine, EngineError> {
+        Engine::new_with_progress(model, options, &|_, _| {})
+    }
+
+    /// [`Engine::new`], calling `progress(bytes_read, bytes_to_read)` as the resident
+    /// weights are read (for a progress bar; loading a large model takes a while).
+    pub fn new_with_progress(
+        model: Model,
+        options: &EngineOptions,
+        progress: &dyn Fn(u64, u64),
+    ) -> Result<Engine, EngineError> {
         let started = Instant::now();
         tie_allocator_to_budget();
         let plan = model.plan(options)?;
@@ -161,7 +178,7 @@ impl Engine {
             })?;
         let cfg = &model.config;
         let ctx = plan.request.ctx;
-        let weights = Weights::load(&model.file, &model.tensors, &plan, &budget)?;
+        let weights = Weights::load(&model.file, &model.tensors, &plan, &budget, progress)?;
         let scratch = Scratch::new(&budget, cfg, plan.request.batch, ctx)?;
         let logits = ChargedVec::zeroed(&budget, "logits", model.tensors.n_vocab)?;
         let kv = KvCache::new(
@@ -183,7 +200,13 @@ impl Engine {
             logits,
             history: Vec::new(),
             load_secs: started.elapsed().as_secs_f64(),
+            prompt_progress: None,
         })
+    }
+
+    /// Sets (or clears) the callback told how far a multi-token [`Engine::eval`] has got.
+    pub fn set_prompt_progress(&mut self, progress: Option<PromptProgress>) {
+        self.prompt_progress = progress;
     }
 
     pub fn model(&self) -> &Model {
@@ -249,6 +272,17 @@ impl Engine {
     /// Appends `tokens` to the context and returns the logits that follow the last of them.
     /// On error the context is reset, so the engine stays usable.
     pub fn eval(&mut self, tokens: &[u32]) -> Result<&[f32], EngineError> {
+        self.eval_unless_cancelled(tokens, None)?;
+        Ok(&self.logits)
+    }
+
+    /// [`Engine::eval`] that checks `cancel` between batches: returns `Ok(false)`, with the
+    /// context reset, when it was raised before the last batch finished.
+    pub(crate) fn eval_unless_cancelled(
+        &mut self,
+        tokens: &[u32],
+        cancel: Option<&AtomicBool>,
+    ) -> Result<bool, EngineError> {
         if tokens.is_empty() {
             return Err(EngineError::Invalid("no tokens to evaluate".into()));
         }
@@ -261,12 +295,19 @@ impl Engine {
             });
         }
         let pool = Arc::clone(&self.pool);
-        match pool.install(|| self.eval_batches(tokens)) {
-            Ok(()) => {
+        let started = Instant::now();
+        let result = pool.install(|| self.eval_batches(tokens, cancel));
+        self.weights.matrices.stats.eval_secs += started.elapsed().as_secs_f64();
+        match result {
+            Ok(false) => {
+                self.reset();
+                Ok(false)
+            }
+            Ok(true) => {
                 self.history.extend_from_slice(tokens);
                 self.kv.set_len(self.history.len());
                 self.weights.matrices.stats.tokens += tokens.len() as u64;
-                Ok(&self.logits)
+                Ok(true)
             }
             Err(e) => {
                 self.reset();
@@ -275,7 +316,13 @@ impl Engine {
         }
     }
 
-    fn eval_batches(&mut self, tokens: &[u32]) -> Result<(), EngineError> {
+    /// Runs `tokens` through the model a batch at a time; `Ok(false)` when `cancel` was
+    /// raised between batches.
+    fn eval_batches(
+        &mut self,
+        tokens: &[u32],
+        cancel: Option<&AtomicBool>,
+    ) -> Result<bool, EngineError> {
         let cfg = &self.model.config;
         let (file, tensors) = (&self.model.file, &self.model.tensors);
         let e = cfg.n_embd;
@@ -284,6 +331,9 @@ impl Engine {
         let s = &mut self.scratch;
         let mut done = 0;
         while done < tokens.len() {
+            if cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
+                return Ok(false);
+            }
             let n = s.batch.min(tokens.len() - done);
             let pos = first + done;
             for (i, &t) in tokens[done..done + n].iter().enumerate() {
@@ -302,6 +352,9 @@ impl Engine {
                 let view = self.weights.matrices.layer(file, tensors, l)?;
                 let vecs = &self.weights.vectors.layers[l];
                 block(cfg, l, &view, vecs, s, &mut self.kv, pos..pos + n)?;
+                if let Some(report) = self.prompt_progress.as_mut().filter(|_| tokens.len() > 1) {
+                    report(done + n * (l + 1) / cfg.n_layer, tokens.len());
+                }
             }
             done += n;
             if done == tokens.len() {
@@ -317,6 +370,6 @@ impl Engine {
         self.weights
             .matrices
             .logits(file, tensors, &self.scratch.xn[..e], &mut self.logits)?;
-        Ok(())
+        Ok(true)
     }
 }

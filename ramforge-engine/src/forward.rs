@@ -30,6 +30,17 @@ pub struct Scratch {
     pub rope: ChargedVec<f32>,
     /// One score row per head, `n_head x ctx`.
     pub scores: ChargedVec<f32>,
+    /// The matrix products' quantized activations ([`activation_scratch_elements`] f32
+    /// elements' worth of bytes).
+    pub act: ChargedVec<u8>,
+}
+
+/// Scratch (in f32 elements) for the quantized activations of one fused matrix product: a
+/// batch of the widest input, quantized for up to two activation types at once, at Q8_K's
+/// 292 bytes per 256 elements (the most of any activation type).
+pub fn activation_scratch_elements(cfg: &ModelConfig, batch: usize) -> u64 {
+    let widest = cfg.n_embd.max(cfg.q_dim()).max(cfg.n_ff) as u64;
+    (2 * batch as u64 * widest * 292).div_ceil(256 * 4)
 }
 
 impl Scratch {
@@ -55,6 +66,11 @@ impl Scratch {
             up: buf(b * cfg.n_ff)?,
             rope: buf(b * cfg.rope_dim)?,
             scores: buf(cfg.n_head * ctx)?,
+            act: ChargedVec::zeroed(
+                budget,
+                "scratch",
+                4 * activation_scratch_elements(cfg, batch) as usize,
+            )?,
         };
         debug_assert_eq!(s.elements() as u64, scratch_elements(cfg, batch, ctx));
         Ok(s)
@@ -76,18 +92,38 @@ impl Scratch {
         ]
         .iter()
         .map(|b| b.len())
-        .sum()
+        .sum::<usize>()
+            + self.act.len() / 4
     }
 }
 
-/// `y = m . x` for `n` rows of `x`; a single row takes the matrix-vector path.
-pub fn matmul(m: &MatrixView<'_>, x: &[f32], n: usize, y: &mut [f32]) -> Result<(), EngineError> {
-    let x = &x[..n * m.cols];
-    let y = &mut y[..n * m.rows];
-    if n == 1 {
-        ramforge_quant::matvec(m.ty, m.bytes, m.rows, m.cols, x, y)?;
+/// `ys[j] = ms[j] . x` for `n` rows of `x`, every product in one parallel region (one
+/// fork-join instead of one per matrix), with `x` quantized once into `act`. The matrices
+/// share their input, so they have the same `cols`.
+pub fn matmul<const N: usize>(
+    ms: [(&MatrixView<'_>, &mut [f32]); N],
+    x: &[f32],
+    n: usize,
+    act: &mut [u8],
+) -> Result<(), EngineError> {
+    let cols = ms[0].0.cols;
+    debug_assert!(ms.iter().all(|(m, _)| m.cols == cols));
+    let x = &x[..n * cols];
+    let mut products = ms.map(|(m, y)| ramforge_quant::Product {
+        ty: m.ty,
+        weights: m.bytes,
+        rows: m.rows,
+        y: &mut y[..n * m.rows],
+    });
+    let types = products.each_ref().map(|p| p.ty);
+    if ramforge_quant::activation_scratch_bytes(&types, cols, n)? <= act.len() {
+        ramforge_quant::matmul_many(&mut products, cols, x, n, act)?;
     } else {
-        ramforge_quant::matmul(m.ty, m.bytes, m.rows, m.cols, x, n, y)?;
+        // More activation types than the scratch holds at once (a file mixing three):
+        // one product at a time, each within the scratch.
+        for p in products.chunks_mut(1) {
+            ramforge_quant::matmul_many(p, cols, x, n, act)?;
+        }
     }
     Ok(())
 }
@@ -202,9 +238,12 @@ pub fn block(
         cfg.rms_eps,
         &mut s.xn[..n * e],
     );
-    matmul(&w.q, &s.xn, n, &mut s.q)?;
-    matmul(&w.k, &s.xn, n, &mut s.k)?;
-    matmul(&w.v, &s.xn, n, &mut s.v)?;
+    matmul(
+        [(&w.q, &mut s.q), (&w.k, &mut s.k), (&w.v, &mut s.v)],
+        &s.xn,
+        n,
+        &mut s.act,
+    )?;
     if let Some([bq, bk, bv]) = &vecs.qkv_bias {
         add_bias(&mut s.q[..n * qd], bq);
         add_bias(&mut s.k[..n * kvd], bk);
@@ -221,7 +260,7 @@ pub fn block(
         );
     }
     attention(cfg, layer_index, s, kv, first, n);
-    matmul(&w.o, &s.att, n, &mut s.xn)?;
+    matmul([(&w.o, &mut s.xn)], &s.att, n, &mut s.act)?;
     add_into(&mut s.x[..n * e], &s.xn[..n * e]);
 
     // Feed-forward.
@@ -231,13 +270,21 @@ pub fn block(
         cfg.rms_eps,
         &mut s.xn[..n * e],
     );
-    matmul(&w.gate, &s.xn, n, &mut s.gate)?;
-    matmul(&w.up, &s.xn, n, &mut s.up)?;
+    matmul(
+        [(&w.gate, &mut s.gate), (&w.up, &mut s.up)],
+        &s.xn,
+        n,
+        &mut s.act,
+    )?;
     swiglu(&mut s.gate[..n * ff], &s.up[..n * ff]);
-    matmul(&w.down, &s.gate, n, &mut s.xn)?;
+    matmul([(&w.down, &mut s.xn)], &s.gate, n, &mut s.act)?;
     add_into(&mut s.x[..n * e], &s.xn[..n * e]);
     Ok(())
 }
+
+/// Below this many key/value elements (heads x queries x positions x head size) attention
+/// runs on the calling thread.
+const ATTENTION_PARALLEL_MIN: usize = 64 * 1024;
 
 /// Causal grouped-query attention of the `n` query rows in `s.q` over the cache, heads in
 /// parallel; the result lands token-major in `s.att`.
@@ -255,24 +302,35 @@ fn attention(
     let scale = 1.0 / (hd as f32).sqrt();
     let q = &s.q;
     let ctx = s.ctx;
-    s.att_heads[..n * qd]
-        .par_chunks_mut(n * hd)
-        .zip(s.scores.par_chunks_mut(ctx))
-        .enumerate()
-        .for_each(|(h, (out, scores))| {
-            for i in 0..n {
-                let qrow = &q[i * qd + h * hd..i * qd + (h + 1) * hd];
-                let o = &mut out[i * hd..(i + 1) * hd];
-                kv.attend(
-                    layer,
-                    h / group,
-                    qrow,
-                    scale,
-                    &mut scores[..first + i + 1],
-                    o,
-                );
-            }
-        });
+    let head = |h: usize, out: &mut [f32], scores: &mut [f32]| {
+        for i in 0..n {
+            let qrow = &q[i * qd + h * hd..i * qd + (h + 1) * hd];
+            let o = &mut out[i * hd..(i + 1) * hd];
+            kv.attend(
+                layer,
+                h / group,
+                qrow,
+                scale,
+                &mut scores[..first + i + 1],
+                o,
+            );
+        }
+    };
+    // Key/value elements read, summed over the heads: a short context's attention is cheaper
+    // than waking the pool for it.
+    let work = cfg.n_head * n * (first + n) * hd;
+    if work < ATTENTION_PARALLEL_MIN {
+        let heads = s.att_heads[..n * qd].chunks_mut(n * hd);
+        for (h, (out, scores)) in heads.zip(s.scores.chunks_mut(ctx)).enumerate() {
+            head(h, out, scores);
+        }
+    } else {
+        s.att_heads[..n * qd]
+            .par_chunks_mut(n * hd)
+            .zip(s.scores.par_chunks_mut(ctx))
+            .enumerate()
+            .for_each(|(h, (out, scores))| head(h, out, scores));
+    }
     for h in 0..cfg.n_head {
         for i in 0..n {
             let src = &s.att_heads[h * n * hd + i * hd..][..hd];

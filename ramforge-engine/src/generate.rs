@@ -40,6 +40,9 @@ pub struct GenerationStats {
     pub decode_secs: f64,
     /// Storage traffic of this call.
     pub residency: ResidencyStats,
+    /// Storage traffic of the decode phase alone (its `tokens` are the decode evals, so
+    /// `bytes_read_per_token()` is the per-decoded-token figure).
+    pub decode_residency: ResidencyStats,
     /// Most budget bytes held at once since the engine was made.
     pub peak_managed_bytes: u64,
 }
@@ -91,10 +94,25 @@ impl Engine {
         }
         let before = *self.residency();
         let started = Instant::now();
-        self.eval(prompt)?;
+        let prompt_done = self.eval_unless_cancelled(prompt, Some(cancel))?;
         let prompt_secs = started.elapsed().as_secs_f64();
+        if !prompt_done {
+            return Ok(GenerationStats {
+                prompt_tokens: prompt.len(),
+                generated_tokens: 0,
+                tokens: Vec::new(),
+                text: String::new(),
+                stop_reason: StopReason::Cancelled,
+                prompt_secs,
+                decode_secs: 0.0,
+                residency: self.residency().since(&before),
+                decode_residency: ResidencyStats::default(),
+                peak_managed_bytes: self.budget().peak(),
+            });
+        }
 
         let decode_started = Instant::now();
+        let decode_before = *self.residency();
         let mut sampler = Sampler::new(params);
         let mut stops = StopMatcher::new(&params.stop);
         let mut tokens = Vec::new();
@@ -146,6 +164,7 @@ impl Engine {
             prompt_secs,
             decode_secs: decode_started.elapsed().as_secs_f64(),
             residency: self.residency().since(&before),
+            decode_residency: self.residency().since(&decode_before),
             peak_managed_bytes: self.budget().peak(),
         })
     }

@@ -53,26 +53,150 @@ pub fn kv_cache_bytes(n_layer: usize, kv_dim: usize, ctx: usize, ty: KvType) -> 
     2 * n_layer as u64 * kv_dim as u64 * ctx as u64 * ty.bytes_per_element()
 }
 
-/// A cache element type: stored form of one f32.
+/// A cache element type: stored form of one f32. The row kernels read the stored form
+/// directly (f16 is widened in registers), so attention never copies a row.
 trait Element: Copy + Default + Send + Sync {
-    /// Widens a row to f32 (vectorised for f16).
-    fn load_row(src: &[Self], dst: &mut [f32]);
+    /// `sum_i row[i] q[i]`, in f32.
+    fn dot(row: &[Self], q: &[f32], simd: bool) -> f32;
+    /// `out[i] += w * row[i]`.
+    fn axpy(w: f32, row: &[Self], out: &mut [f32], simd: bool);
 }
 
 impl Element for f32 {
-    fn load_row(src: &[f32], dst: &mut [f32]) {
-        dst.copy_from_slice(src);
+    #[inline]
+    fn dot(row: &[f32], q: &[f32], simd: bool) -> f32 {
+        #[cfg(target_arch = "x86_64")]
+        if simd {
+            // SAFETY: `simd` is only true when the CPU has AVX2, FMA and F16C.
+            return unsafe { avx2::dot_f32(row, q) };
+        }
+        let _ = simd;
+        row.iter().zip(q).map(|(k, qi)| k * qi).sum()
+    }
+
+    #[inline]
+    fn axpy(w: f32, row: &[f32], out: &mut [f32], simd: bool) {
+        #[cfg(target_arch = "x86_64")]
+        if simd {
+            // SAFETY: as above.
+            return unsafe { avx2::axpy_f32(w, row, out) };
+        }
+        let _ = simd;
+        for (o, v) in out.iter_mut().zip(row) {
+            *o += w * v;
+        }
     }
 }
 
 impl Element for f16 {
-    fn load_row(src: &[f16], dst: &mut [f32]) {
-        src.convert_to_f32_slice(dst);
+    #[inline]
+    fn dot(row: &[f16], q: &[f32], simd: bool) -> f32 {
+        #[cfg(target_arch = "x86_64")]
+        if simd {
+            // SAFETY: as above.
+            return unsafe { avx2::dot_f16(row, q) };
+        }
+        let _ = simd;
+        row.iter().zip(q).map(|(k, qi)| k.to_f32() * qi).sum()
+    }
+
+    #[inline]
+    fn axpy(w: f32, row: &[f16], out: &mut [f32], simd: bool) {
+        #[cfg(target_arch = "x86_64")]
+        if simd {
+            // SAFETY: as above.
+            return unsafe { avx2::axpy_f16(w, row, out) };
+        }
+        let _ = simd;
+        for (o, v) in out.iter_mut().zip(row) {
+            *o += w * v.to_f32();
+        }
     }
 }
 
-/// Widest head handled with a stack buffer; wider heads use a heap row.
-const STACK_HEAD: usize = 256;
+/// Whether the row kernels may use AVX2 + FMA + F16C (the instruction set the quant kernels
+/// run on, so `RAMFORGE_ISA=scalar` turns this off too).
+fn simd_rows() -> bool {
+    ramforge_quant::isa::active() == ramforge_quant::isa::Isa::Avx2
+}
+
+/// The attention row kernels for AVX2 + FMA + F16C: 8 lanes, two accumulators, f16 widened
+/// with `vcvtph2ps` as it is loaded. Tails (head sizes not a multiple of 8) run scalar.
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use half::f16;
+    use std::arch::x86_64::*;
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn hsum(v: __m256) -> f32 {
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+        _mm_cvtss_f32(s)
+    }
+
+    /// 8 f16 at `p`, widened.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn load_f16(p: *const f16) -> __m256 {
+        _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))
+    }
+
+    macro_rules! row_kernels {
+        ($dot:ident, $axpy:ident, $t:ty, $load:ident, $scalar:path) => {
+            /// `sum_i row[i] q[i]`. Caller: the CPU has AVX2, FMA and F16C.
+            #[target_feature(enable = "avx2,fma,f16c")]
+            pub(super) unsafe fn $dot(row: &[$t], q: &[f32]) -> f32 {
+                let n = row.len().min(q.len());
+                let (r, qp) = (row.as_ptr(), q.as_ptr());
+                let (mut a0, mut a1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+                let mut i = 0;
+                while i + 16 <= n {
+                    a0 = _mm256_fmadd_ps($load(r.add(i)), _mm256_loadu_ps(qp.add(i)), a0);
+                    a1 = _mm256_fmadd_ps($load(r.add(i + 8)), _mm256_loadu_ps(qp.add(i + 8)), a1);
+                    i += 16;
+                }
+                if i + 8 <= n {
+                    a0 = _mm256_fmadd_ps($load(r.add(i)), _mm256_loadu_ps(qp.add(i)), a0);
+                    i += 8;
+                }
+                let mut s = hsum(_mm256_add_ps(a0, a1));
+                for j in i..n {
+                    s += $scalar(row[j]) * q[j];
+                }
+                s
+            }
+
+            /// `out[i] += w * row[i]`. Caller: the CPU has AVX2, FMA and F16C.
+            #[target_feature(enable = "avx2,fma,f16c")]
+            pub(super) unsafe fn $axpy(w: f32, row: &[$t], out: &mut [f32]) {
+                let n = row.len().min(out.len());
+                let (r, op) = (row.as_ptr(), out.as_mut_ptr());
+                let wv = _mm256_set1_ps(w);
+                let mut i = 0;
+                while i + 8 <= n {
+                    let o = _mm256_loadu_ps(op.add(i));
+                    _mm256_storeu_ps(op.add(i), _mm256_fmadd_ps(wv, $load(r.add(i)), o));
+                    i += 8;
+                }
+                for j in i..n {
+                    out[j] += w * $scalar(row[j]);
+                }
+            }
+        };
+    }
+
+    /// 8 f32 at `p`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn load_f32(p: *const f32) -> __m256 {
+        _mm256_loadu_ps(p)
+    }
+
+    row_kernels!(dot_f32, axpy_f32, f32, load_f32, f32::from);
+    row_kernels!(dot_f16, axpy_f16, f16, load_f16, f16::to_f32);
+}
 
 enum ChunkData {
     F16(Vec<f16>),
@@ -215,6 +339,7 @@ impl KvCache {
         let n_pos = scores.len();
         let hd = q.len();
         let col = kv_head * hd;
+        let simd = simd_rows();
         // Scores, chunk by chunk.
         let mut max = f32::NEG_INFINITY;
         for (ci, chunk) in self.chunks.iter().enumerate() {
@@ -226,8 +351,8 @@ impl KvCache {
             let base = self.offset(chunk.tokens, layer, 0, 0) + col;
             let s = &mut scores[first..first + count];
             match &chunk.data {
-                ChunkData::F16(data) => dots(data, base, self.kv_dim, q, scale, s),
-                ChunkData::F32(data) => dots(data, base, self.kv_dim, q, scale, s),
+                ChunkData::F16(data) => dots(data, base, self.kv_dim, q, scale, s, simd),
+                ChunkData::F32(data) => dots(data, base, self.kv_dim, q, scale, s, simd),
             }
             max = s.iter().fold(max, |m, &x| m.max(x));
         }
@@ -247,8 +372,8 @@ impl KvCache {
             let base = self.offset(chunk.tokens, layer, 1, 0) + col;
             let w = &scores[first..first + count];
             match &chunk.data {
-                ChunkData::F16(data) => weighted_sum(data, base, self.kv_dim, w, out),
-                ChunkData::F32(data) => weighted_sum(data, base, self.kv_dim, w, out),
+                ChunkData::F16(data) => weighted_sum(data, base, self.kv_dim, w, out, simd),
+                ChunkData::F32(data) => weighted_sum(data, base, self.kv_dim, w, out, simd),
             }
         }
         for o in out.iter_mut() {
@@ -269,39 +394,28 @@ fn dots<T: Element>(
     q: &[f32],
     scale: f32,
     scores: &mut [f32],
+    simd: bool,
 ) {
     let hd = q.len();
-    let mut stack = [0.0f32; STACK_HEAD];
-    let mut heap = Vec::new();
-    let row_f32: &mut [f32] = if hd <= STACK_HEAD {
-        &mut stack[..hd]
-    } else {
-        heap.resize(hd, 0.0);
-        &mut heap
-    };
     for (p, s) in scores.iter_mut().enumerate() {
-        T::load_row(&data[base + p * stride..base + p * stride + hd], row_f32);
-        let acc: f32 = row_f32.iter().zip(q).map(|(k, qi)| k * qi).sum();
-        *s = acc * scale;
+        let row = &data[base + p * stride..base + p * stride + hd];
+        *s = T::dot(row, q, simd) * scale;
     }
 }
 
 /// `out += sum_p w[p] V[p]` for the rows starting at `base`, `stride` apart.
-fn weighted_sum<T: Element>(data: &[T], base: usize, stride: usize, w: &[f32], out: &mut [f32]) {
+fn weighted_sum<T: Element>(
+    data: &[T],
+    base: usize,
+    stride: usize,
+    w: &[f32],
+    out: &mut [f32],
+    simd: bool,
+) {
     let hd = out.len();
-    let mut stack = [0.0f32; STACK_HEAD];
-    let mut heap = Vec::new();
-    let row_f32: &mut [f32] = if hd <= STACK_HEAD {
-        &mut stack[..hd]
-    } else {
-        heap.resize(hd, 0.0);
-        &mut heap
-    };
     for (p, &wp) in w.iter().enumerate() {
-        T::load_row(&data[base + p * stride..base + p * stride + hd], row_f32);
-        for (o, v) in out.iter_mut().zip(row_f32.iter()) {
-            *o += wp * v;
-        }
+        let row = &data[base + p * stride..base + p * stride + hd];
+        T::axpy(wp, row, out, simd);
     }
 }
 
@@ -394,5 +508,40 @@ mod tests {
         let e = kv.reserve(1).unwrap_err().to_string();
         assert!(e.contains("KV cache"), "{e}");
         assert_eq!(small.held(), 0);
+    }
+
+    #[test]
+    fn simd_rows_match_the_scalar_rows() {
+        if !ramforge_quant::isa::Isa::Avx2.is_available() {
+            return; // Nothing to compare on this CPU: only the scalar rows exist.
+        }
+        let val =
+            |i: usize, salt: usize| ((i * 2654435761 + salt * 97) % 1000) as f32 / 500.0 - 1.0;
+        for hd in [1, 7, 8, 13, 16, 64, 72, 128, 200] {
+            let q: Vec<f32> = (0..hd).map(|i| val(i, 1)).collect();
+            let k32: Vec<f32> = (0..hd).map(|i| val(i, 2)).collect();
+            let k16: Vec<f16> = k32.iter().map(|&v| f16::from_f32(v)).collect();
+            let mag: f32 = k32.iter().zip(&q).map(|(a, b)| (a * b).abs()).sum();
+            for (a, b) in [
+                (f32::dot(&k32, &q, true), f32::dot(&k32, &q, false)),
+                (f16::dot(&k16, &q, true), f16::dot(&k16, &q, false)),
+            ] {
+                assert!((a - b).abs() <= 1e-5 * mag, "hd {hd}: {a} vs {b}");
+            }
+            for simd_first in [true, false] {
+                let mut o1: Vec<f32> = (0..hd).map(|i| val(i, 3)).collect();
+                let mut o2 = o1.clone();
+                f16::axpy(0.37, &k16, &mut o1, simd_first);
+                f16::axpy(0.37, &k16, &mut o2, !simd_first);
+                f32::axpy(-1.5, &k32, &mut o1, simd_first);
+                f32::axpy(-1.5, &k32, &mut o2, !simd_first);
+                for (a, b) in o1.iter().zip(&o2) {
+                    assert!(
+                        (a - b).abs() <= 1e-6 * (1.0 + b.abs()),
+                        "hd {hd}: {a} vs {b}"
+                    );
+                }
+            }
+        }
     }
 }

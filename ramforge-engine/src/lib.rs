@@ -3,12 +3,15 @@
 pub mod budget;
 pub mod chat;
 pub mod config;
+pub mod direct_io;
 pub mod engine;
 pub mod error;
 pub mod forward;
 pub mod generate;
 pub mod kv;
 pub mod plan;
+pub mod prefetch;
+pub mod residency;
 pub mod sampling;
 pub mod tensors;
 pub mod tokenizer;

@@ -6,20 +6,24 @@
 //! Policy, in order:
 //! 1. The working set is reserved first: norms and biases (f32), the KV cache for the whole
 //!    context, scratch activations for one batch, logits, one token-embedding row, one streaming
-//!    slot as large as the largest layer, and a minimum output-projection chunk. Their sum is the
-//!    minimum workable budget; below it loading fails with an error that states it.
+//!    buffer large enough for any layer's aligned read, and a minimum output-projection chunk.
+//!    Their sum is the minimum workable budget; below it loading fails with an error that
+//!    states it.
 //! 2. What is left of the budget is the share for resident weights. The output projection is
 //!    pinned first if it fits in that share (it is used once per token, like a layer).
-//! 3. Then whole layers are pinned in order while they fit; if every layer fits, the streaming
-//!    slot is not needed and its bytes count towards pinning.
+//! 3. The residency policy ([`crate::residency::choose`]) splits the rest between pinned layers
+//!    and a ring of streaming buffers (the prefetch depth); if every layer fits, there is no
+//!    ring and its bytes count towards pinning.
 //! 4. Anything left enlarges the output chunk (when the output is streamed), up to 8 MiB.
 //!
 //! The token embedding is only ever read one row per token, so it is never made resident on its
 //! own account (with a tied output it is resident exactly when the output is).
 
 use crate::config::ModelConfig;
+use crate::direct_io::{aligned_buf_charge, LayerLayout};
 use crate::error::EngineError;
 use crate::kv::{kv_cache_bytes, KvType};
+use crate::residency::{choose, ResidencyInput, Timing};
 use crate::tensors::ModelTensors;
 
 /// Rows of the output projection read at once, at the least, when it is streamed.
@@ -52,6 +56,8 @@ pub fn scratch_elements(cfg: &ModelConfig, batch: usize, ctx: usize) -> u64 {
     b * (2 * e + 3 * q + 2 * kv + 2 * ff + cfg.rope_dim as u64)
         // One score row per head.
         + cfg.n_head as u64 * ctx as u64
+        // The matrix products' quantized activations.
+        + crate::forward::activation_scratch_elements(cfg, batch)
 }
 
 /// The plan: every managed byte, by purpose.
@@ -75,22 +81,43 @@ pub struct MemoryPlan {
     pub layer_bytes: Vec<u64>,
     /// Which layers stay resident.
     pub pinned: Vec<bool>,
-    /// The streaming slot (0 when every layer is pinned).
+    /// Streaming buffers in the prefetch ring (0 when every layer is pinned).
+    pub stream_buffers: usize,
+    /// Usable bytes of one streaming buffer (any layer's aligned read fits).
+    pub stream_buffer_len: u64,
+    /// Bytes charged for the whole ring (0 when every layer is pinned).
     pub slot_bytes: u64,
     /// The smallest budget this model works under at this context and batch.
     pub minimum: u64,
 }
 
 impl MemoryPlan {
-    /// Lays the model out under the request, or fails with `BudgetTooSmall`.
+    /// Lays the model out under the request, or fails with `BudgetTooSmall`, with the
+    /// assumed storage and compute speeds ([`Timing::assumed`]).
     pub fn new(
         cfg: &ModelConfig,
         tensors: &ModelTensors,
         request: PlanRequest,
     ) -> Result<MemoryPlan, EngineError> {
         let layer_bytes: Vec<u64> = tensors.layers.iter().map(|l| l.matrix_bytes()).collect();
-        let max_layer = layer_bytes.iter().copied().max().unwrap_or(0);
-        let total_layers: u64 = layer_bytes.iter().sum();
+        MemoryPlan::with_timing(cfg, tensors, request, Timing::assumed(&layer_bytes))
+    }
+
+    /// [`MemoryPlan::new`] with measured (or other) speeds for the residency policy.
+    pub fn with_timing(
+        cfg: &ModelConfig,
+        tensors: &ModelTensors,
+        request: PlanRequest,
+        timing: Timing,
+    ) -> Result<MemoryPlan, EngineError> {
+        let layer_bytes: Vec<u64> = tensors.layers.iter().map(|l| l.matrix_bytes()).collect();
+        let stream_buffer_len = tensors
+            .layers
+            .iter()
+            .map(LayerLayout::bound)
+            .max()
+            .unwrap_or(0);
+        let buffer_charge = aligned_buf_charge(stream_buffer_len);
         let out = &tensors.output;
         let output_bytes = out.n_bytes;
         let out_row = out.row_bytes();
@@ -103,7 +130,7 @@ impl MemoryPlan {
         let logits_bytes = 4 * tensors.n_vocab as u64;
         let embd_row_bytes = tensors.token_embd.row_bytes();
         let working = vector_bytes + kv_bytes + scratch_bytes + logits_bytes + embd_row_bytes;
-        let minimum = working + max_layer + min_chunk;
+        let minimum = working + buffer_charge + min_chunk;
 
         let mut plan = MemoryPlan {
             request,
@@ -118,6 +145,8 @@ impl MemoryPlan {
             output_chunk_bytes: 0,
             layer_bytes,
             pinned: vec![true; tensors.layers.len()],
+            stream_buffers: 0,
+            stream_buffer_len: 0,
             slot_bytes: 0,
             minimum,
         };
@@ -131,24 +160,30 @@ impl MemoryPlan {
                 ctx: request.ctx,
             });
         }
-        // The share for resident weights, with the slot and the minimum chunk set aside.
-        let mut free = budget - minimum;
-        if output_bytes - min_chunk <= free {
-            free -= output_bytes - min_chunk;
+        // The share for weights: everything but the working set.
+        let share = budget - working;
+        plan.output_resident = output_bytes + buffer_charge <= share
+            || output_bytes + plan.layer_bytes.iter().sum::<u64>() <= share;
+        let output_held = if plan.output_resident {
+            output_bytes
         } else {
-            plan.output_resident = false;
+            min_chunk
+        };
+        let residency = choose(&ResidencyInput {
+            layer_bytes: &plan.layer_bytes,
+            buffer_bytes: buffer_charge,
+            persistent_bytes: output_held,
+            weight_budget: share,
+            timing,
+        })
+        .expect("the minimum budget holds one streaming buffer and the smallest output chunk");
+        plan.pinned = residency.pinned;
+        plan.stream_buffers = residency.buffers;
+        if residency.buffers > 0 {
+            plan.stream_buffer_len = stream_buffer_len;
+            plan.slot_bytes = residency.buffers as u64 * buffer_charge;
         }
-        if total_layers <= free + max_layer {
-            free = free + max_layer - total_layers;
-        } else {
-            plan.slot_bytes = max_layer;
-            for (pin, &bytes) in plan.pinned.iter_mut().zip(&plan.layer_bytes) {
-                *pin = bytes <= free;
-                if *pin {
-                    free -= bytes;
-                }
-            }
-        }
+        let free = share - output_held - plan.pinned_bytes() - plan.slot_bytes;
         if !plan.output_resident {
             let extra_rows = free.min(MAX_OUTPUT_CHUNK_BYTES.saturating_sub(min_chunk)) / out_row;
             plan.output_chunk_rows = (min_chunk_rows + extra_rows).min(out.n_rows());

@@ -1,10 +1,12 @@
-//! Weight storage under the plan: pinned layers, the streaming slot, the output projection
-//! (resident or read in row chunks) and the small f32 vectors. Every buffer is charged to the
-//! budget before it is allocated; layers stay in their quantized form.
+//! Weight storage under the plan: pinned layers, the prefetch ring for streamed layers, the
+//! output projection (resident or read in row chunks) and the small f32 vectors. Every buffer is
+//! charged to the budget before it is allocated; layers stay in their quantized form.
 
 use crate::budget::{Charge, ChargedVec, MemoryBudget};
+use crate::direct_io::{advise, AlignedBuf, LayerLayout, ReadMode, StreamFile, WARM_FRACTION};
 use crate::error::EngineError;
 use crate::plan::MemoryPlan;
+use crate::prefetch::Prefetcher;
 use crate::tensors::{LayerTensors, ModelTensors};
 use ramforge_gguf::{GgmlType, GgufFile, TensorInfo};
 use std::time::Instant;
@@ -44,8 +46,17 @@ pub struct ResidencyStats {
     /// Bytes read from the model file while generating (streamed layers, output chunks,
     /// embedding rows).
     pub bytes_read: u64,
-    /// Layers read into the streaming slot.
+    /// Layers read into a streaming buffer.
     pub layers_loaded: u64,
+    /// Streamed layers the prefetch thread had read before the compute asked for them.
+    pub prefetch_hits: u64,
+    /// Streamed layers the compute had to wait for.
+    pub prefetch_late: u64,
+    /// Seconds the compute waited for storage: late prefetches, embedding rows and output
+    /// chunks (read synchronously).
+    pub io_wait_secs: f64,
+    /// Seconds spent in `eval` (compute plus I/O wait).
+    pub eval_secs: f64,
     /// Layers used from memory without a read.
     pub layers_pinned_hits: u64,
     /// Output-projection chunks read.
@@ -59,6 +70,13 @@ pub struct ResidencyStats {
     /// Layers pinned in memory, and streamed.
     pub pinned_layers: u64,
     pub streamed_layers: u64,
+    /// Matrix bytes of the pinned layers, and of the streamed ones (read every pass).
+    pub pinned_bytes: u64,
+    pub streamed_bytes: u64,
+    /// Buffers in the prefetch ring (the prefetch depth).
+    pub stream_buffers: u64,
+    /// Whether streamed layers are read with O_DIRECT (false: buffered reads).
+    pub direct_io: bool,
 }
 
 impl ResidencyStats {
@@ -72,8 +90,31 @@ impl ResidencyStats {
             output_chunks_read: self.output_chunks_read - before.output_chunks_read,
             read_secs: self.read_secs - before.read_secs,
             tokens: self.tokens - before.tokens,
+            prefetch_hits: self.prefetch_hits - before.prefetch_hits,
+            prefetch_late: self.prefetch_late - before.prefetch_late,
+            io_wait_secs: self.io_wait_secs - before.io_wait_secs,
+            eval_secs: self.eval_secs - before.eval_secs,
             ..*self
         }
+    }
+
+    /// Seconds of `eval` not spent waiting for storage.
+    pub fn compute_secs(&self) -> f64 {
+        (self.eval_secs - self.io_wait_secs).max(0.0)
+    }
+
+    /// The speeds these figures show, for the residency policy
+    /// ([`crate::plan::MemoryPlan::with_timing`]); `None` until something was read and
+    /// computed. Compute per layer averages every layer pass, prompt batches included.
+    pub fn measured_timing(&self) -> Option<crate::residency::Timing> {
+        let layers = self.layers_loaded + self.layers_pinned_hits;
+        if self.bytes_read == 0 || self.read_secs <= 0.0 || layers == 0 {
+            return None;
+        }
+        Some(crate::residency::Timing {
+            read_secs_per_byte: self.read_secs / self.bytes_read as f64,
+            compute_secs_per_layer: self.compute_secs() / layers as f64,
+        })
     }
 
     /// Bytes read from storage per token processed.
@@ -105,11 +146,10 @@ pub struct Vectors {
     _charge: Charge,
 }
 
-/// The matrices: pinned layers, the streaming slot, the output projection.
+/// The matrices: pinned layers, the prefetch ring, the output projection.
 pub struct Matrices {
     pinned: Vec<Option<ChargedVec<u8>>>,
-    slot: Option<ChargedVec<u8>>,
-    slot_holds: Option<usize>,
+    stream: Option<Prefetcher>,
     output: Output,
     embd_row: ChargedVec<u8>,
     pub stats: ResidencyStats,
@@ -124,30 +164,50 @@ fn read_vector(file: &GgufFile, t: &TensorInfo) -> Result<Vec<f32>, EngineError>
     Ok(out)
 }
 
-/// Reads the seven matrices of a layer back to back into `buf`.
-fn read_layer(file: &GgufFile, layer: &LayerTensors, buf: &mut [u8]) -> Result<u64, EngineError> {
+/// Reads the seven matrices of a layer back to back into `buf` (buffered: a pinned layer is
+/// read once), then, with `drop_cached`, tells the page cache it may drop them.
+fn read_layer(
+    file: &GgufFile,
+    layer: &LayerTensors,
+    buf: &mut [u8],
+    drop_cached: bool,
+) -> Result<u64, EngineError> {
     let mut at = 0usize;
     for t in layer.matrices() {
         let n = t.n_bytes as usize;
         file.read_tensor_into(t, &mut buf[at..at + n])?;
+        if drop_cached {
+            let offset = file.absolute_offset(t);
+            advise(file.file(), offset, t.n_bytes, libc::POSIX_FADV_DONTNEED);
+        }
         at += n;
     }
     Ok(at as u64)
 }
 
-/// Views of a layer's matrices laid out by [`read_layer`].
-fn layer_view<'a>(layer: &LayerTensors, buf: &'a [u8]) -> LayerView<'a> {
+/// Offsets of the matrices laid out back to back by [`read_layer`].
+fn packed_offsets(layer: &LayerTensors) -> [usize; 7] {
+    let mut offsets = [0usize; 7];
     let mut at = 0usize;
+    for (slot, t) in offsets.iter_mut().zip(layer.matrices()) {
+        *slot = at;
+        at += t.n_bytes as usize;
+    }
+    offsets
+}
+
+/// Views of a layer's matrices at `offsets` (in [`LayerTensors::matrices`] order) in `buf`.
+fn layer_view<'a>(layer: &LayerTensors, buf: &'a [u8], offsets: [usize; 7]) -> LayerView<'a> {
+    let mut i = 0usize;
     let mut next = |t: &TensorInfo| {
-        let n = t.n_bytes as usize;
-        let view = MatrixView {
+        let (at, n) = (offsets[i], t.n_bytes as usize);
+        i += 1;
+        MatrixView {
             ty: t.ggml_type,
             rows: t.n_rows() as usize,
             cols: t.row_len() as usize,
             bytes: &buf[at..at + n],
-        };
-        at += n;
-        view
+        }
     };
     LayerView {
         q: next(&layer.attn_q),
@@ -167,8 +227,18 @@ impl Weights {
         tensors: &ModelTensors,
         plan: &MemoryPlan,
         budget: &MemoryBudget,
+        progress: &dyn Fn(u64, u64),
     ) -> Result<Weights, EngineError> {
         let mut stats = ResidencyStats::default();
+        // Decided before anything is read: reading the pinned layers warms their pages.
+        let mode = read_mode(file, tensors, plan);
+        let to_load = plan.vector_bytes
+            + if plan.output_resident {
+                plan.output_bytes
+            } else {
+                0
+            }
+            + plan.pinned_bytes();
         let vector_charge = budget.charge("norms and biases", plan.vector_bytes)?;
         let mut layers = Vec::with_capacity(tensors.layers.len());
         for l in &tensors.layers {
@@ -192,12 +262,14 @@ impl Weights {
             None => None,
         };
         stats.load_bytes += plan.vector_bytes;
+        progress(stats.load_bytes, to_load);
 
         let output = if plan.output_resident {
             let mut buf =
                 ChargedVec::zeroed(budget, "output projection", plan.output_bytes as usize)?;
             file.read_tensor_into(&tensors.output, &mut buf)?;
             stats.load_bytes += plan.output_bytes;
+            progress(stats.load_bytes, to_load);
             Output::Resident(buf)
         } else {
             Output::Streamed {
@@ -214,18 +286,15 @@ impl Weights {
             if pin {
                 let label = format!("pinned layer {i}");
                 let mut buf = ChargedVec::zeroed(budget, &label, plan.layer_bytes[i] as usize)?;
-                stats.load_bytes += read_layer(file, l, &mut buf)?;
+                stats.load_bytes += read_layer(file, l, &mut buf, mode == ReadMode::Direct)?;
+                progress(stats.load_bytes, to_load);
                 pinned.push(Some(buf));
             } else {
                 pinned.push(None);
             }
         }
-        let slot = if plan.slot_bytes > 0 {
-            Some(ChargedVec::zeroed(
-                budget,
-                "layer streaming slot",
-                plan.slot_bytes as usize,
-            )?)
+        let stream = if plan.stream_buffers > 0 {
+            Some(start_prefetch(file, tensors, plan, budget, mode)?)
         } else {
             None
         };
@@ -233,6 +302,10 @@ impl Weights {
         stats.peak_resident = plan.weight_bytes();
         stats.pinned_layers = plan.pinned.iter().filter(|&&p| p).count() as u64;
         stats.streamed_layers = plan.streamed_layers() as u64;
+        stats.pinned_bytes = plan.pinned_bytes();
+        stats.streamed_bytes = plan.layer_bytes.iter().sum::<u64>() - plan.pinned_bytes();
+        stats.stream_buffers = plan.stream_buffers as u64;
+        stats.direct_io = stream.as_ref().is_some_and(Prefetcher::direct);
         Ok(Weights {
             vectors: Vectors {
                 layers,
@@ -242,8 +315,7 @@ impl Weights {
             },
             matrices: Matrices {
                 pinned,
-                slot,
-                slot_holds: None,
+                stream,
                 output,
                 embd_row,
                 stats,
@@ -252,33 +324,97 @@ impl Weights {
     }
 }
 
+/// Starts the prefetch thread with the plan's ring of buffers, for the layers it streams.
+fn start_prefetch(
+    file: &GgufFile,
+    tensors: &ModelTensors,
+    plan: &MemoryPlan,
+    budget: &MemoryBudget,
+    mode: ReadMode,
+) -> Result<Prefetcher, EngineError> {
+    let data_offset = file.header().data_offset;
+    let layouts: Vec<Option<LayerLayout>> = tensors
+        .layers
+        .iter()
+        .zip(&plan.pinned)
+        .map(|(l, &pinned)| (!pinned).then(|| LayerLayout::new(l, data_offset)))
+        .collect();
+    if let Some(l) = layouts
+        .iter()
+        .flatten()
+        .find(|l| l.buffer_len() as u64 > plan.stream_buffer_len)
+    {
+        return Err(EngineError::BadModel(format!(
+            "a streamed layer needs a {}-byte buffer, more than the planned {}",
+            l.buffer_len(),
+            plan.stream_buffer_len
+        )));
+    }
+    let buffers = (0..plan.stream_buffers)
+        .map(|i| {
+            AlignedBuf::new(
+                budget,
+                &format!("layer streaming buffer {i}"),
+                plan.stream_buffer_len as usize,
+            )
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let io = |source| ramforge_gguf::GgufError::Io {
+        path: file.path().display().to_string(),
+        source,
+    };
+    let stream_file = StreamFile::open(file.path(), file.file(), mode).map_err(io)?;
+    Prefetcher::start(stream_file, layouts, buffers)
+}
+
+/// [`ReadMode::Cached`] when the page cache already holds the streamed layers (at least
+/// [`WARM_FRACTION`] of them), else [`ReadMode::Direct`].
+fn read_mode(file: &GgufFile, tensors: &ModelTensors, plan: &MemoryPlan) -> ReadMode {
+    if plan.stream_buffers == 0 {
+        // Nothing is streamed: every layer is read once, buffered, and kept in the cache.
+        return ReadMode::Cached;
+    }
+    let (mut cached, mut total) = (0u64, 0u64);
+    for (l, _) in tensors.layers.iter().zip(&plan.pinned).filter(|(_, &p)| !p) {
+        for t in l.matrices() {
+            total += t.n_bytes;
+            cached += file.cached_bytes(t).unwrap_or(0);
+        }
+    }
+    if total > 0 && cached as f64 >= WARM_FRACTION * total as f64 {
+        ReadMode::Cached
+    } else {
+        ReadMode::Direct
+    }
+}
+
 impl Matrices {
-    /// The matrices of layer `i`, read into the streaming slot first when it is not pinned.
+    /// The matrices of layer `i`: pinned, or read ahead into a streaming buffer by the
+    /// prefetch thread (waiting for it if it is late).
     pub fn layer<'a>(
         &'a mut self,
-        file: &GgufFile,
+        _file: &GgufFile,
         tensors: &ModelTensors,
         i: usize,
     ) -> Result<LayerView<'a>, EngineError> {
         let lt = &tensors.layers[i];
+        if let Some(stream) = &mut self.stream {
+            stream.recycle()?;
+        }
         if let Some(buf) = &self.pinned[i] {
             self.stats.layers_pinned_hits += 1;
-            return Ok(layer_view(lt, buf));
+            return Ok(layer_view(lt, buf, packed_offsets(lt)));
         }
-        let slot = self
-            .slot
+        let stream = self
+            .stream
             .as_mut()
-            .expect("the plan has a slot whenever a layer is not pinned");
-        if self.slot_holds != Some(i) {
-            self.slot_holds = None;
-            let started = Instant::now();
-            let n = read_layer(file, lt, slot)?;
-            self.stats.read_secs += started.elapsed().as_secs_f64();
-            self.stats.bytes_read += n;
-            self.stats.layers_loaded += 1;
-            self.slot_holds = Some(i);
-        }
-        Ok(layer_view(lt, slot))
+            .expect("the plan has a streaming ring whenever a layer is not pinned");
+        let offsets = stream
+            .layout(i)
+            .expect("every streamed layer has a layout")
+            .matrix_offsets();
+        let buf = stream.get(i, &mut self.stats)?;
+        Ok(layer_view(lt, buf, offsets))
     }
 
     /// Dequantizes the embedding row of `token` into `out`.
@@ -304,7 +440,9 @@ impl Matrices {
         }
         let started = Instant::now();
         file.read_range_into(t, start as u64, &mut self.embd_row)?;
-        self.stats.read_secs += started.elapsed().as_secs_f64();
+        let secs = started.elapsed().as_secs_f64();
+        self.stats.read_secs += secs;
+        self.stats.io_wait_secs += secs;
         self.stats.bytes_read += rb as u64;
         ramforge_quant::dequantize_row(t.ggml_type, &self.embd_row, out)?;
         Ok(())
@@ -318,6 +456,11 @@ impl Matrices {
         x: &[f32],
         logits: &mut [f32],
     ) -> Result<(), EngineError> {
+        // The last layer is done: its buffer goes back to the prefetch ring now, so the next
+        // pass's first streamed layer is read while the output projection computes.
+        if let Some(stream) = &mut self.stream {
+            stream.recycle()?;
+        }
         let t = &tensors.output;
         let (cols, rows) = (t.row_len() as usize, t.n_rows() as usize);
         match &mut self.output {
@@ -332,7 +475,9 @@ impl Matrices {
                     let bytes = &mut chunk[..n * rb];
                     let started = Instant::now();
                     file.read_range_into(t, (first * rb) as u64, bytes)?;
-                    self.stats.read_secs += started.elapsed().as_secs_f64();
+                    let secs = started.elapsed().as_secs_f64();
+                    self.stats.read_secs += secs;
+                    self.stats.io_wait_secs += secs;
                     self.stats.bytes_read += (n * rb) as u64;
                     self.stats.output_chunks_read += 1;
                     ramforge_quant::matvec(

@@ -128,6 +128,23 @@ impl GgufFile {
         &self.file
     }
 
+    /// Bytes of tensor `t`'s pages that are in the page cache now (`mincore` on a temporary
+    /// mapping, which touches no page), or `None` where that cannot be told.
+    pub fn cached_bytes(&self, t: &TensorInfo) -> Option<u64> {
+        let map = self.map_tensor(t).ok()?;
+        let page = page_size();
+        let (base, len) = (map.map.as_ptr(), map.map.len());
+        let mut resident = vec![0u8; len.div_ceil(page)];
+        // SAFETY: `base..base + len` is a live mapping owned by `map`, and `resident` has one
+        // byte per page of it, as mincore requires.
+        let rc = unsafe { libc::mincore(base as *mut libc::c_void, len, resident.as_mut_ptr()) };
+        if rc != 0 {
+            return None;
+        }
+        let pages = resident.iter().filter(|&&r| r & 1 == 1).count() as u64;
+        Some((pages * page as u64).min(t.n_bytes))
+    }
+
     /// Maps a tensor's bytes read-only. Pages are loaded on first touch and count towards
     /// the process's RSS while mapped.
     pub fn map_tensor(&self, t: &TensorInfo) -> Result<TensorMap, GgufError> {

@@ -357,7 +357,17 @@ pub fn format_module(spec: &Spec, act: &Spec) -> TokenStream {
                             let exact: f64 = wrow.iter().zip(&x).map(|(a, b)| *a as f64 * *b as f64).sum();
                             let tol = crate::matvec_tolerance(TYPE, wrow, &x).unwrap() as f64;
                             prop_assert!((y[o] as f64 - exact).abs() <= tol, "row {}: {} vs {} (tol {})", o, y[o], exact, tol);
-                            prop_assert_eq!(y[o], y_ref[o]);
+                            if crate::isa::active() == crate::isa::Isa::Scalar {
+                                prop_assert_eq!(y[o], y_ref[o]);
+                            } else {
+                                // A fast kernel adds the same integer products in another
+                                // order: it may differ from the reference by f32 rounding (the
+                                // 10x headroom covers the scale * quant and min terms that
+                                // cancel inside w).
+                                let terms: f64 = wrow.iter().zip(&x).map(|(a, b)| (*a as f64 * *b as f64).abs()).sum();
+                                let slack = 1e-4 * terms + 1e-30;
+                                prop_assert!((y[o] as f64 - y_ref[o] as f64).abs() <= slack, "row {}: {} vs reference {}", o, y[o], y_ref[o]);
+                            }
                         }
                     }
 

@@ -124,14 +124,48 @@ pub(crate) fn check_bytes(ty: GgmlType, expected: usize, got: usize) -> Result<(
     }
 }
 
-/// Below this many weight bytes a product runs on the calling thread: splitting it would
-/// cost more than it saves.
-const PARALLEL_MIN_BYTES: usize = 64 * 1024;
-/// Weight bytes per parallel work item: small enough to balance, large enough to amortize.
-const CHUNK_BYTES: usize = 16 * 1024;
+// ---------------------------------------------------------------------------------------
+// Row drivers: matvec (one token), matmul (a batch of tokens) and the fused form that runs
+// several matrices of the same activations in one parallel region.
+// ---------------------------------------------------------------------------------------
 
-fn rows_per_chunk(row_bytes: usize) -> usize {
-    (CHUNK_BYTES / row_bytes.max(1)).max(1)
+/// Below this many weight bytes times tokens a product runs on the calling thread: waking
+/// the pool would cost more than it saves.
+const PARALLEL_MIN_BYTES: usize = 64 * 1024;
+/// Weight bytes per parallel work item. Small enough that rayon's work stealing balances a
+/// decode step even when another process takes part of a core (the item a descheduled
+/// worker holds is the most the others wait for), large enough to amortise the hand-off.
+const CHUNK_BYTES: usize = 16 * 1024;
+/// Quantized activation bytes of one token block in the batched product: a block stays in
+/// L1 while every weight row of the item (in L2) is dotted with it.
+const TOKEN_BLOCK_BYTES: usize = 16 * 1024;
+/// Products one fused call runs together (Q, K, V and spare); longer lists run in groups.
+const MAX_PRODUCTS: usize = 4;
+
+/// One matrix of a fused product ([`crate::matmul_many`]): `rows` rows of `cols` elements of
+/// type `ty`, and where its result goes: `y[t * rows + o]` for token `t`, row `o`.
+pub struct Product<'a> {
+    pub ty: GgmlType,
+    pub weights: &'a [u8],
+    pub rows: usize,
+    pub y: &'a mut [f32],
+}
+
+/// A token-major output written by several work items at once; each item writes only the
+/// rows `o` it owns (`y[t * rows + o]`), so no two items touch the same element.
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+// SAFETY: items write disjoint elements (see `run_item`), and the pointer outlives the
+// parallel region that uses it (it comes from a `&mut [f32]` borrowed for the whole call).
+unsafe impl Send for OutPtr {}
+unsafe impl Sync for OutPtr {}
+
+/// Activations quantized for a type's `dot`: the f32 rows for float weights, else the
+/// `act`-type rows (bytes, row length).
+#[derive(Clone, Copy)]
+enum Acts<'a> {
+    Float(&'a [f32]),
+    Quant(&'a [u8], usize),
 }
 
 /// Checked shapes of a weight matrix: (bytes per row).
@@ -151,58 +185,86 @@ fn check_matrix(
     Ok(row)
 }
 
-/// Activations quantized for `dot`: the f32 values for float weights, else `act` blocks.
-enum Activations<'a> {
-    Float(&'a [f32]),
-    Quant(Vec<u8>, usize),
-}
-
-fn quantize_activations<'a>(
+/// One product, checked and ready to run.
+#[derive(Clone, Copy)]
+struct Prepared<'a> {
     dot: Dot,
-    x: &'a [f32],
-    n: usize,
-    cols: usize,
-) -> Result<Activations<'a>, QuantError> {
+    tile: Option<Tile>,
+    weights: &'a [u8],
+    /// Bytes of one weight row.
+    row: usize,
+    rows: usize,
+    /// Weight rows per work item.
+    chunk_rows: usize,
+    acts: Acts<'a>,
+    y: OutPtr,
+}
+
+impl Prepared<'_> {
+    fn items(&self) -> usize {
+        self.rows.div_ceil(self.chunk_rows)
+    }
+}
+
+/// The activation type of `dot` (`None` for float weights).
+fn act_type(dot: Dot) -> Option<GgmlType> {
     match dot {
-        Dot::Float(_) => Ok(Activations::Float(x)),
-        Dot::Quant { act, .. } => {
-            let act_row = row_bytes(act, cols)?;
-            let quantize = kernels(act)?.quantize;
-            let mut buf = vec![0u8; act_row * n];
-            for (dst, src) in buf.chunks_exact_mut(act_row).zip(x.chunks_exact(cols)) {
-                quantize(src, dst);
+        Dot::Float(_) => None,
+        Dot::Quant { act, .. } => Some(act),
+    }
+}
+
+/// Scratch bytes [`matmul_many`] needs to quantize `n` tokens of `cols` activations once for
+/// every distinct activation type among `types`.
+pub(crate) fn activation_scratch_bytes(
+    types: &[GgmlType],
+    cols: usize,
+    n: usize,
+) -> Result<usize, QuantError> {
+    let mut most = 0usize;
+    // matmul_many runs long lists in groups, each quantizing into the same scratch.
+    for group in types.chunks(MAX_PRODUCTS) {
+        let mut acts: [Option<GgmlType>; MAX_PRODUCTS] = [None; MAX_PRODUCTS];
+        let mut total = 0usize;
+        for (i, &ty) in group.iter().enumerate() {
+            let Some(act) = act_type(kernels(ty)?.dot) else {
+                continue;
+            };
+            if acts.contains(&Some(act)) {
+                continue;
             }
-            Ok(Activations::Quant(buf, act_row))
+            acts[i] = Some(act);
+            let bytes = row_bytes(act, cols)?
+                .checked_mul(n)
+                .ok_or(QuantError::ByteLength {
+                    ty: act,
+                    expected: usize::MAX,
+                    got: 0,
+                })?;
+            total = total.saturating_add(bytes);
         }
+        most = most.max(total);
     }
+    Ok(most)
 }
 
-/// The dot of weight row `row` with token `t`'s activations.
-#[inline]
-fn dot_token(dot: Dot, acts: &Activations<'_>, cols: usize, row: &[u8], t: usize) -> f32 {
-    match (dot, acts) {
-        (Dot::Float(f), Activations::Float(x)) => f(row, &x[t * cols..(t + 1) * cols]),
-        (Dot::Quant { vec_dot, .. }, Activations::Quant(buf, act_row)) => {
-            vec_dot(row, &buf[t * act_row..(t + 1) * act_row])
-        }
-        _ => unreachable!("activations are built from the same Dot"),
-    }
+thread_local! {
+    /// Quantized activations of [`matvec`]/[`matmul`] called without caller scratch: grows to
+    /// the widest product this thread has run (one token-batch of activations).
+    static ACT_SCRATCH: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
-/// The dots of weight row `row` with tokens `t .. t + TILE`.
-#[inline]
-fn dot_tile(tile: Tile, acts: &Activations<'_>, cols: usize, row: &[u8], t: usize) -> [f32; TILE] {
-    match (tile, acts) {
-        (Tile::Float(f), Activations::Float(x)) => f(
-            row,
-            std::array::from_fn(|k| &x[(t + k) * cols..(t + k + 1) * cols]),
-        ),
-        (Tile::Quant(f), Activations::Quant(buf, act_row)) => f(
-            row,
-            std::array::from_fn(|k| &buf[(t + k) * act_row..(t + k + 1) * act_row]),
-        ),
-        _ => unreachable!("a type's tile kernel matches its dot kernel"),
+/// Runs `f` with this thread's activation scratch, at least `len` bytes long. The buffer is
+/// taken out of the cell while in use, so a nested call (a rayon worker running another
+/// product while it waits) gets its own rather than a double borrow.
+fn with_thread_scratch<R>(len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
+    let mut buf = ACT_SCRATCH.with(|c| c.take());
+    if buf.len() < len {
+        buf.resize(len, 0);
     }
+    let r = f(&mut buf[..len]);
+    ACT_SCRATCH.with(|c| c.set(buf));
+    r
 }
 
 /// `y[o] = sum_i W[o][i] x[i]`; see [`crate::matvec`].
@@ -214,28 +276,7 @@ pub(crate) fn matvec(
     x: &[f32],
     y: &mut [f32],
 ) -> Result<(), QuantError> {
-    let dot = kernels(ty)?.dot;
-    let row = check_matrix(ty, weights, rows, cols)?;
-    check_elements(ty, "x", cols, x.len())?;
-    check_elements(ty, "y", rows, y.len())?;
-    if rows == 0 {
-        return Ok(());
-    }
-    let acts = quantize_activations(dot, x, 1, cols)?;
-    let run = |ys: &mut [f32], ws: &[u8]| {
-        for (yo, w) in ys.iter_mut().zip(ws.chunks_exact(row)) {
-            *yo = dot_token(dot, &acts, cols, w, 0);
-        }
-    };
-    if weights.len() < PARALLEL_MIN_BYTES || row == 0 {
-        run(y, weights);
-    } else {
-        let chunk = rows_per_chunk(row);
-        y.par_chunks_mut(chunk)
-            .zip(weights.par_chunks(chunk * row))
-            .for_each(|(ys, ws)| run(ys, ws));
-    }
-    Ok(())
+    matmul(ty, weights, rows, cols, x, 1, y)
 }
 
 /// `y[t*rows + o] = sum_i W[o][i] x[t*cols + i]`; see [`crate::matmul`].
@@ -248,64 +289,468 @@ pub(crate) fn matmul(
     n: usize,
     y: &mut [f32],
 ) -> Result<(), QuantError> {
-    let dot = kernels(ty)?.dot;
-    let row = check_matrix(ty, weights, rows, cols)?;
-    let x_len = cols.checked_mul(n).ok_or(QuantError::ElementLength {
-        ty,
-        what: "x",
-        expected: usize::MAX,
-        got: x.len(),
-    })?;
-    check_elements(ty, "x", x_len, x.len())?;
-    let y_len = rows.checked_mul(n).ok_or(QuantError::ElementLength {
-        ty,
-        what: "y",
-        expected: usize::MAX,
-        got: y.len(),
-    })?;
-    check_elements(ty, "y", y_len, y.len())?;
-    if rows == 0 || n == 0 {
-        return Ok(());
-    }
-    if n == 1 {
-        return matvec(ty, weights, rows, cols, x, y);
-    }
-    let tile = kernels(ty)?.tile;
-    let acts = quantize_activations(dot, x, n, cols)?;
-    // Results by weight row (yt[o*n + t]) so that each chunk of weight rows owns a
-    // contiguous slice; the chunk's weights stay in cache while every token visits them.
-    let mut yt = vec![0f32; y_len];
-    let chunk = rows_per_chunk(row);
-    let run = |ys: &mut [f32], ws: &[u8]| {
-        let mut t = 0;
-        if let Some(tile) = tile {
-            while t + TILE <= n {
-                for (o, w) in ws.chunks_exact(row).enumerate() {
-                    let out = dot_tile(tile, &acts, cols, w, t);
-                    ys[o * n + t..o * n + t + TILE].copy_from_slice(&out);
-                }
-                t += TILE;
-            }
+    let need = activation_scratch_bytes(&[ty], cols, n)?;
+    with_thread_scratch(need, |scratch| {
+        matmul_many(
+            &mut [Product {
+                ty,
+                weights,
+                rows,
+                y,
+            }],
+            cols,
+            x,
+            n,
+            scratch,
+        )
+    })
+}
+
+/// Every product of `products` with the same `n` tokens of activations `x` (`n` rows of
+/// `cols`), in one parallel region; see [`crate::matmul_many`].
+pub(crate) fn matmul_many(
+    products: &mut [Product<'_>],
+    cols: usize,
+    x: &[f32],
+    n: usize,
+    scratch: &mut [u8],
+) -> Result<(), QuantError> {
+    for group in products.chunks_mut(MAX_PRODUCTS) {
+        let mut ks: [Option<&Kernels>; MAX_PRODUCTS] = [None; MAX_PRODUCTS];
+        for (slot, p) in ks.iter_mut().zip(group.iter()) {
+            *slot = Some(kernels(p.ty)?);
         }
-        for t in t..n {
-            for (o, w) in ws.chunks_exact(row).enumerate() {
-                ys[o * n + t] = dot_token(dot, &acts, cols, w, t);
-            }
-        }
-    };
-    if weights.len().saturating_mul(n) < PARALLEL_MIN_BYTES {
-        for (ys, ws) in yt.chunks_mut(chunk * n).zip(weights.chunks(chunk * row)) {
-            run(ys, ws);
-        }
-    } else {
-        yt.par_chunks_mut(chunk * n)
-            .zip(weights.par_chunks(chunk * row))
-            .for_each(|(ys, ws)| run(ys, ws));
-    }
-    for (o, yo) in yt.chunks_exact(n).enumerate() {
-        for (t, v) in yo.iter().enumerate() {
-            y[t * rows + o] = *v;
-        }
+        run_group(group, &ks, cols, x, n, &mut *scratch)?;
     }
     Ok(())
+}
+
+/// [`matmul_many`] for at most [`MAX_PRODUCTS`] products whose kernels are `ks[i]`.
+fn run_group(
+    products: &mut [Product<'_>],
+    ks: &[Option<&Kernels>; MAX_PRODUCTS],
+    cols: usize,
+    x: &[f32],
+    n: usize,
+    scratch: &mut [u8],
+) -> Result<(), QuantError> {
+    debug_assert!(products.len() <= MAX_PRODUCTS);
+    // Check every shape before touching anything.
+    let mut rows_bytes = [0usize; MAX_PRODUCTS];
+    for (i, p) in products.iter().enumerate() {
+        let ty = p.ty;
+        rows_bytes[i] = check_matrix(ty, p.weights, p.rows, cols)?;
+        let x_len = cols.checked_mul(n).ok_or(QuantError::ElementLength {
+            ty,
+            what: "x",
+            expected: usize::MAX,
+            got: x.len(),
+        })?;
+        check_elements(ty, "x", x_len, x.len())?;
+        let y_len = p.rows.checked_mul(n).ok_or(QuantError::ElementLength {
+            ty,
+            what: "y",
+            expected: usize::MAX,
+            got: p.y.len(),
+        })?;
+        check_elements(ty, "y", y_len, p.y.len())?;
+    }
+    if n == 0 {
+        return Ok(());
+    }
+
+    // Quantize the activations once per distinct activation type.
+    let mut acts_of: [Option<(GgmlType, usize, usize)>; MAX_PRODUCTS] = [None; MAX_PRODUCTS];
+    let mut used = 0usize;
+    for (i, p) in products.iter().enumerate() {
+        let k = ks[i].ok_or(QuantError::Unsupported { ty: p.ty })?;
+        let Some(act) = act_type(k.dot) else {
+            continue;
+        };
+        if acts_of.iter().flatten().any(|(a, _, _)| *a == act) {
+            continue;
+        }
+        let act_row = row_bytes(act, cols)?;
+        let bytes = act_row * n;
+        let end = used.checked_add(bytes).filter(|&e| e <= scratch.len());
+        let Some(end) = end else {
+            return Err(QuantError::ByteLength {
+                ty: act,
+                expected: used.saturating_add(bytes),
+                got: scratch.len(),
+            });
+        };
+        let quantize = kernels(act)?.quantize;
+        let region = &mut scratch[used..end];
+        if n >= 8 && bytes >= PARALLEL_MIN_BYTES / 4 {
+            region
+                .par_chunks_mut(act_row)
+                .zip(x.par_chunks(cols))
+                .for_each(|(dst, src)| quantize(src, dst));
+        } else {
+            for (dst, src) in region.chunks_exact_mut(act_row).zip(x.chunks_exact(cols)) {
+                quantize(src, dst);
+            }
+        }
+        acts_of[i] = Some((act, used, act_row));
+        used = end;
+    }
+    let scratch: &[u8] = scratch;
+
+    let mut prepared: [Option<Prepared<'_>>; MAX_PRODUCTS] = [None; MAX_PRODUCTS];
+    let mut total_bytes = 0usize;
+    for (i, p) in products.iter_mut().enumerate() {
+        let k = ks[i].ok_or(QuantError::Unsupported { ty: p.ty })?;
+        let acts = match act_type(k.dot) {
+            None => Acts::Float(x),
+            Some(act) => {
+                let (_, off, act_row) = acts_of
+                    .iter()
+                    .flatten()
+                    .find(|(a, _, _)| *a == act)
+                    .copied()
+                    .expect("every activation type was quantized above");
+                Acts::Quant(&scratch[off..off + act_row * n], act_row)
+            }
+        };
+        if p.rows == 0 {
+            continue;
+        }
+        let row = rows_bytes[i];
+        total_bytes = total_bytes.saturating_add(p.weights.len());
+        prepared[i] = Some(Prepared {
+            dot: k.dot,
+            tile: k.tile,
+            weights: p.weights,
+            row,
+            rows: p.rows,
+            chunk_rows: (CHUNK_BYTES / row.max(1)).clamp(1, p.rows),
+            acts,
+            y: OutPtr(p.y.as_mut_ptr()),
+        });
+    }
+
+    // Work items: product 0's row chunks, then product 1's, ...
+    let mut first_item = [0usize; MAX_PRODUCTS + 1];
+    for i in 0..MAX_PRODUCTS {
+        first_item[i + 1] = first_item[i] + prepared[i].map_or(0, |p| p.items());
+    }
+    let total_items = first_item[MAX_PRODUCTS];
+    let run = |item: usize| {
+        let i = first_item.partition_point(|&f| f <= item) - 1;
+        let p = prepared[i]
+            .as_ref()
+            .expect("items only of prepared products");
+        run_item(p, cols, n, item - first_item[i]);
+    };
+    if total_bytes.saturating_mul(n) < PARALLEL_MIN_BYTES || total_items < 2 {
+        (0..total_items).for_each(run);
+    } else {
+        (0..total_items).into_par_iter().for_each(run);
+    }
+    Ok(())
+}
+
+/// Rows `item * chunk_rows ..` of one product, for every token.
+fn run_item(p: &Prepared<'_>, cols: usize, n: usize, item: usize) {
+    let o0 = item * p.chunk_rows;
+    let o1 = (o0 + p.chunk_rows).min(p.rows);
+    let write = |t: usize, o: usize, v: f32| {
+        debug_assert!(o0 <= o && o < o1 && t < n);
+        // SAFETY: `o` is in this item's rows `o0..o1` (items own disjoint row ranges of
+        // their product, and products own distinct `y` slices), `t < n` and
+        // `y.len() == rows * n` was checked, so the write is in bounds and no other item
+        // writes this element.
+        unsafe { *p.y.0.add(t * p.rows + o) = v };
+    };
+    let weight_row = |o: usize| &p.weights[o * p.row..(o + 1) * p.row];
+    if n == 1 {
+        for o in o0..o1 {
+            write(0, o, dot_token(p.dot, p.acts, cols, weight_row(o), 0));
+        }
+        return;
+    }
+    // Token blocks sized to stay in L1; every weight row of the item visits each block.
+    let act_row = match p.acts {
+        Acts::Float(_) => cols * 4,
+        Acts::Quant(_, r) => r,
+    };
+    let block = (TOKEN_BLOCK_BYTES / act_row.max(1) / TILE * TILE).max(TILE);
+    let mut t0 = 0;
+    while t0 < n {
+        let t1 = (t0 + block).min(n);
+        for o in o0..o1 {
+            let w = weight_row(o);
+            let mut t = t0;
+            if let Some(tile) = p.tile {
+                while t + TILE <= t1 {
+                    let out = dot_tile(tile, p.acts, cols, w, t);
+                    for (k, v) in out.into_iter().enumerate() {
+                        write(t + k, o, v);
+                    }
+                    t += TILE;
+                }
+            }
+            for t in t..t1 {
+                write(t, o, dot_token(p.dot, p.acts, cols, w, t));
+            }
+        }
+        t0 = t1;
+    }
+}
+
+/// The dot of weight row `row` with token `t`'s activations.
+#[inline]
+fn dot_token(dot: Dot, acts: Acts<'_>, cols: usize, row: &[u8], t: usize) -> f32 {
+    match (dot, acts) {
+        (Dot::Float(f), Acts::Float(x)) => f(row, &x[t * cols..(t + 1) * cols]),
+        (Dot::Quant { vec_dot, .. }, Acts::Quant(buf, act_row)) => {
+            vec_dot(row, &buf[t * act_row..(t + 1) * act_row])
+        }
+        _ => unreachable!("activations are built from the same Dot"),
+    }
+}
+
+/// The dots of weight row `row` with tokens `t .. t + TILE`.
+#[inline]
+fn dot_tile(tile: Tile, acts: Acts<'_>, cols: usize, row: &[u8], t: usize) -> [f32; TILE] {
+    match (tile, acts) {
+        (Tile::Float(f), Acts::Float(x)) => f(
+            row,
+            std::array::from_fn(|k| &x[(t + k) * cols..(t + k + 1) * cols]),
+        ),
+        (Tile::Quant(f), Acts::Quant(buf, act_row)) => f(
+            row,
+            std::array::from_fn(|k| &buf[(t + k) * act_row..(t + k + 1) * act_row]),
+        ),
+        _ => unreachable!("a type's tile kernel matches its dot kernel"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::formats;
+
+    fn random(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    fn supported() -> Vec<GgmlType> {
+        GgmlType::all().filter(|t| kernels(*t).is_ok()).collect()
+    }
+
+    /// A tile kernel that is `TILE` calls of the type's scalar dot: exercises the driver's
+    /// tile indexing on every type, whether or not a fast tile exists yet.
+    fn per_token_tile(ty: GgmlType) -> Tile {
+        macro_rules! quant {
+            ($($t:ident => $m:ident),* $(,)?) => {
+                match ty {
+                    $(GgmlType::$t => Tile::Quant(|w, a| {
+                        std::array::from_fn(|k| formats::$m::vec_dot(w, a[k]))
+                    }),)*
+                    GgmlType::F32 => Tile::Float(|w, x| std::array::from_fn(|k| float::dot_f32(w, x[k]))),
+                    GgmlType::F16 => Tile::Float(|w, x| std::array::from_fn(|k| float::dot_f16(w, x[k]))),
+                    GgmlType::BF16 => Tile::Float(|w, x| std::array::from_fn(|k| float::dot_bf16(w, x[k]))),
+                    _ => panic!("no test tile for {ty}"),
+                }
+            };
+        }
+        quant!(
+            Q4_0 => q4_0, Q4_1 => q4_1, Q5_0 => q5_0, Q5_1 => q5_1, Q8_0 => q8_0,
+            Q8_1 => q8_1, Q2_K => q2_k, Q3_K => q3_k, Q4_K => q4_k, Q5_K => q5_k,
+            Q6_K => q6_k, Q8_K => q8_k, IQ4_NL => iq4_nl, IQ4_XS => iq4_xs,
+        )
+    }
+
+    /// `base`'s kernels with the tile replaced.
+    fn with_tile(base: &Kernels, tile: Option<Tile>) -> Kernels {
+        Kernels {
+            dequantize: base.dequantize,
+            quantize: base.quantize,
+            dot: base.dot,
+            tile,
+        }
+    }
+
+    /// One product through `run_group` with kernels `k`.
+    fn product_with(
+        k: &Kernels,
+        ty: GgmlType,
+        w: &[u8],
+        rows: usize,
+        cols: usize,
+        x: &[f32],
+        n: usize,
+    ) -> Vec<f32> {
+        let mut y = vec![f32::NAN; rows * n];
+        let mut scratch = vec![0u8; activation_scratch_bytes(&[ty], cols, n).unwrap()];
+        let ks = [Some(k), None, None, None];
+        let mut p = [Product {
+            ty,
+            weights: w,
+            rows,
+            y: &mut y,
+        }];
+        run_group(&mut p, &ks, cols, x, n, &mut scratch).unwrap();
+        y
+    }
+
+    fn quantized(ty: GgmlType, rows: usize, cols: usize, seed: u64) -> (Vec<u8>, Vec<f32>) {
+        let w = random(rows * cols, seed);
+        let mut wq = vec![0u8; ty.row_size(rows * cols).unwrap()];
+        (kernels(ty).unwrap().quantize)(&w, &mut wq);
+        let mut wd = vec![0f32; rows * cols];
+        (kernels(ty).unwrap().dequantize)(&wq, &mut wd);
+        (wq, wd)
+    }
+
+    #[test]
+    fn matmul_equals_per_token_matvec_for_odd_batches_with_and_without_tiles() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap();
+        let rows = 67;
+        for ty in supported() {
+            let cols = 2 * ty.block_size().max(256);
+            let (wq, wd) = quantized(ty, rows, cols, 1);
+            let (active, scalar) = (kernels(ty).unwrap(), scalar_kernels(ty).unwrap());
+            // (what, kernels, whether they must equal the active or the scalar dot exactly)
+            let variants = [
+                ("active kernels", with_tile(active, active.tile), None),
+                ("no tile", with_tile(active, None), Some(true)),
+                (
+                    "scalar per-token tile",
+                    with_tile(scalar, Some(per_token_tile(ty))),
+                    Some(false),
+                ),
+            ];
+            let scalar_no_tile = with_tile(scalar, None);
+            for n in [1, 3, 4, 5, 9, 64] {
+                let x = random(n * cols, 2 + n as u64);
+                // The reference: one public matvec per token.
+                let mut want = vec![0f32; rows * n];
+                for t in 0..n {
+                    let xt = &x[t * cols..(t + 1) * cols];
+                    let yt = &mut want[t * rows..(t + 1) * rows];
+                    pool.install(|| matvec(ty, &wq, rows, cols, xt, yt))
+                        .unwrap();
+                }
+                // The scalar reference, token by token.
+                let mut want_scalar = vec![0f32; rows * n];
+                for t in 0..n {
+                    let xt = &x[t * cols..(t + 1) * cols];
+                    let yt = product_with(&scalar_no_tile, ty, &wq, rows, cols, xt, 1);
+                    want_scalar[t * rows..(t + 1) * rows].copy_from_slice(&yt);
+                }
+                for (what, k, exact) in &variants {
+                    let got = pool.install(|| product_with(k, ty, &wq, rows, cols, &x, n));
+                    for t in 0..n {
+                        for o in 0..rows {
+                            let (g, e) = (got[t * rows + o], want[t * rows + o]);
+                            // Tiles may sum in another order: 1e-5 of sum |w x|.
+                            let mag: f32 = wd[o * cols..(o + 1) * cols]
+                                .iter()
+                                .zip(&x[t * cols..(t + 1) * cols])
+                                .map(|(a, b)| (a * b).abs())
+                                .sum();
+                            assert!(
+                                (g - e).abs() <= 1e-5 * mag + 1e-6,
+                                "{ty} {what} n={n} t={t} o={o}: {g} vs {e}"
+                            );
+                            match exact {
+                                Some(true) => assert_eq!(g, e, "{ty} {what} n={n} t={t} o={o}"),
+                                Some(false) => assert_eq!(
+                                    g,
+                                    want_scalar[t * rows + o],
+                                    "{ty} {what} n={n} t={t} o={o}"
+                                ),
+                                None => {}
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn fused_products_equal_separate_ones_across_activation_types() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let cols = 512;
+        // Three activation types (Q8_1, Q8_0, Q8_K) and a float type, five products: two groups.
+        let types = [
+            (GgmlType::Q4_1, 70),
+            (GgmlType::Q8_0, 33),
+            (GgmlType::Q4_K, 129),
+            (GgmlType::F16, 5),
+            (GgmlType::Q5_0, 64),
+        ];
+        let tys: Vec<GgmlType> = types.iter().map(|t| t.0).collect();
+        for n in [1, 6] {
+            let x = random(n * cols, 9);
+            let ws: Vec<Vec<u8>> = types
+                .iter()
+                .enumerate()
+                .map(|(i, &(ty, rows))| quantized(ty, rows, cols, 20 + i as u64).0)
+                .collect();
+            let mut ys: Vec<Vec<f32>> = types.iter().map(|&(_, r)| vec![0f32; r * n]).collect();
+            let need = activation_scratch_bytes(&tys, cols, n).unwrap();
+            let mut products: Vec<Product<'_>> = types
+                .iter()
+                .zip(&ws)
+                .zip(ys.iter_mut())
+                .map(|((&(ty, rows), w), y)| Product {
+                    ty,
+                    weights: w,
+                    rows,
+                    y,
+                })
+                .collect();
+            // Too little scratch is a typed error, not a panic.
+            let mut small = vec![0u8; need - 1];
+            assert!(matches!(
+                matmul_many(&mut products, cols, &x, n, &mut small),
+                Err(QuantError::ByteLength { .. })
+            ));
+            let mut scratch = vec![0u8; need];
+            pool.install(|| matmul_many(&mut products, cols, &x, n, &mut scratch))
+                .unwrap();
+            drop(products);
+            for (((ty, rows), w), y) in types.iter().zip(&ws).zip(&ys) {
+                let mut want = vec![0f32; rows * n];
+                matmul(*ty, w, *rows, cols, &x, n, &mut want).unwrap();
+                assert_eq!(y, &want, "{ty} n={n}");
+            }
+        }
+    }
+
+    #[test]
+    fn empty_products_and_bad_shapes() {
+        let (wq, _) = quantized(GgmlType::Q4_0, 4, 64, 3);
+        let x = random(64 * 2, 4);
+        let mut y = vec![0f32; 8];
+        // n = 0 and rows = 0 do nothing.
+        matmul(GgmlType::Q4_0, &wq, 4, 64, &x[..0], 0, &mut y[..0]).unwrap();
+        matmul(GgmlType::Q4_0, &[], 0, 64, &x, 2, &mut y[..0]).unwrap();
+        let e = matmul(GgmlType::Q4_0, &wq, 4, 64, &x, 2, &mut y[..7]).unwrap_err();
+        assert!(
+            matches!(e, QuantError::ElementLength { what: "y", .. }),
+            "{e}"
+        );
+        let e = matmul(GgmlType::Q4_0, &wq[1..], 4, 64, &x, 2, &mut y).unwrap_err();
+        assert!(matches!(e, QuantError::ByteLength { .. }), "{e}");
+    }
 }

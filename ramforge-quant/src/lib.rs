@@ -31,6 +31,7 @@ mod spec_support;
 mod types;
 
 pub use error::QuantError;
+pub use kernels::Product;
 pub use types::GgmlType;
 
 /// Whether `ty` has kernels here (dequantize, quantize, matvec).
@@ -99,6 +100,34 @@ pub fn matmul(
     y: &mut [f32],
 ) -> Result<(), QuantError> {
     kernels::matmul(ty, weights, rows, cols, x, n, y)
+}
+
+/// Several products of the same activations in one parallel region (Q, K and V of a layer;
+/// gate and up): `x` is `n` rows of `cols`, and each product writes its own `y`
+/// (`y[t * rows + o]`, as [`matmul`]).
+///
+/// `x` is quantized once per distinct activation type into `scratch`, which must hold at
+/// least [`activation_scratch_bytes`] of the products' types; the caller owns (and can
+/// account for) that memory, and nothing is allocated here. Results equal separate
+/// [`matmul`] calls exactly.
+pub fn matmul_many(
+    products: &mut [Product<'_>],
+    cols: usize,
+    x: &[f32],
+    n: usize,
+    scratch: &mut [u8],
+) -> Result<(), QuantError> {
+    kernels::matmul_many(products, cols, x, n, scratch)
+}
+
+/// Bytes of scratch [`matmul_many`] needs for products of `types` over `n` tokens of `cols`
+/// activations (0 when every type is a float type).
+pub fn activation_scratch_bytes(
+    types: &[GgmlType],
+    cols: usize,
+    n: usize,
+) -> Result<usize, QuantError> {
+    kernels::activation_scratch_bytes(types, cols, n)
 }
 
 /// How far [`matvec`] may lie from the exact `sum_i W[o][i] x[i]` of the dequantized row `w`

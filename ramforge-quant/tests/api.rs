@@ -139,7 +139,33 @@ fn parallel_matvec_equals_the_generated_reference() {
             .unwrap();
         let mut y_ref = vec![0f32; rows];
         reference(&wq, cols, &x, &mut y_ref);
-        assert_eq!(y, y_ref, "{ty}");
+        if ramforge_quant::isa::active() == ramforge_quant::isa::Isa::Scalar {
+            assert_eq!(y, y_ref, "{ty}");
+            continue;
+        }
+        // A fast kernel adds the same products in another order: one thread gives the same
+        // bits as three, and the reference agrees up to f32 rounding (10x headroom for the
+        // terms that cancel inside each weight).
+        let mut y1 = vec![0f32; rows];
+        let one = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap();
+        one.install(|| matvec(ty, &wq, rows, cols, &x, &mut y1))
+            .unwrap();
+        assert_eq!(y, y1, "{ty}");
+        let mut wd = vec![0f32; rows * cols];
+        dequantize_row(ty, &wq, &mut wd).unwrap();
+        for (o, wrow) in wd.chunks_exact(cols).enumerate() {
+            let terms: f64 = wrow.iter().zip(&x).map(|(a, b)| (a * b).abs() as f64).sum();
+            let err = (y[o] - y_ref[o]).abs() as f64;
+            assert!(
+                err <= 1e-4 * terms,
+                "{ty} row {o}: {} vs {}",
+                y[o],
+                y_ref[o]
+            );
+        }
     }
 }
 

@@ -1,6 +1,6 @@
 //! Every llama.cpp golden (`gen-*.jsonl` in the shared golden directory, plus this crate's own
-//! long-context goldens in tests/data) passes `ramforge-tools verify --golden` on the model file
-//! it was recorded from: teacher-forced logits within the tolerances of the golden README.
+//! goldens in tests/data, see its README) passes `ramforge-tools verify --golden` on the model
+//! file it was recorded from: teacher-forced logits within the tolerances of the golden README.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -21,13 +21,16 @@ fn golden_dir() -> PathBuf {
         .map_or_else(|| root().join("../shared/golden"), PathBuf::from)
 }
 
+/// Prefixes of golden file names; the rest of the stem names the model file.
+const GOLDEN_PREFIXES: &[&str] = &["gen-", "long-", "f32ref-f32kv-", "f32ref-"];
+
 /// `gen-<model>.jsonl` -> `<model>.gguf` (the names in the golden README).
 fn model_for(golden: &Path) -> PathBuf {
     let stem = golden.file_stem().unwrap().to_str().unwrap();
-    let name = stem
-        .strip_prefix("gen-")
-        .or_else(|| stem.strip_prefix("long-"))
-        .expect("golden files are named gen-<model>.jsonl or long-<model>.jsonl");
+    let name = GOLDEN_PREFIXES
+        .iter()
+        .find_map(|p| stem.strip_prefix(p))
+        .unwrap_or_else(|| panic!("golden file names start with one of {GOLDEN_PREFIXES:?}"));
     let path = models_dir().join(format!("{name}.gguf"));
     assert!(
         path.exists(),
@@ -41,9 +44,16 @@ fn model_for(golden: &Path) -> PathBuf {
 /// Runs verify on one golden; returns (mean, max, pass, argmax mismatches) from its JSON
 /// summary.
 fn verify(golden: &Path) -> (f64, f64, bool, String) {
+    verify_with(golden, &[])
+}
+
+/// `verify` with extra arguments (e.g. `--kv-type f32`).
+fn verify_with(golden: &Path, extra: &[&str]) -> (f64, f64, bool, String) {
     let model = model_for(golden);
     let out = Command::new(env!("CARGO_BIN_EXE_ramforge-tools"))
-        .args(["verify", "--threads", "2", "--json", "--golden"])
+        .args(["verify", "--threads", "2", "--json"])
+        .args(extra)
+        .arg("--golden")
         .arg(golden)
         .arg(&model)
         .output()
@@ -120,16 +130,17 @@ fn every_shared_gen_golden_passes() {
     check_all(goldens);
 }
 
-/// The BF16 golden is a known, open deviation: we measure mean 0.040 / max 0.169 against
-/// llama.cpp where the float tolerance is 0.02 / 0.10 (F16, same engine: 0.006 / 0.050).
-/// Rounding activations to bf16 as ggml's vec_dot_type does made it slightly worse, so the
-/// cause is not yet known. Until it is, this test holds BF16 to the quantized-model
-/// tolerance plus the measured figures, so a regression still fails; the float tolerance
-/// itself is the ignored test below, which reports as ignored rather than passed.
+/// The shared BF16 golden cannot be met at the float tolerance by any implementation that is
+/// not bit-identical to ggml: ggml rounds the activations to bf16 before every product with a
+/// BF16 matrix, and that rounding noise cascades chaotically through the layers. llama.cpp
+/// itself, run on the exact F32 expansion of the same file, is off its own BF16 golden by mean
+/// 0.040 / max 0.17 (we measure 0.040 / 0.17). So this golden is held to llama.cpp's own
+/// deviation plus a margin (a regression still fails, and the argmax must agree), and the
+/// float tolerance is checked against llama.cpp on the F32 expansion (`f32ref_*` below).
 const BF16_GOLDEN: &str = "gen-smollm2-BF16.jsonl";
 
 #[test]
-fn bf16_golden_stays_within_its_measured_deviation() {
+fn bf16_golden_stays_within_llama_cpp_own_bf16_noise() {
     let g = golden_dir().join(BF16_GOLDEN);
     let (mean, max, _pass, mism) = verify(&g);
     eprintln!("{BF16_GOLDEN}: mean {mean:.4} max {max:.4} argmax mismatches {mism}");
@@ -140,11 +151,33 @@ fn bf16_golden_stays_within_its_measured_deviation() {
     );
 }
 
+fn data_golden(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(name)
+}
+
+/// BF16 weights against llama.cpp on their exact F32 expansion (default f16 KV cache), at the
+/// float tolerance. Measured: mean 0.003, max 0.025 (the f16 cache's own rounding).
 #[test]
-#[ignore = "known open deviation on BF16 (issue 5 note): mean 0.040 > 0.02"]
-fn bf16_golden_within_float_tolerance() {
-    let (mean, max, pass, _) = verify(&golden_dir().join(BF16_GOLDEN));
-    assert!(pass, "mean {mean} max {max}");
+fn f32ref_bf16_golden_within_float_tolerance() {
+    let g = data_golden("f32ref-smollm2-BF16.jsonl");
+    let (mean, max, pass, mism) = verify(&g);
+    eprintln!("f32ref BF16: mean {mean:.5} max {max:.5} argmax mismatches {mism}");
+    assert!(pass, "mean {mean} max {max} argmax mismatches {mism}");
+}
+
+/// The f32 KV cache against llama.cpp's f32 KV cache, on the F32 expansion of the BF16 file:
+/// nothing is rounded on either side, so only summation order differs (measured: max below
+/// 5e-5). The bounds are far tighter than the float tolerance, so an f32 cache that rounds
+/// anything to f16 (mean 0.002, max 0.02 here) fails.
+#[test]
+fn f32ref_f32_kv_cache_matches_llama_cpp_f32_kv() {
+    let g = data_golden("f32ref-f32kv-smollm2-BF16.jsonl");
+    let (mean, max, pass, mism) = verify_with(&g, &["--kv-type", "f32"]);
+    eprintln!("f32ref f32 KV: mean {mean:.6} max {max:.6} argmax mismatches {mism}");
+    assert!(pass, "mean {mean} max {max} argmax mismatches {mism}");
+    assert!(mean <= 5e-4 && max <= 5e-3, "mean {mean} max {max}");
 }
 
 /// 600+ token prompts (prose, and a multi-turn chat) on llama and qwen2, recorded with

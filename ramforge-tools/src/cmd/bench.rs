@@ -8,7 +8,7 @@
 use super::util::{cancel_flag, human_bytes, progress_bar};
 use super::CmdResult;
 use ramforge_engine::sampling::argmax;
-use ramforge_engine::{process_memory, Engine, EngineOptions};
+use ramforge_engine::{process_memory, Engine, EngineOptions, ResidencyStats};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
@@ -79,7 +79,7 @@ pub fn run(args: Args) -> CmdResult {
         threads: args.threads,
         ..EngineOptions::default()
     };
-    let mut engine = Engine::load(&path, &options)?;
+    let mut engine = super::util::load_engine(ramforge_engine::Model::open(&path)?, &options)?;
     let cancel = cancel_flag();
     cancel.store(false, Ordering::SeqCst);
 
@@ -108,6 +108,7 @@ pub fn run(args: Args) -> CmdResult {
 
     // Decode: one token at a time, greedy.
     let bar = progress_bar(n_gen as u64, "decode", false);
+    let before_decode = *engine.residency();
     let started = Instant::now();
     while !m.cancelled && m.gen_tokens < n_gen {
         if cancel.load(Ordering::SeqCst) {
@@ -120,8 +121,9 @@ pub fn run(args: Args) -> CmdResult {
     }
     m.decode_secs = started.elapsed().as_secs_f64();
     bar.finish_and_clear();
+    let decode = engine.residency().since(&before_decode);
 
-    report(&args, &path, &engine, &m)?;
+    report(&args, &path, &engine, &m, &decode)?;
     Ok(if m.cancelled {
         ExitCode::from(130)
     } else {
@@ -129,7 +131,15 @@ pub fn run(args: Args) -> CmdResult {
     })
 }
 
-fn report(args: &Args, path: &std::path::Path, engine: &Engine, m: &Measured) -> CmdResult {
+/// `decode` is the storage traffic of the decode phase alone: its bytes per token are per
+/// decoded token (the prefill reads each streamed layer once per batch, not per token).
+fn report(
+    args: &Args,
+    path: &std::path::Path,
+    engine: &Engine,
+    m: &Measured,
+    decode: &ResidencyStats,
+) -> CmdResult {
     let mem = process_memory().unwrap_or_default();
     let stats = engine.residency();
     let cfg = engine.config();
@@ -151,9 +161,19 @@ fn report(args: &Args, path: &std::path::Path, engine: &Engine, m: &Measured) ->
             "gen_tokens": m.gen_tokens,
             "decode_secs": m.decode_secs,
             "decode_tokens_per_sec": m.decode_tps(),
-            "bytes_read_per_token": stats.bytes_read_per_token(),
+            "bytes_read_per_token": decode.bytes_read_per_token(),
+            "decode_bytes_read": decode.bytes_read,
+            "prefill_bytes_read": stats.bytes_read - decode.bytes_read,
+            "decode_io_wait_secs": decode.io_wait_secs,
+            "decode_compute_secs": decode.compute_secs(),
+            "decode_prefetch_hits": decode.prefetch_hits,
+            "decode_prefetch_late": decode.prefetch_late,
             "pinned_layers": stats.pinned_layers,
             "streamed_layers": stats.streamed_layers,
+            "pinned_layer_bytes": stats.pinned_bytes,
+            "streamed_layer_bytes": stats.streamed_bytes,
+            "stream_buffers": stats.stream_buffers,
+            "direct_io": stats.direct_io,
             "peak_rss_bytes": mem.peak_rss,
             "cancelled": m.cancelled,
         });
@@ -180,8 +200,17 @@ fn report(args: &Args, path: &std::path::Path, engine: &Engine, m: &Measured) ->
     );
     println!("budget     {budget_text}");
     println!(
-        "layers     {} pinned, {} streamed",
-        stats.pinned_layers, stats.streamed_layers
+        "layers     {} pinned ({}), {} streamed ({}) through {} buffers ({})",
+        stats.pinned_layers,
+        human_bytes(stats.pinned_bytes),
+        stats.streamed_layers,
+        human_bytes(stats.streamed_bytes),
+        stats.stream_buffers,
+        if stats.direct_io {
+            "O_DIRECT"
+        } else {
+            "buffered"
+        }
     );
     println!("threads    {}", engine.threads());
     println!("load       {:.2} s", engine.load_secs());
@@ -198,8 +227,12 @@ fn report(args: &Args, path: &std::path::Path, engine: &Engine, m: &Measured) ->
         m.decode_tps()
     );
     println!(
-        "disk read  {} per token",
-        human_bytes(stats.bytes_read_per_token() as u64)
+        "disk read  {} per decoded token; prefetch {} hits, {} late; decode I/O wait {:.2} s, compute {:.2} s",
+        human_bytes(decode.bytes_read_per_token() as u64),
+        decode.prefetch_hits,
+        decode.prefetch_late,
+        decode.io_wait_secs,
+        decode.compute_secs()
     );
     println!("peak RSS   {}", human_bytes(mem.peak_rss));
     if m.cancelled {

@@ -6,7 +6,7 @@
 //! ends it. Ctrl-C while a reply is being generated stops that reply, prints its stats and
 //! returns to the prompt; Ctrl-C at the prompt quits.
 
-use super::util::{cancel_flag, human_bytes, quiet, verbose};
+use super::util::{cancel_flag, human_bytes, load_engine, prompt_bar, quiet, verbose};
 use super::{CmdError, CmdResult};
 use ramforge_engine::chat::{bos_eos_texts, model_chat_template, render_chat, ChatMessage};
 use ramforge_engine::{
@@ -111,7 +111,7 @@ pub fn run(args: Args) -> CmdResult {
         threads: args.threads,
         ..EngineOptions::default()
     };
-    let mut engine = Engine::new(model, &options)?;
+    let mut engine = load_engine(model, &options)?;
     let params = SamplingParams {
         temperature: args.temperature,
         seed: args.seed,
@@ -194,10 +194,15 @@ fn reply(
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let mut write_error = None;
+    let batch = engine.plan().request.batch;
+    let bar = prompt_bar(engine, prompt.len(), batch);
     let stats = engine.generate(
         &prompt,
         &params,
         &mut |_, text| {
+            if !bar.is_finished() {
+                bar.finish_and_clear();
+            }
             if write_error.is_none() {
                 if let Err(e) = out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
                     write_error = Some(e);
@@ -205,7 +210,10 @@ fn reply(
             }
         },
         cancel_flag(),
-    )?;
+    );
+    bar.finish_and_clear();
+    engine.set_prompt_progress(None);
+    let stats = stats?;
     if let Some(e) = write_error {
         return Err(format!("writing to stdout: {e}").into());
     }

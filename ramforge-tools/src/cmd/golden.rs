@@ -100,6 +100,7 @@ pub fn run(args: &super::verify::Args) -> CmdResult {
         ram: args.ram,
         ctx: Some(ctx),
         threads: args.threads,
+        kv_type: args.kv_type,
         ..EngineOptions::default()
     };
     let mut engine = Engine::new(model, &options)?;

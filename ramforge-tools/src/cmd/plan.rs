@@ -108,6 +108,7 @@ fn json(
         "output_resident": plan.map(|p| p.output_resident),
         "output_chunk_bytes": plan.map(|p| p.output_chunk_bytes),
         "slot_bytes": plan.map(|p| p.slot_bytes),
+        "stream_buffers": plan.map(|p| p.stream_buffers),
         "pinned_layer_bytes": plan.map(|p| p.pinned_bytes()),
         "streamed_layers": plan.map(|p| p.streamed_layers()),
         "streamed_bytes_per_token": plan.map(|p| p.streamed_bytes_per_token()),
@@ -162,7 +163,7 @@ fn text(model: &Model, args: &Args, sizes: &MemoryPlan, plan: Option<&MemoryPlan
         }
         Some(p) => {
             s += &format!(
-                "budget {}: fits, {} planned\n  output projection: {}\n  layers resident: {} of {} ({}), streamed through a {} slot: {}\n  read from storage per token: {}\n",
+                "budget {}: fits, {} planned\n  output projection: {}\n  layers resident: {} of {} ({}), streamed through a {} ring of {} buffers: {}\n  read from storage per token: {}\n",
                 h(args.ram),
                 h(p.total_bytes()),
                 if p.output_resident {
@@ -174,6 +175,7 @@ fn text(model: &Model, args: &Args, sizes: &MemoryPlan, plan: Option<&MemoryPlan
                 p.pinned.len(),
                 h(p.pinned_bytes()),
                 h(p.slot_bytes),
+                p.stream_buffers,
                 p.streamed_layers(),
                 h(p.streamed_bytes_per_token())
             );

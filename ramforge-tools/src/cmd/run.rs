@@ -1,11 +1,12 @@
 //! `ramforge-tools run`: generate text from a model (the default model if none is given),
 //! streamed to stdout as it is produced, under an optional RAM budget.
 
-use super::util::{cancel_flag, human_bytes, quiet, verbose};
+use super::util::{cancel_flag, human_bytes, load_engine, prompt_bar, quiet, verbose};
 use super::{CmdError, CmdResult};
 use ramforge_engine::chat::{bos_eos_texts, model_chat_template, render_chat, ChatMessage};
 use ramforge_engine::{
     process_memory, Engine, EngineOptions, GenerationStats, KvType, Model, SamplingParams,
+    StopReason,
 };
 use std::io::Write;
 use std::path::PathBuf;
@@ -104,7 +105,7 @@ pub fn run(args: Args) -> CmdResult {
         kv_type: args.kv_type,
         batch: args.batch.max(1),
     };
-    let mut engine = Engine::new(model, &options)?;
+    let mut engine = load_engine(model, &options)?;
     let load_secs = started.elapsed().as_secs_f64();
     let params = SamplingParams {
         temperature: args.temperature,
@@ -121,10 +122,15 @@ pub fn run(args: Args) -> CmdResult {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let mut write_error: Option<std::io::Error> = None;
+    let batch = engine.plan().request.batch;
+    let bar = prompt_bar(&mut engine, prompt.len(), batch);
     let stats = engine.generate(
         &prompt,
         &params,
         &mut |_, text| {
+            if !bar.is_finished() {
+                bar.finish_and_clear();
+            }
             if !args.json && write_error.is_none() {
                 if let Err(e) = out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
                     write_error = Some(e);
@@ -132,7 +138,10 @@ pub fn run(args: Args) -> CmdResult {
             }
         },
         cancel_flag(),
-    )?;
+    );
+    bar.finish_and_clear();
+    engine.set_prompt_progress(None);
+    let stats = stats?;
     if let Some(e) = write_error {
         return Err(format!("writing to stdout: {e}").into());
     }
@@ -142,7 +151,9 @@ pub fn run(args: Args) -> CmdResult {
         writeln!(out, "{report}")?;
     } else {
         writeln!(out)?;
-        if verbose() {
+        // Ctrl-C shows what was gathered so far, as the closing stats of an interrupted run.
+        let interrupted = stats.stop_reason == StopReason::Cancelled;
+        if verbose() || (interrupted && !quiet()) {
             eprint!("{}", text_report(&engine, &stats, load_secs, mem));
         }
     }
@@ -185,6 +196,7 @@ fn json_report(
 ) -> serde_json::Value {
     let plan = engine.plan();
     let r = &s.residency;
+    let d = &s.decode_residency;
     serde_json::json!({
         "model": path.display().to_string(),
         "text": s.text,
@@ -205,7 +217,9 @@ fn json_report(
         "peak_rss_bytes": mem.peak_rss,
         "rss_bytes": mem.rss,
         "bytes_read": r.bytes_read,
-        "bytes_read_per_token": r.bytes_read_per_token(),
+        "bytes_read_per_token": per_token(s),
+        "decode_bytes_read": d.bytes_read,
+        "decode_evals": d.tokens,
         "load_bytes": r.load_bytes,
         "layers_loaded": r.layers_loaded,
         "pinned_layers": r.pinned_layers,
@@ -213,7 +227,25 @@ fn json_report(
         "output_resident": plan.output_resident,
         "peak_resident_weight_bytes": r.peak_resident,
         "read_secs": r.read_secs,
+        "io_wait_secs": r.io_wait_secs,
+        "compute_secs": r.compute_secs(),
+        "prefetch_hits": r.prefetch_hits,
+        "prefetch_late": r.prefetch_late,
+        "pinned_layer_bytes": r.pinned_bytes,
+        "streamed_layer_bytes": r.streamed_bytes,
+        "stream_buffers": r.stream_buffers,
+        "direct_io": r.direct_io,
     })
+}
+
+/// Bytes read per decoded token (decode evals only: the prompt's batches read each layer once
+/// per batch, not per token); the whole call's figure when nothing was decoded.
+fn per_token(s: &GenerationStats) -> f64 {
+    if s.decode_residency.tokens > 0 {
+        s.decode_residency.bytes_read_per_token()
+    } else {
+        s.residency.bytes_read_per_token()
+    }
 }
 
 fn text_report(
@@ -234,7 +266,8 @@ fn text_report(
          prompt: {} tokens in {:.2} s ({:.1} tok/s)\n\
          decode: {} tokens in {:.2} s ({:.1} tok/s), stopped by {:?}\n\
          memory: peak managed {} of {budget} (minimum {}), peak RSS {}\n\
-         storage: read {} while generating ({}/token), {} layer loads; {} of {} layers pinned, output {}\n",
+         storage: read {} while generating ({}/decoded token), {} layer loads; {} of {} layers pinned ({}), {} streamed, output {}\n\
+         streaming: {} buffers, {} reads, prefetch {} hits / {} late; I/O wait {:.2} s, compute {:.2} s\n",
         engine.threads(),
         engine.context_size(),
         s.prompt_tokens,
@@ -248,10 +281,18 @@ fn text_report(
         human_bytes(plan.minimum),
         human_bytes(mem.peak_rss),
         human_bytes(r.bytes_read),
-        human_bytes(r.bytes_read_per_token() as u64),
+        human_bytes(per_token(s) as u64),
         r.layers_loaded,
         r.pinned_layers,
         r.pinned_layers + r.streamed_layers,
+        human_bytes(r.pinned_bytes),
+        human_bytes(r.streamed_bytes),
         if plan.output_resident { "resident" } else { "streamed" },
+        r.stream_buffers,
+        if r.direct_io { "O_DIRECT" } else { "buffered" },
+        r.prefetch_hits,
+        r.prefetch_late,
+        r.io_wait_secs,
+        r.compute_secs(),
     )
 }

@@ -103,6 +103,8 @@ pub fn run(args: Args) -> CmdResult {
     }
 
     let mut w = GgufWriter::new(md);
+    // One bar over every tensor byte written; each tensor's source feeds it as it is read.
+    let bar = super::util::progress_bar(0, "writing", true);
     let mut add = |name: String, ty: GgmlType, cols: u64, rows: u64, fill: Fill| {
         let shape_v = if rows == 1 {
             vec![cols]
@@ -110,7 +112,8 @@ pub fn run(args: Args) -> CmdResult {
             vec![cols, rows]
         };
         let seed = args.seed ^ fnv1a(name.as_bytes());
-        let data = RowSource::new(ty, cols as usize, rows, fill, seed)?;
+        let data = RowSource::new(ty, cols as usize, rows, fill, seed, bar.clone())?;
+        bar.inc_length(data.row.len() as u64 * rows);
         w.add_tensor(name, ty, &shape_v, TensorData::Reader(Box::new(data)))?;
         Ok::<_, super::CmdError>(())
     };
@@ -136,8 +139,10 @@ pub fn run(args: Args) -> CmdResult {
     add("output_norm.weight".into(), GgmlType::F32, e, 1, Fill::Ones)?;
     add("output.weight".into(), ty, e, vocab, Fill::fan_in(e))?;
 
-    let bytes = w.write_file(&args.output)?;
-    eprintln!(
+    let bytes = w.write_file(&args.output);
+    bar.finish_and_clear();
+    let bytes = bytes?;
+    crate::note!(
         "wrote {} ({}, {} layers, {} parameters)",
         args.output.display(),
         super::util::human_bytes(bytes),
@@ -219,6 +224,8 @@ struct RowSource {
     /// Bytes of `row` already handed out.
     served: usize,
     rows_left: u64,
+    /// The write's progress bar (hidden when stderr is not a terminal).
+    progress: indicatif::ProgressBar,
 }
 
 impl RowSource {
@@ -228,6 +235,7 @@ impl RowSource {
         rows: u64,
         fill: Fill,
         seed: u64,
+        progress: indicatif::ProgressBar,
     ) -> Result<RowSource, super::CmdError> {
         let row_bytes = ty.row_size(cols).ok_or_else(|| {
             format!(
@@ -243,6 +251,7 @@ impl RowSource {
             row: vec![0; row_bytes],
             served: row_bytes,
             rows_left: rows,
+            progress,
         })
     }
 
@@ -280,6 +289,7 @@ impl Read for RowSource {
         let n = buf.len().min(self.row.len() - self.served);
         buf[..n].copy_from_slice(&self.row[self.served..self.served + n]);
         self.served += n;
+        self.progress.inc(n as u64);
         Ok(n)
     }
 }

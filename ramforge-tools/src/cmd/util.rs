@@ -115,3 +115,37 @@ pub fn cancel_flag() -> &'static AtomicBool {
         flag
     })
 }
+
+/// Lays `model` out under `options` with a progress bar over the resident weights read.
+pub fn load_engine(
+    model: ramforge_engine::Model,
+    options: &ramforge_engine::EngineOptions,
+) -> Result<ramforge_engine::Engine, ramforge_engine::EngineError> {
+    let bar = progress_bar(0, "loading", true);
+    let engine = ramforge_engine::Engine::new_with_progress(model, options, &|done, total| {
+        bar.set_length(total);
+        bar.set_position(done);
+    });
+    bar.finish_and_clear();
+    engine
+}
+
+/// A progress bar over the prompt's tokens, fed by the engine while it processes them; shown
+/// only for prompts of more than one batch (shorter ones finish before a bar is worth it).
+/// Clear it with `finish_and_clear` when the first token appears.
+pub fn prompt_bar(
+    engine: &mut ramforge_engine::Engine,
+    prompt_tokens: usize,
+    batch: usize,
+) -> ProgressBar {
+    if prompt_tokens <= batch {
+        engine.set_prompt_progress(None);
+        return ProgressBar::hidden();
+    }
+    let bar = progress_bar(prompt_tokens as u64, "prompt", false);
+    let feed = bar.clone();
+    engine.set_prompt_progress(Some(Box::new(move |done, _| {
+        feed.set_position(done as u64)
+    })));
+    bar
+}

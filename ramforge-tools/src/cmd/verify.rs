@@ -26,6 +26,9 @@ pub struct Args {
     /// With --golden: memory budget (e.g. 40M, 1.5G; powers of 1024); default unlimited.
     #[arg(long, value_parser = super::run::parse_ram)]
     pub ram: Option<u64>,
+    /// With --golden: KV cache element type (the shared goldens were recorded with f16).
+    #[arg(long, default_value = "f16")]
+    pub kv_type: ramforge_engine::KvType,
 }
 
 pub fn run(args: Args) -> CmdResult {
@@ -47,7 +50,10 @@ fn run_kernels(args: &Args) -> CmdResult {
     let mut stats: BTreeMap<GgmlType, TypeStats> = BTreeMap::new();
     let mut rng = StdRng::seed_from_u64(0x5eed_f00d);
     let mut failures = Vec::new();
-    for t in &file.header().tensors {
+    let tensors = &file.header().tensors;
+    let bar = super::util::progress_bar(tensors.len() as u64, "checking tensors", false);
+    for t in tensors {
+        bar.inc(1);
         let ty = t.ggml_type;
         if !ramforge_quant::is_supported(ty) {
             return Err(format!("tensor {:?}: ggml type {ty} is not supported", t.name).into());
@@ -90,6 +96,7 @@ fn run_kernels(args: &Args) -> CmdResult {
             }
         }
     }
+    bar.finish_and_clear();
     let failed: u64 = stats.values().map(|s| s.failed).sum();
     if args.json {
         let types: Vec<_> = stats

@@ -1,11 +1,72 @@
 //! AVX2 kernels for the 256-element super-block formats (Q2_K ... Q6_K, IQ4_XS) and their
 //! activation quantizer (Q8_K).
+//!
+//! Integer dot products as in ggml's AVX2 path: `maddubs` of the weight quants with the int8
+//! activations, `madd` with the group scales, one float multiply-add per block; the formats
+//! with mins (and Q6_K / Q3_K's offsets) take `sum(scale * bsum)` from Q8_K's 16-element sums.
+//! Each format's kernel is written once for `T` activation rows: `T = 1` is its `vec_dot`,
+//! `T = TILE` its prefill tile, which unpacks every weight block once for all tokens.
+//! Dequantization stays the generated reference (it only serves embedding rows).
 
-use crate::kernels::Kernels;
+mod common;
+mod iq4xs;
+mod q2k;
+mod q3k;
+mod q4k;
+mod q5k;
+mod q6k;
+mod q8k;
+#[cfg(test)]
+mod tests;
+
+use crate::formats;
+use crate::kernels::{Dot, Kernels, Tile};
 use crate::GgmlType;
 
 /// The AVX2 kernels for `ty`, if written.
 pub(crate) fn kernels(ty: GgmlType) -> Option<&'static Kernels> {
-    let _ = ty;
-    None
+    match ty {
+        GgmlType::Q8_K => Some(&Q8_K),
+        GgmlType::Q4_K => Some(&Q4_K),
+        GgmlType::Q6_K => Some(&Q6_K),
+        GgmlType::IQ4_XS => Some(&IQ4_XS),
+        GgmlType::Q5_K => Some(&Q5_K),
+        GgmlType::Q3_K => Some(&Q3_K),
+        GgmlType::Q2_K => None, // TEMP simd2 experiment
+        _ => None,
+    }
 }
+
+const ACT: GgmlType = GgmlType::Q8_K;
+
+static Q8_K: Kernels = Kernels {
+    dequantize: formats::q8_k::dequantize_row,
+    quantize: q8k::quantize_row,
+    dot: Dot::Quant {
+        act: ACT,
+        vec_dot: formats::q8_k::vec_dot,
+    },
+    tile: None,
+};
+
+/// The kernels of a weight format whose quantizer and dequantizer are the generated ones.
+macro_rules! weight_kernels {
+    ($name:ident, $format:ident, $kernel:ident) => {
+        static $name: Kernels = Kernels {
+            dequantize: formats::$format::dequantize_row,
+            quantize: formats::$format::quantize_row,
+            dot: Dot::Quant {
+                act: ACT,
+                vec_dot: $kernel::vec_dot,
+            },
+            tile: Some(Tile::Quant($kernel::tile)),
+        };
+    };
+}
+
+weight_kernels!(Q4_K, q4_k, q4k);
+weight_kernels!(Q6_K, q6_k, q6k);
+weight_kernels!(IQ4_XS, iq4_xs, iq4xs);
+weight_kernels!(Q5_K, q5_k, q5k);
+weight_kernels!(Q3_K, q3_k, q3k);
+weight_kernels!(Q2_K, q2_k, q2k);

@@ -1,11 +1,171 @@
-//! AVX2 kernels for the 32-element formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL), their
-//! activation quantizers (Q8_0, Q8_1) and the float weights (F32, F16, BF16).
+//! AVX2 kernels for the 32-element formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, IQ4_NL),
+//! their activation quantizers (Q8_0, Q8_1) and the float weights (F32, F16, BF16).
+//!
+//! The block dots and the quantizers are bit-identical to the generated scalar reference
+//! (same integer sums, same float operations in the same order); the float dots use FMA and
+//! differ from the reference by f32 summation order only. Dequantizing reuses the reference
+//! except for F16.
 
-use crate::kernels::Kernels;
-use crate::GgmlType;
+mod act;
+mod blocks;
+mod common;
+mod float;
+#[cfg(test)]
+mod tests;
 
-/// The AVX2 kernels for `ty`, if written.
+use crate::kernels::{Dot, Kernels, Tile, TILE};
+use crate::{formats, GgmlType};
+
+// SAFETY (every wrapper below): these functions are reachable only through the statics in
+// this module, which `kernels` hands out only for `Isa::Avx2`, and the kernel table uses
+// that instruction set only when `Isa::Avx2.is_available()` (AVX2, FMA and F16C detected at
+// run time). The bodies read only within the slices they are given.
+
+/// Safe `vec_dot` and `tile` entry points for one block format.
+macro_rules! block_kernels {
+    ($format:ty, $vec_dot:ident, $tile:ident) => {
+        fn $vec_dot(w: &[u8], a: &[u8]) -> f32 {
+            // SAFETY: see the note above; only reachable when AVX2+FMA+F16C are available.
+            unsafe { blocks::vec_dot::<$format>(w, a) }
+        }
+        fn $tile(w: &[u8], a: [&[u8]; TILE]) -> [f32; TILE] {
+            // SAFETY: see the note above; only reachable when AVX2+FMA+F16C are available.
+            unsafe { blocks::tile::<$format>(w, a) }
+        }
+    };
+}
+
+block_kernels!(blocks::Q4_0, vec_dot_q4_0, tile_q4_0);
+block_kernels!(blocks::Q4_1, vec_dot_q4_1, tile_q4_1);
+block_kernels!(blocks::Q5_0, vec_dot_q5_0, tile_q5_0);
+block_kernels!(blocks::Q5_1, vec_dot_q5_1, tile_q5_1);
+block_kernels!(blocks::Q8_0, vec_dot_q8_0, tile_q8_0);
+block_kernels!(blocks::Q8_1, vec_dot_q8_1, tile_q8_1);
+block_kernels!(blocks::Iq4Nl, vec_dot_iq4_nl, tile_iq4_nl);
+
+/// Safe `dot` and `tile` entry points for one float format.
+macro_rules! float_kernels {
+    ($format:ty, $dot:ident, $tile:ident) => {
+        fn $dot(w: &[u8], x: &[f32]) -> f32 {
+            // SAFETY: see the note above; only reachable when AVX2+FMA+F16C are available.
+            unsafe { float::dot::<$format>(w, x) }
+        }
+        fn $tile(w: &[u8], x: [&[f32]; TILE]) -> [f32; TILE] {
+            // SAFETY: see the note above; only reachable when AVX2+FMA+F16C are available.
+            unsafe { float::tile::<$format>(w, x) }
+        }
+    };
+}
+
+float_kernels!(float::F32, dot_f32, tile_f32);
+float_kernels!(float::F16, dot_f16, tile_f16);
+float_kernels!(float::Bf16, dot_bf16, tile_bf16);
+
+fn quantize_q8_0(src: &[f32], dst: &mut [u8]) {
+    // SAFETY: see the note above; only reachable when AVX2+FMA+F16C are available.
+    unsafe { act::quantize_q8_0(src, dst) }
+}
+
+fn quantize_q8_1(src: &[f32], dst: &mut [u8]) {
+    // SAFETY: see the note above; only reachable when AVX2+FMA+F16C are available.
+    unsafe { act::quantize_q8_1(src, dst) }
+}
+
+fn dequantize_f16(src: &[u8], dst: &mut [f32]) {
+    // SAFETY: see the note above; only reachable when AVX2+FMA+F16C are available.
+    unsafe { float::dequantize::<float::F16>(src, dst) }
+}
+
+/// The kernel table entry of a block format: reference dequantize, AVX2 dot and tile.
+macro_rules! block_static {
+    ($name:ident, $module:ident, $quantize:expr, $act:ident, $vec_dot:ident, $tile:ident) => {
+        static $name: Kernels = Kernels {
+            dequantize: formats::$module::dequantize_row,
+            quantize: $quantize,
+            dot: Dot::Quant {
+                act: GgmlType::$act,
+                vec_dot: $vec_dot,
+            },
+            tile: Some(Tile::Quant($tile)),
+        };
+    };
+}
+
+block_static!(
+    Q4_0,
+    q4_0,
+    formats::q4_0::quantize_row,
+    Q8_0,
+    vec_dot_q4_0,
+    tile_q4_0
+);
+block_static!(
+    Q4_1,
+    q4_1,
+    formats::q4_1::quantize_row,
+    Q8_1,
+    vec_dot_q4_1,
+    tile_q4_1
+);
+block_static!(
+    Q5_0,
+    q5_0,
+    formats::q5_0::quantize_row,
+    Q8_0,
+    vec_dot_q5_0,
+    tile_q5_0
+);
+block_static!(
+    Q5_1,
+    q5_1,
+    formats::q5_1::quantize_row,
+    Q8_1,
+    vec_dot_q5_1,
+    tile_q5_1
+);
+block_static!(Q8_0, q8_0, quantize_q8_0, Q8_0, vec_dot_q8_0, tile_q8_0);
+block_static!(Q8_1, q8_1, quantize_q8_1, Q8_1, vec_dot_q8_1, tile_q8_1);
+block_static!(
+    IQ4_NL,
+    iq4_nl,
+    formats::iq4_nl::quantize_row,
+    Q8_0,
+    vec_dot_iq4_nl,
+    tile_iq4_nl
+);
+
+static F32: Kernels = Kernels {
+    dequantize: crate::float::dequantize_f32,
+    quantize: crate::float::quantize_f32,
+    dot: Dot::Float(dot_f32),
+    tile: Some(Tile::Float(tile_f32)),
+};
+static F16: Kernels = Kernels {
+    dequantize: dequantize_f16,
+    quantize: crate::float::quantize_f16,
+    dot: Dot::Float(dot_f16),
+    tile: Some(Tile::Float(tile_f16)),
+};
+static BF16: Kernels = Kernels {
+    dequantize: crate::float::dequantize_bf16,
+    quantize: crate::float::quantize_bf16,
+    dot: Dot::Float(dot_bf16),
+    tile: Some(Tile::Float(tile_bf16)),
+};
+
+/// The AVX2 kernels for `ty`, if written. Only for `Isa::Avx2` (see the SAFETY note above).
 pub(crate) fn kernels(ty: GgmlType) -> Option<&'static Kernels> {
-    let _ = ty;
-    None
+    Some(match ty {
+        GgmlType::Q4_0 => &Q4_0,
+        GgmlType::Q4_1 => &Q4_1,
+        GgmlType::Q5_0 => &Q5_0,
+        GgmlType::Q5_1 => &Q5_1,
+        GgmlType::Q8_0 => &Q8_0,
+        GgmlType::Q8_1 => &Q8_1,
+        GgmlType::IQ4_NL => &IQ4_NL,
+        GgmlType::F32 => &F32,
+        GgmlType::F16 => &F16,
+        GgmlType::BF16 => &BF16,
+        _ => return None,
+    })
 }

@@ -1,0 +1,360 @@
+//! The read path for streamed layers: large aligned reads with `O_DIRECT`, so streaming neither
+//! doubles memory in the page cache nor competes with it under a memory limit, and buffered
+//! positional reads (with `posix_fadvise` hints) where `O_DIRECT` is refused (e.g. tmpfs).
+//!
+//! A layer's seven matrices are read as a few segments: matrices that lie close together in the
+//! file (only norms between them) are merged, and each segment is widened to [`ALIGN`]-aligned
+//! file offsets and read whole into an aligned place in the buffer. A matrix is then used in
+//! place, at its offset inside its segment.
+
+use crate::budget::{Charge, MemoryBudget};
+use crate::error::EngineError;
+use crate::tensors::LayerTensors;
+use ramforge_gguf::GgufError;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::Path;
+
+/// Alignment of `O_DIRECT` offsets, lengths and buffer addresses (covers 512 B and 4 KiB
+/// logical blocks).
+pub const ALIGN: u64 = 4096;
+/// Matrices closer than this in the file are read as one segment (what lies between them, the
+/// norms, is read and ignored).
+pub const MERGE_GAP: u64 = 256 << 10;
+
+fn round_up(x: u64) -> u64 {
+    x.div_ceil(ALIGN) * ALIGN
+}
+
+/// One matrix's place: its name (for errors), file range, and offset in the buffer.
+#[derive(Clone, Debug)]
+struct Placed {
+    name: String,
+    file_start: u64,
+    len: u64,
+    buf_start: usize,
+}
+
+/// One aligned read.
+#[derive(Clone, Debug)]
+struct Segment {
+    file_start: u64,
+    len: u64,
+    buf_start: usize,
+    /// The file offset up to which the segment's bytes are needed (a read may end at EOF
+    /// past it).
+    needed_end: u64,
+}
+
+/// Where a layer's matrices lie in the file and in a streaming buffer.
+#[derive(Clone, Debug)]
+pub struct LayerLayout {
+    segments: Vec<Segment>,
+    /// The seven matrices in [`LayerTensors::matrices`] order.
+    placed: Vec<Placed>,
+    buffer_len: usize,
+}
+
+/// Merges the matrices' `(start, len)` ranges (relative or absolute offsets) into segments:
+/// lists of matrix indices, in file order.
+fn group(ranges: &[(u64, u64)]) -> Vec<Vec<usize>> {
+    let mut order: Vec<usize> = (0..ranges.len()).collect();
+    order.sort_by_key(|&i| ranges[i].0);
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    let mut end = 0u64;
+    for i in order {
+        let (start, len) = ranges[i];
+        match groups.last_mut() {
+            Some(g) if start <= end.saturating_add(MERGE_GAP) => g.push(i),
+            _ => groups.push(vec![i]),
+        }
+        end = end.max(start + len);
+    }
+    groups
+}
+
+impl LayerLayout {
+    /// The layout of `layer` in a file whose tensor data starts at `data_offset`.
+    pub fn new(layer: &LayerTensors, data_offset: u64) -> LayerLayout {
+        let matrices = layer.matrices();
+        let ranges: Vec<(u64, u64)> = matrices
+            .iter()
+            .map(|t| (data_offset + t.offset, t.n_bytes))
+            .collect();
+        let mut placed: Vec<Option<Placed>> = vec![None; matrices.len()];
+        let mut segments = Vec::new();
+        let mut buf_at = 0usize;
+        for g in group(&ranges) {
+            let start = g.iter().map(|&i| ranges[i].0).min().unwrap_or(0);
+            let end = g
+                .iter()
+                .map(|&i| ranges[i].0 + ranges[i].1)
+                .max()
+                .unwrap_or(0);
+            let file_start = start / ALIGN * ALIGN;
+            let len = round_up(end) - file_start;
+            for &i in &g {
+                placed[i] = Some(Placed {
+                    name: matrices[i].name.clone(),
+                    file_start: ranges[i].0,
+                    len: ranges[i].1,
+                    buf_start: buf_at + (ranges[i].0 - file_start) as usize,
+                });
+            }
+            segments.push(Segment {
+                file_start,
+                len,
+                buf_start: buf_at,
+                needed_end: end,
+            });
+            buf_at += len as usize;
+        }
+        LayerLayout {
+            segments,
+            placed: placed.into_iter().flatten().collect(),
+            buffer_len: buf_at,
+        }
+    }
+
+    /// The most bytes the layout of `layer` can need, wherever the tensor data starts (the
+    /// plan sizes the streaming buffers with this before the file is opened for streaming).
+    pub fn bound(layer: &LayerTensors) -> u64 {
+        let ranges: Vec<(u64, u64)> = layer
+            .matrices()
+            .iter()
+            .map(|t| (t.offset, t.n_bytes))
+            .collect();
+        group(&ranges)
+            .iter()
+            .map(|g| {
+                let start = g.iter().map(|&i| ranges[i].0).min().unwrap_or(0);
+                let end = g
+                    .iter()
+                    .map(|&i| ranges[i].0 + ranges[i].1)
+                    .max()
+                    .unwrap_or(0);
+                round_up(end - start) + ALIGN
+            })
+            .sum()
+    }
+
+    /// Bytes of the buffer this layout fills.
+    pub fn buffer_len(&self) -> usize {
+        self.buffer_len
+    }
+
+    /// Bytes read from the file to fill it.
+    pub fn read_bytes(&self) -> u64 {
+        self.segments.iter().map(|s| s.len).sum()
+    }
+
+    /// Offsets of the seven matrices in the buffer, in [`LayerTensors::matrices`] order.
+    pub fn matrix_offsets(&self) -> [usize; 7] {
+        let mut at = [0usize; 7];
+        for (slot, p) in at.iter_mut().zip(&self.placed) {
+            *slot = p.buf_start;
+        }
+        at
+    }
+
+    /// The matrix that holds file offset `offset` (or the last one before it), for errors.
+    fn matrix_at(&self, offset: u64) -> &Placed {
+        self.placed
+            .iter()
+            .filter(|p| p.file_start <= offset)
+            .max_by_key(|p| p.file_start)
+            .unwrap_or(&self.placed[0])
+    }
+
+    /// Reads every segment into `buf` (at least [`LayerLayout::buffer_len`] bytes, aligned).
+    pub fn read_into(&self, file: &mut StreamFile, buf: &mut [u8]) -> Result<u64, GgufError> {
+        let mut read = 0;
+        for s in &self.segments {
+            let dst = &mut buf[s.buf_start..s.buf_start + s.len as usize];
+            let needed = (s.needed_end - s.file_start) as usize;
+            read += file
+                .read_segment(s.file_start, dst, needed)
+                .map_err(|(got, e)| {
+                    let at = s.file_start + got;
+                    let m = self.matrix_at(at);
+                    match e {
+                        None => GgufError::ShortRead {
+                            tensor: m.name.clone(),
+                            offset: at,
+                            wanted: m.len,
+                            got: at.saturating_sub(m.file_start).min(m.len),
+                        },
+                        Some(source) => GgufError::ReadFailed {
+                            tensor: m.name.clone(),
+                            offset: at,
+                            source,
+                        },
+                    }
+                })?;
+        }
+        Ok(read)
+    }
+}
+
+/// How streamed layers are read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadMode {
+    /// Around the page cache (`O_DIRECT`), falling back to buffered reads that are dropped
+    /// from the cache right after (`POSIX_FADV_DONTNEED`).
+    Direct,
+    /// Buffered reads served by a page cache that already holds the file (a warm cache is
+    /// faster than any storage; dropping it would force the next pass to storage).
+    Cached,
+}
+
+/// The share of the streamed layers that must be in the page cache for [`ReadMode::Cached`].
+pub const WARM_FRACTION: f64 = 0.9;
+
+/// The model file opened for streaming: with `O_DIRECT` where the file system allows it, and a
+/// buffered handle for the fallback.
+pub struct StreamFile {
+    direct: Option<File>,
+    buffered: File,
+    drop_cached: bool,
+}
+
+impl StreamFile {
+    /// Opens `path` for streaming; `buffered` is a handle on the same file (duplicated, so the
+    /// engine's reads and these share the file even if the path is replaced later).
+    pub fn open(path: &Path, buffered: &File, mode: ReadMode) -> std::io::Result<StreamFile> {
+        let buffered = buffered.try_clone()?;
+        advise(&buffered, 0, 0, libc::POSIX_FADV_SEQUENTIAL);
+        let direct = match mode {
+            ReadMode::Direct => OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_DIRECT)
+                .open(path)
+                .ok()
+                // Only if it is still the same file as the engine's handle.
+                .filter(|d| same_file(d, &buffered)),
+            ReadMode::Cached => None,
+        };
+        Ok(StreamFile {
+            direct,
+            buffered,
+            drop_cached: mode == ReadMode::Direct,
+        })
+    }
+
+    /// Whether reads still go around the page cache.
+    pub fn is_direct(&self) -> bool {
+        self.direct.is_some()
+    }
+
+    /// Reads `dst.len()` bytes at the aligned `offset`; reaching the end of the file is fine
+    /// once `needed` bytes are in. On failure: the bytes read and the error (`None`: end of
+    /// file).
+    fn read_segment(
+        &mut self,
+        offset: u64,
+        dst: &mut [u8],
+        needed: usize,
+    ) -> Result<u64, (u64, Option<std::io::Error>)> {
+        if let Some(direct) = &self.direct {
+            match read_at_least(direct, dst, offset, needed) {
+                Err((0, Some(e))) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    // The file system (or this buffer) does not do O_DIRECT: buffered from now on.
+                    self.direct = None;
+                }
+                other => return other,
+            }
+        }
+        let r = read_at_least(&self.buffered, &mut dst[..needed], offset, needed);
+        if self.drop_cached {
+            // Streamed bytes are not wanted in the page cache: they are read again next pass,
+            // long after a cache under memory pressure would have kept them.
+            advise(
+                &self.buffered,
+                offset,
+                needed as u64,
+                libc::POSIX_FADV_DONTNEED,
+            );
+        }
+        r
+    }
+}
+
+/// Reads into `dst` from `offset` until it is full or the file ends with at least `needed`
+/// bytes in.
+fn read_at_least(
+    file: &File,
+    dst: &mut [u8],
+    offset: u64,
+    needed: usize,
+) -> Result<u64, (u64, Option<std::io::Error>)> {
+    let mut got = 0usize;
+    while got < dst.len() {
+        match file.read_at(&mut dst[got..], offset + got as u64) {
+            Ok(0) if got >= needed => break,
+            Ok(0) => return Err((got as u64, None)),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err((got as u64, Some(e))),
+        }
+    }
+    Ok(got as u64)
+}
+
+fn same_file(a: &File, b: &File) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (a.metadata(), b.metadata()) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => false,
+    }
+}
+
+/// A `posix_fadvise` hint; hints are advice, so a refusal is ignored.
+pub fn advise(file: &File, offset: u64, len: u64, advice: libc::c_int) {
+    // SAFETY: posix_fadvise only reads its integer arguments; the descriptor is open.
+    unsafe {
+        libc::posix_fadvise(
+            file.as_raw_fd(),
+            offset as libc::off_t,
+            len as libc::off_t,
+            advice,
+        );
+    }
+}
+
+/// A budget-charged byte buffer whose usable part starts at an [`ALIGN`]-aligned address.
+pub struct AlignedBuf {
+    // Field order: the memory is freed before the charge is released.
+    data: Vec<u8>,
+    start: usize,
+    len: usize,
+    _charge: Charge,
+}
+
+impl AlignedBuf {
+    /// Charges `len` bytes plus the alignment slack to `budget` as `what`, then allocates.
+    pub fn new(budget: &MemoryBudget, what: &str, len: usize) -> Result<AlignedBuf, EngineError> {
+        let charge = budget.charge(what, len as u64 + ALIGN)?;
+        let data = vec![0u8; len + ALIGN as usize];
+        let start = data.as_ptr().align_offset(ALIGN as usize);
+        Ok(AlignedBuf {
+            data,
+            start,
+            len,
+            _charge: charge,
+        })
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        &self.data[self.start..self.start + self.len]
+    }
+
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.data[self.start..self.start + self.len]
+    }
+}
+
+/// Bytes [`AlignedBuf::new`] charges for `len` usable bytes.
+pub fn aligned_buf_charge(len: u64) -> u64 {
+    len + ALIGN
+}

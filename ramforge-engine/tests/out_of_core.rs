@@ -1,0 +1,236 @@
+//! Out-of-core streaming on the real model: the prefetch ring reads only what is not pinned,
+//! gives the all-resident tokens, and a file truncated mid-generation ends that generation with
+//! an error naming the tensor and offset, releases every charge, and leaves the engine usable.
+
+use ramforge_engine::{Engine, EngineOptions, SamplingParams};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+
+fn model() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let dir =
+        std::env::var_os("RAMFORGE_MODELS").map_or_else(|| root.join("models"), PathBuf::from);
+    let p = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(
+        p.exists(),
+        "{} is missing: run scripts/test.sh, which fetches the models",
+        p.display()
+    );
+    p
+}
+
+fn options(ram: Option<u64>) -> EngineOptions {
+    EngineOptions {
+        ram,
+        ctx: Some(64),
+        threads: 2,
+        ..Default::default()
+    }
+}
+
+const PROMPT: &str = "The capital of France is";
+
+fn greedy(e: &mut Engine, n: usize) -> ramforge_engine::GenerationStats {
+    let prompt = e.model().tokenizer.encode(PROMPT, true, true);
+    e.generate(
+        &prompt,
+        &SamplingParams::greedy(n),
+        &mut |_, _| {},
+        &AtomicBool::new(false),
+    )
+    .unwrap()
+}
+
+#[test]
+fn streaming_reads_only_the_unpinned_layers_and_gives_the_resident_tokens() {
+    let resident = greedy(&mut Engine::load(model(), &options(None)).unwrap(), 12);
+    let mut e = Engine::load(model(), &options(Some(40 << 20))).unwrap();
+    let plan = e.plan().clone();
+    assert!(
+        plan.stream_buffers >= 1 && plan.streamed_layers() > 0,
+        "{plan:?}"
+    );
+    let n_pinned = plan.pinned.iter().filter(|&&p| p).count();
+    assert!(
+        plan.pinned[..n_pinned].iter().all(|&p| p),
+        "the pinned layers are a prefix: {:?}",
+        plan.pinned
+    );
+    let streamed = greedy(&mut e, 12);
+    assert_eq!(streamed.tokens, resident.tokens);
+
+    // Decode only: one token per eval, each reading the streamed layers once (plus one
+    // embedding row, and the output projection when it is not resident).
+    let before = *e.residency();
+    let n = 6u64;
+    let mut next = *streamed.tokens.last().unwrap();
+    for _ in 0..n {
+        let logits = e.eval(&[next]).unwrap();
+        next = ramforge_engine::sampling::argmax(logits) as u32;
+    }
+    let d = e.residency().since(&before);
+    let must_read = plan.streamed_bytes_per_token() + plan.embd_row_bytes;
+    let per_token = d.bytes_read as f64 / n as f64;
+    assert!(
+        per_token >= must_read as f64 && per_token <= 1.05 * must_read as f64,
+        "read {per_token} bytes per decoded token; the plan streams {must_read}"
+    );
+    assert_eq!(d.layers_loaded, n * plan.streamed_layers() as u64);
+    assert_eq!(d.prefetch_hits + d.prefetch_late, d.layers_loaded);
+    assert!(d.eval_secs > 0.0 && d.io_wait_secs <= d.eval_secs);
+    assert_eq!(d.stream_buffers, plan.stream_buffers as u64);
+    assert_eq!(d.pinned_bytes, plan.pinned_bytes());
+    assert!(e.budget().peak() <= 40 << 20);
+
+    // The measured speeds feed the same policy: a plan from them still fits the budget and
+    // streams through at least one buffer.
+    let timing = d.measured_timing().expect("layers were read and computed");
+    assert!(timing.read_secs_per_byte > 0.0 && timing.compute_secs_per_layer > 0.0);
+    let m = e.model();
+    let replanned =
+        ramforge_engine::MemoryPlan::with_timing(&m.config, &m.tensors, plan.request, timing)
+            .unwrap();
+    assert!(replanned.stream_buffers >= 1 && replanned.total_bytes() <= 40 << 20);
+}
+
+/// Sets the file back to `bytes`, in place (the engine's open handles see it).
+fn restore(path: &Path, bytes: &[u8]) {
+    let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    f.write_all_at(bytes, 0).unwrap();
+    f.sync_all().unwrap();
+}
+
+#[test]
+fn a_file_truncated_mid_generation_fails_names_the_tensor_and_releases_every_charge() {
+    // Cold: the copy is evicted from the page cache, so layers stream with O_DIRECT (where
+    // the file system has it); warm: the cache holds the copy, so they stream buffered.
+    truncate_mid_generation("cold", true);
+    truncate_mid_generation("warm", false);
+}
+
+fn truncate_mid_generation(tag: &str, evict: bool) {
+    let dir = std::env::temp_dir().join(format!("ramforge-ooc-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("model.gguf");
+    let bytes = std::fs::read(model()).unwrap();
+    std::fs::write(&path, &bytes).unwrap();
+    if evict {
+        let f = std::fs::File::open(&path).unwrap();
+        f.sync_all().unwrap();
+        ramforge_engine::direct_io::advise(&f, 0, 0, libc::POSIX_FADV_DONTNEED);
+    }
+
+    let mut e = Engine::load(&path, &options(Some(24 << 20))).unwrap();
+    eprintln!("{tag}: streamed with O_DIRECT: {}", e.residency().direct_io);
+    if !evict {
+        assert!(!e.residency().direct_io, "a warm file streams buffered");
+    }
+    let held_after_load = e.budget().held();
+    let baseline = greedy(&mut e, 10);
+
+    // Cut the file 1000 bytes into the streamed matrix that lies last in the file (layers are
+    // not stored in numeric order: blk.9 may follow blk.29), after the third generated token.
+    let plan = e.plan().clone();
+    let first = e
+        .model()
+        .tensors
+        .layers
+        .iter()
+        .zip(&plan.pinned)
+        .filter(|(_, &pinned)| !pinned)
+        .flat_map(|(l, _)| l.matrices())
+        .max_by_key(|t| t.offset)
+        .unwrap()
+        .clone();
+    let cut = e.model().file.absolute_offset(&first) + 1000;
+    let prompt = e.model().tokenizer.encode(PROMPT, true, true);
+    let mut seen = 0;
+    let result = e.generate(
+        &prompt,
+        &SamplingParams::greedy(10),
+        &mut |_, _| {
+            seen += 1;
+            if seen == 3 {
+                let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+                f.set_len(cut).unwrap();
+            }
+        },
+        &AtomicBool::new(false),
+    );
+    let err = match result {
+        Ok(s) => panic!("generation over a truncated file succeeded: {:?}", s.tokens),
+        Err(e) => e.to_string(),
+    };
+    assert!(seen >= 3, "the file was cut during generation");
+    assert!(
+        err.contains(&format!("\"{}\"", first.name))
+            && err.contains(&format!("short read at file offset {cut}")),
+        "{err}"
+    );
+    assert_eq!(
+        e.budget().held(),
+        held_after_load,
+        "every charge of the failed generation is released"
+    );
+    assert_eq!(e.n_past(), 0, "the context was reset");
+
+    // The file restored, the same engine generates the same tokens again.
+    restore(&path, &bytes);
+    let again = greedy(&mut e, 10);
+    assert_eq!(again.tokens, baseline.tokens);
+    assert!(again.residency.layers_loaded > 0);
+    drop(e);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn aligned_layer_reads_hold_every_matrix_and_fall_back_to_buffered_reads() {
+    use ramforge_engine::direct_io::{AlignedBuf, LayerLayout, ReadMode, StreamFile};
+    use ramforge_engine::MemoryBudget;
+    let m = ramforge_engine::Model::open(model()).unwrap();
+    let data_offset = m.file.header().data_offset;
+    let budget = MemoryBudget::unlimited();
+    let bound = m
+        .tensors
+        .layers
+        .iter()
+        .map(LayerLayout::bound)
+        .max()
+        .unwrap();
+    let mut buf = AlignedBuf::new(&budget, "test buffer", bound as usize + 1).unwrap();
+    let mut file = StreamFile::open(m.file.path(), m.file.file(), ReadMode::Direct).unwrap();
+    // The fixture lives on a disk file system here; where it does not (tmpfs), the first read
+    // already falls back, which the rest of the test still checks.
+    let started_direct = file.is_direct();
+    for (i, layer) in m.tensors.layers.iter().enumerate() {
+        let layout = LayerLayout::new(layer, data_offset);
+        assert!(layout.buffer_len() as u64 <= LayerLayout::bound(layer));
+        let matrix_bytes = layer.matrix_bytes();
+        assert!(
+            layout.read_bytes() as f64 <= 1.05 * matrix_bytes as f64 + 65536.0,
+            "layer {i}: reads {} for {matrix_bytes} bytes of matrices",
+            layout.read_bytes()
+        );
+        // Odd layers into a buffer one byte off alignment: O_DIRECT refuses it (EINVAL) and
+        // the reader falls back to buffered reads for good.
+        let off = i % 2;
+        let dst = &mut buf.bytes_mut()[off..off + layout.buffer_len()];
+        layout.read_into(&mut file, dst).unwrap();
+        for (t, at) in layer.matrices().iter().zip(layout.matrix_offsets()) {
+            let mut want = vec![0u8; t.n_bytes as usize];
+            m.file.read_tensor_into(t, &mut want).unwrap();
+            assert!(dst[at..at + want.len()] == want[..], "{} differs", t.name);
+        }
+        if i == 0 {
+            assert_eq!(file.is_direct(), started_direct);
+        }
+    }
+    assert!(
+        !file.is_direct(),
+        "a refused O_DIRECT read falls back to buffered reads"
+    );
+}

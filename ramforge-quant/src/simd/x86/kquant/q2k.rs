@@ -1,0 +1,76 @@
+//! Q2_K x Q8_K: 2-bit quants in `maddubs`, 4-bit scales per 16-element group in `madd`, the
+//! 4-bit mins against Q8_K's bsums.
+
+use super::common::*;
+use std::arch::x86_64::*;
+
+const BYTES: usize = 84;
+
+/// The dot of a row of Q2_K blocks with a row of Q8_K blocks.
+pub(super) fn vec_dot(w: &[u8], a: &[u8]) -> f32 {
+    check(w, a);
+    // SAFETY: reachable only through the AVX2 kernel table, handed out only when the CPU has
+    // AVX2, FMA and F16C; `check` has confirmed whole, matching blocks.
+    unsafe { dot_rows::<1>(w, [a])[0] }
+}
+
+/// One row of Q2_K blocks dotted with 4 tokens' Q8_K rows, each weight block unpacked once.
+pub(super) fn tile(w: &[u8], a: [&[u8]; crate::kernels::TILE]) -> [f32; crate::kernels::TILE] {
+    for a in a {
+        check(w, a);
+    }
+    // SAFETY: as in `vec_dot`.
+    unsafe { dot_rows(w, a) }
+}
+
+fn check(w: &[u8], a: &[u8]) {
+    assert!(w.len() % BYTES == 0 && a.len() == w.len() / BYTES * Q8K_BYTES);
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_rows<const T: usize>(w: &[u8], a: [&[u8]; T]) -> [f32; T] {
+    let m2 = _mm256_set1_epi8(3);
+    let m4 = _mm_set1_epi8(0x0F);
+    let mut acc = [_mm256_setzero_ps(); T];
+    let mut acc_m = [_mm256_setzero_ps(); T];
+    for i in 0..w.len() / BYTES {
+        let wb = w.as_ptr().add(i * BYTES);
+        let (ab, da) = act_blocks(&a, i);
+        let d = f16_at(wb.add(80));
+        let dmin = f16_at(wb.add(82));
+        let packed = load128(wb);
+        let sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(packed, m4));
+        let mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16::<4>(packed), m4));
+        for t in 0..T {
+            let m = _mm256_madd_epi16(mins, bsums(ab[t]));
+            acc_m[t] = _mm256_fmadd_ps(
+                _mm256_set1_ps(dmin * da[t]),
+                _mm256_cvtepi32_ps(m),
+                acc_m[t],
+            );
+        }
+        let mut sumi = [_mm256_setzero_si256(); T];
+        for h in 0..2 {
+            let hs = half_scales(sc16, h);
+            let mut low = load256(wb.add(16 + 32 * h));
+            for k in 0..4 {
+                let q = _mm256_and_si256(low, m2);
+                low = _mm256_srli_epi16::<2>(low);
+                let sc = chunk_scales(hs, k);
+                for t in 0..T {
+                    let qa = load256(ab[t].add(Q8K_QS + 128 * h + 32 * k));
+                    let p = _mm256_madd_epi16(sc, _mm256_maddubs_epi16(q, qa));
+                    sumi[t] = _mm256_add_epi32(sumi[t], p);
+                }
+            }
+        }
+        for t in 0..T {
+            acc[t] = _mm256_fmadd_ps(
+                _mm256_set1_ps(d * da[t]),
+                _mm256_cvtepi32_ps(sumi[t]),
+                acc[t],
+            );
+        }
+    }
+    std::array::from_fn(|t| hsum256(acc[t]) - hsum256(acc_m[t]))
+}

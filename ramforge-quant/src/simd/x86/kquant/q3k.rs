@@ -1,0 +1,97 @@
+//! Q3_K x Q8_K: each quant is used unsigned as `low two bits | hmask bit << 2` (0..8) in
+//! `maddubs`; the offset of 4 comes back as `4 * sum(scale * bsum)` from Q8_K's sums.
+
+use super::common::*;
+use std::arch::x86_64::*;
+
+const BYTES: usize = 110;
+
+/// The dot of a row of Q3_K blocks with a row of Q8_K blocks.
+pub(super) fn vec_dot(w: &[u8], a: &[u8]) -> f32 {
+    check(w, a);
+    // SAFETY: reachable only through the AVX2 kernel table, handed out only when the CPU has
+    // AVX2, FMA and F16C; `check` has confirmed whole, matching blocks.
+    unsafe { dot_rows::<1>(w, [a])[0] }
+}
+
+/// One row of Q3_K blocks dotted with 4 tokens' Q8_K rows, each weight block unpacked once.
+pub(super) fn tile(w: &[u8], a: [&[u8]; crate::kernels::TILE]) -> [f32; crate::kernels::TILE] {
+    for a in a {
+        check(w, a);
+    }
+    // SAFETY: as in `vec_dot`.
+    unsafe { dot_rows(w, a) }
+}
+
+fn check(w: &[u8], a: &[u8]) {
+    assert!(w.len() % BYTES == 0 && a.len() == w.len() / BYTES * Q8K_BYTES);
+}
+
+/// The 16 signed 6-bit group scales as i16 (groups 0-7 in the low lane).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn scales(p: *const u8) -> __m256i {
+    const LOW4: u32 = 0x0F0F_0F0F;
+    const LOW2: u32 = 0x0303_0303;
+    let (a0, a1, a2) = (u32_at(p), u32_at(p.add(4)), u32_at(p.add(8)));
+    let groups = [
+        (a0 & LOW4) | ((a2 & LOW2) << 4),
+        (a1 & LOW4) | (((a2 >> 2) & LOW2) << 4),
+        ((a0 >> 4) & LOW4) | (((a2 >> 4) & LOW2) << 4),
+        ((a1 >> 4) & LOW4) | (((a2 >> 6) & LOW2) << 4),
+    ];
+    let stored = _mm_setr_epi32(
+        groups[0] as i32,
+        groups[1] as i32,
+        groups[2] as i32,
+        groups[3] as i32,
+    );
+    _mm256_cvtepi8_epi16(_mm_sub_epi8(stored, _mm_set1_epi8(32)))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_rows<const T: usize>(w: &[u8], a: [&[u8]; T]) -> [f32; T] {
+    let m2 = _mm256_set1_epi8(3);
+    let bit2 = _mm256_set1_epi8(4);
+    let mut acc = [_mm256_setzero_ps(); T];
+    for i in 0..w.len() / BYTES {
+        let wb = w.as_ptr().add(i * BYTES);
+        let (ab, da) = act_blocks(&a, i);
+        let d = f16_at(wb.add(108));
+        let sc16 = scales(wb.add(96));
+        // Start from -4 * sum(scale * bsum): the quants below are stored + 4.
+        let mut sumi: [__m256i; T] = std::array::from_fn(|t| {
+            let off = _mm256_madd_epi16(sc16, bsums(ab[t]));
+            _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32::<2>(off))
+        });
+        // Chunk c = 4h + k of 32 elements takes bit c of hmask[l]; `high` is hmask shifted
+        // right by c (per 16-bit word: bit 0 of each byte stays its own).
+        let mut high = load256(wb);
+        for h in 0..2 {
+            let hs = half_scales(sc16, h);
+            let mut low = load256(wb.add(32 + 32 * h));
+            for k in 0..4 {
+                let q = _mm256_or_si256(
+                    _mm256_and_si256(low, m2),
+                    _mm256_and_si256(_mm256_slli_epi16::<2>(high), bit2),
+                );
+                low = _mm256_srli_epi16::<2>(low);
+                high = _mm256_srli_epi16::<1>(high);
+                let sc = chunk_scales(hs, k);
+                for t in 0..T {
+                    let qa = load256(ab[t].add(Q8K_QS + 128 * h + 32 * k));
+                    let p = _mm256_madd_epi16(sc, _mm256_maddubs_epi16(q, qa));
+                    sumi[t] = _mm256_add_epi32(sumi[t], p);
+                }
+            }
+        }
+        for t in 0..T {
+            acc[t] = _mm256_fmadd_ps(
+                _mm256_set1_ps(d * da[t]),
+                _mm256_cvtepi32_ps(sumi[t]),
+                acc[t],
+            );
+        }
+    }
+    std::array::from_fn(|t| hsum256(acc[t]))
+}

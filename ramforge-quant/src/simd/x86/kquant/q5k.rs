@@ -1,0 +1,81 @@
+//! Q5_K x Q8_K: Q4_K's kernel with the fifth bit of each quant or-ed in from `qh`.
+
+use super::common::*;
+use super::q4k::{bsums32, scales_mins};
+use std::arch::x86_64::*;
+
+const BYTES: usize = 176;
+
+/// The dot of a row of Q5_K blocks with a row of Q8_K blocks.
+pub(super) fn vec_dot(w: &[u8], a: &[u8]) -> f32 {
+    check(w, a);
+    // SAFETY: reachable only through the AVX2 kernel table, handed out only when the CPU has
+    // AVX2, FMA and F16C; `check` has confirmed whole, matching blocks.
+    unsafe { dot_rows::<1>(w, [a])[0] }
+}
+
+/// One row of Q5_K blocks dotted with 4 tokens' Q8_K rows, each weight block unpacked once.
+pub(super) fn tile(w: &[u8], a: [&[u8]; crate::kernels::TILE]) -> [f32; crate::kernels::TILE] {
+    for a in a {
+        check(w, a);
+    }
+    // SAFETY: as in `vec_dot`.
+    unsafe { dot_rows(w, a) }
+}
+
+fn check(w: &[u8], a: &[u8]) {
+    assert!(w.len() % BYTES == 0 && a.len() == w.len() / BYTES * Q8K_BYTES);
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_rows<const T: usize>(w: &[u8], a: [&[u8]; T]) -> [f32; T] {
+    let m4 = _mm256_set1_epi8(0x0F);
+    let bit4 = _mm256_set1_epi8(0x10);
+    let mut acc = [_mm256_setzero_ps(); T];
+    for i in 0..w.len() / BYTES {
+        let wb = w.as_ptr().add(i * BYTES);
+        let (ab, da) = act_blocks(&a, i);
+        let d = f16_at(wb);
+        let dmin = f16_at(wb.add(2));
+        let sm = scales_mins(wb.add(4));
+        let mins = _mm256_extracti128_si256::<1>(sm);
+        let sc = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(sm));
+        // Bit 2j of qh[l] is the fifth bit of element 64j + l, bit 2j + 1 that of 64j + 32 + l;
+        // `high` is qh shifted right by 2j (per 16-bit word: bits 0, 1 of each byte stay its own).
+        let mut high = load256(wb.add(16));
+        let mut sumi = [_mm256_setzero_si256(); T];
+        for j in 0..4 {
+            let q = load256(wb.add(48 + 32 * j));
+            let lo = _mm256_or_si256(
+                _mm256_and_si256(q, m4),
+                _mm256_and_si256(_mm256_slli_epi16::<4>(high), bit4),
+            );
+            let hi = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4),
+                _mm256_and_si256(_mm256_slli_epi16::<3>(high), bit4),
+            );
+            high = _mm256_srli_epi16::<2>(high);
+            let s_lo = bcast16(sc, 2 * j);
+            let s_hi = bcast16(sc, 2 * j + 1);
+            for t in 0..T {
+                let qa = ab[t].add(Q8K_QS + 64 * j);
+                let p_lo = _mm256_maddubs_epi16(lo, load256(qa));
+                let p_hi = _mm256_maddubs_epi16(hi, load256(qa.add(32)));
+                let p =
+                    _mm256_add_epi32(_mm256_madd_epi16(s_lo, p_lo), _mm256_madd_epi16(s_hi, p_hi));
+                sumi[t] = _mm256_add_epi32(sumi[t], p);
+            }
+        }
+        for t in 0..T {
+            // The mins' 4 sums ride in the low half of the accumulator.
+            let m = _mm256_zextsi128_si256(_mm_madd_epi16(mins, bsums32(ab[t])));
+            let sum = _mm256_fmadd_ps(
+                _mm256_set1_ps(d * da[t]),
+                _mm256_cvtepi32_ps(sumi[t]),
+                acc[t],
+            );
+            acc[t] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * da[t]), _mm256_cvtepi32_ps(m), sum);
+        }
+    }
+    std::array::from_fn(|t| hsum256(acc[t]))
+}

@@ -1,0 +1,425 @@
+//! The AVX2 kernels against the generated scalar references: the Q8_K quantizer bit for bit,
+//! the dot products to f32 summation tolerance, the tiles against their own `vec_dot`.
+
+use super::kernels;
+use crate::formats::{self, q8_k};
+use crate::kernels::{scalar_kernels, Dot, Kernels, Tile, TILE};
+use crate::GgmlType;
+use proptest::prelude::*;
+
+/// The AVX2 kernels of `ty`; these tests exist to run them, so a CPU without AVX2 fails them.
+fn avx2(ty: GgmlType) -> &'static Kernels {
+    assert!(
+        crate::isa::Isa::Avx2.is_available(),
+        "the AVX2 kernel tests need a CPU with AVX2, FMA and F16C"
+    );
+    kernels(ty).expect("an AVX2 kernel table")
+}
+
+fn vec_dot_of(k: &Kernels) -> fn(&[u8], &[u8]) -> f32 {
+    match k.dot {
+        Dot::Quant { act, vec_dot } => {
+            assert_eq!(act, GgmlType::Q8_K);
+            vec_dot
+        }
+        Dot::Float(_) => panic!("a quantized type dots with quantized activations"),
+    }
+}
+
+/// Deterministic pseudo-random numbers (splitmix64), so failures reproduce.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [-1, 1).
+    fn unit(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+
+    fn floats(&mut self, n: usize, scale: f32) -> Vec<f32> {
+        (0..n).map(|_| self.unit() * scale).collect()
+    }
+
+    fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next() as u8).collect()
+    }
+}
+
+fn quantize_q8k_avx2(x: &[f32]) -> Vec<u8> {
+    let mut out = vec![0xAAu8; x.len() / 256 * 292];
+    (avx2(GgmlType::Q8_K).quantize)(x, &mut out);
+    out
+}
+
+fn quantize_q8k_reference(x: &[f32]) -> Vec<u8> {
+    let mut out = vec![0u8; x.len() / 256 * 292];
+    q8_k::quantize_row(x, &mut out);
+    out
+}
+
+fn assert_q8k_identical(x: &[f32], what: &str) {
+    let (fast, slow) = (quantize_q8k_avx2(x), quantize_q8k_reference(x));
+    if fast != slow {
+        let at = fast.iter().zip(&slow).position(|(a, b)| a != b).unwrap();
+        panic!(
+            "{what}: Q8_K differs from the reference at byte {at} of {} ({} vs {})",
+            fast.len(),
+            fast[at],
+            slow[at]
+        );
+    }
+}
+
+#[test]
+fn q8k_quantizer_is_bit_identical_on_random_rows() {
+    let mut rng = Rng(1);
+    for exp in [-140, -126, -100, -30, -8, 0, 3, 20, 60, 100, 126] {
+        let x = rng.floats(4 * 256, 2f32.powi(exp));
+        assert_q8k_identical(&x, &format!("scale 2^{exp}"));
+    }
+}
+
+#[test]
+fn q8k_quantizer_is_bit_identical_on_edge_blocks() {
+    let block = |f: &dyn Fn(usize) -> f32| -> Vec<f32> { (0..256).map(f).collect() };
+    let cases: Vec<(&str, Vec<f32>)> = vec![
+        ("zeros", vec![0.0; 256]),
+        ("negative zeros", vec![-0.0; 256]),
+        // max -127 gives iscale 1: every k + 0.5 is a rounding tie.
+        (
+            "ties",
+            block(&|j| {
+                if j == 0 {
+                    -127.0
+                } else {
+                    (j % 254) as f32 - 126.5
+                }
+            }),
+        ),
+        (
+            "ties, positive max",
+            block(&|j| {
+                if j == 5 {
+                    127.0
+                } else {
+                    63.5 - (j % 128) as f32
+                }
+            }),
+        ),
+        // +amax and -amax: the first one decides the sign of d.
+        (
+            "equal magnitudes",
+            block(&|j| if j % 2 == 0 { 3.0 } else { -3.0 }),
+        ),
+        (
+            "equal magnitudes, negative first",
+            block(&|j| if j % 2 == 0 { -3.0 } else { 3.0 }),
+        ),
+        (
+            "one huge",
+            block(&|j| if j == 200 { f32::MAX } else { 1.0 }),
+        ),
+        (
+            "all huge",
+            block(&|j| f32::MAX * if j % 3 == 0 { -1.0 } else { 0.999 }),
+        ),
+        ("tiny", block(&|j| f32::from_bits(j as u32 + 1))),
+        (
+            "tiny negative",
+            block(&|j| -f32::from_bits(3 * j as u32 + 1)),
+        ),
+        (
+            "smallest normal",
+            block(&|j| f32::MIN_POSITIVE * (j as f32 - 100.0)),
+        ),
+        ("negative", block(&|j| -(j as f32) - 1.0)),
+        ("one value", block(&|j| if j == 77 { -0.25 } else { 0.0 })),
+        ("NaN", block(&|j| if j == 9 { f32::NAN } else { j as f32 })),
+        (
+            "infinity",
+            block(&|j| if j == 31 { f32::INFINITY } else { -(j as f32) }),
+        ),
+        (
+            "negative infinity",
+            block(&|j| if j == 0 { f32::NEG_INFINITY } else { 1.0 }),
+        ),
+        ("all NaN", vec![f32::NAN; 256]),
+        (
+            "last element largest",
+            block(&|j| if j == 255 { -9.0 } else { 1.0 }),
+        ),
+    ];
+    for (what, x) in cases {
+        assert_q8k_identical(&x, what);
+    }
+}
+
+#[test]
+fn q8k_quantizer_stores_the_block_sums() {
+    let mut rng = Rng(2);
+    let x = rng.floats(3 * 256, 5.0);
+    let out = quantize_q8k_avx2(&x);
+    for b in q8_k::blocks(&out) {
+        for g in 0..16 {
+            let sum: i16 = b.qs[16 * g..16 * g + 16].iter().map(|&q| q as i16).sum();
+            assert_eq!(i16::from_le_bytes(b.bsums[g]), sum);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn q8k_quantizer_is_bit_identical_on_any_floats(
+        x in prop::collection::vec(prop::num::f32::ANY, 512),
+    ) {
+        let (fast, slow) = (quantize_q8k_avx2(&x), quantize_q8k_reference(&x));
+        prop_assert_eq!(fast, slow);
+    }
+
+    #[test]
+    fn q8k_quantizer_is_bit_identical_on_scaled_floats(
+        x in prop::collection::vec(-1.0f32..1.0, 256),
+        exp in -149i32..127,
+    ) {
+        let x: Vec<f32> = x.iter().map(|v| v * 2f32.powi(exp)).collect();
+        let (fast, slow) = (quantize_q8k_avx2(&x), quantize_q8k_reference(&x));
+        prop_assert_eq!(fast, slow);
+    }
+}
+
+/// What the dot tests need of a weight format.
+struct Format {
+    ty: GgmlType,
+    /// Byte offsets of its f16 scales, which random raw blocks must keep finite.
+    f16_fields: &'static [usize],
+    /// `sum |scale * q * a| + |min * a|` over a row: the size of what the dot adds up.
+    abs_terms: fn(&[u8], &[u8]) -> f64,
+}
+
+macro_rules! abs_terms {
+    ($m:ident) => {
+        |w: &[u8], a: &[u8]| -> f64 {
+            let (mut q, mut aq) = ([0i8; 256], [0i8; 256]);
+            let mut sum = 0f64;
+            for (wb, ab) in formats::$m::blocks(w).iter().zip(q8_k::blocks(a)) {
+                formats::$m::unpack(wb, &mut q);
+                q8_k::unpack(ab, &mut aq);
+                let da = q8_k::group_params(ab).0[0] as f64;
+                let (s, m) = formats::$m::group_params(wb);
+                for j in 0..256 {
+                    let g = j / formats::$m::GROUP;
+                    let w = (s[g] as f64 * q[j] as f64).abs() + (m[g] as f64).abs();
+                    sum += w * (aq[j] as f64 * da).abs();
+                }
+            }
+            sum
+        }
+    };
+}
+
+const FORMATS: [Format; 6] = [
+    Format {
+        ty: GgmlType::Q4_K,
+        f16_fields: &[0, 2],
+        abs_terms: abs_terms!(q4_k),
+    },
+    Format {
+        ty: GgmlType::Q6_K,
+        f16_fields: &[208],
+        abs_terms: abs_terms!(q6_k),
+    },
+    Format {
+        ty: GgmlType::IQ4_XS,
+        f16_fields: &[0],
+        abs_terms: abs_terms!(iq4_xs),
+    },
+    Format {
+        ty: GgmlType::Q5_K,
+        f16_fields: &[0, 2],
+        abs_terms: abs_terms!(q5_k),
+    },
+    Format {
+        ty: GgmlType::Q3_K,
+        f16_fields: &[108],
+        abs_terms: abs_terms!(q3_k),
+    },
+    Format {
+        ty: GgmlType::Q2_K,
+        f16_fields: &[80, 82],
+        abs_terms: abs_terms!(q2_k),
+    },
+];
+
+/// `blocks` random raw blocks of `f`, with every f16 scale made finite.
+fn raw_row(f: &Format, blocks: usize, rng: &mut Rng) -> Vec<u8> {
+    let size = f.ty.type_size();
+    let mut w = rng.bytes(blocks * size);
+    for b in w.chunks_exact_mut(size) {
+        for &o in f.f16_fields {
+            // Exponent 31 is infinity or NaN: drop its top bit.
+            if b[o + 1] & 0x7C == 0x7C {
+                b[o + 1] &= !0x40;
+            }
+        }
+    }
+    w
+}
+
+/// A row quantized from random values by the generated quantizer.
+fn quantized_row(ty: GgmlType, blocks: usize, scale: f32, rng: &mut Rng) -> Vec<u8> {
+    let x = rng.floats(blocks * 256, scale);
+    let mut w = vec![0u8; blocks * ty.type_size()];
+    (scalar_kernels(ty).unwrap().quantize)(&x, &mut w);
+    w
+}
+
+fn activations(blocks: usize, scale: f32, rng: &mut Rng) -> Vec<u8> {
+    quantize_q8k_reference(&rng.floats(blocks * 256, scale))
+}
+
+fn assert_dot_matches(f: &Format, w: &[u8], a: &[u8], what: &str) {
+    let fast = vec_dot_of(avx2(f.ty))(w, a);
+    let slow = vec_dot_of(scalar_kernels(f.ty).unwrap())(w, a);
+    let tol = 1e-5 * (f.abs_terms)(w, a) + 1e-30;
+    assert!(
+        ((fast - slow) as f64).abs() <= tol,
+        "{} {what}: AVX2 {fast} vs reference {slow} (tolerance {tol})",
+        f.ty
+    );
+}
+
+#[test]
+fn vec_dot_matches_the_reference_on_quantized_rows() {
+    let mut rng = Rng(3);
+    for f in &FORMATS {
+        for blocks in [1, 2, 7, 16] {
+            for (ws, xs) in [(1.0, 1.0), (1e-3, 50.0), (300.0, 1e-4)] {
+                let w = quantized_row(f.ty, blocks, ws, &mut rng);
+                let a = activations(blocks, xs, &mut rng);
+                assert_dot_matches(f, &w, &a, &format!("{blocks} blocks, scales {ws} / {xs}"));
+            }
+        }
+    }
+}
+
+#[test]
+fn vec_dot_matches_the_reference_on_raw_blocks() {
+    let mut rng = Rng(4);
+    for f in &FORMATS {
+        for blocks in [1, 3, 12] {
+            for round in 0..20 {
+                let w = raw_row(f, blocks, &mut rng);
+                let a = activations(blocks, 1.0, &mut rng);
+                assert_dot_matches(f, &w, &a, &format!("raw, {blocks} blocks, round {round}"));
+            }
+        }
+    }
+}
+
+#[test]
+fn vec_dot_of_extreme_quants_matches_the_reference() {
+    // Every weight byte 0xFF or 0x00 (largest / smallest quants and scales) against
+    // activations of +-127: the integer sums at their largest.
+    for f in &FORMATS {
+        for fill in [0x00u8, 0xFF, 0x80, 0x7F] {
+            let mut w = vec![fill; 4 * f.ty.type_size()];
+            for b in w.chunks_exact_mut(f.ty.type_size()) {
+                for &o in f.f16_fields {
+                    b[o..o + 2].copy_from_slice(&half::f16::from_f32(0.5).to_le_bytes());
+                }
+            }
+            for x in [1.0f32, -1.0] {
+                let a = quantize_q8k_reference(&vec![x; 4 * 256]);
+                assert_dot_matches(f, &w, &a, &format!("bytes {fill:#x}, activations {x}"));
+            }
+        }
+    }
+}
+
+#[test]
+fn tiles_equal_their_vec_dot() {
+    let mut rng = Rng(5);
+    for f in &FORMATS {
+        let k = avx2(f.ty);
+        let Some(Tile::Quant(tile)) = k.tile else {
+            panic!("{}: no quantized tile", f.ty)
+        };
+        for blocks in [1, 5] {
+            let w = if blocks == 1 {
+                raw_row(f, blocks, &mut rng)
+            } else {
+                quantized_row(f.ty, blocks, 1.0, &mut rng)
+            };
+            let acts: Vec<Vec<u8>> = (0..TILE)
+                .map(|t| activations(blocks, 0.5 + t as f32, &mut rng))
+                .collect();
+            let out = tile(&w, std::array::from_fn(|t| &acts[t][..]));
+            for (t, a) in acts.iter().enumerate() {
+                assert_eq!(out[t], vec_dot_of(k)(&w, a), "{} token {t}", f.ty);
+                assert_dot_matches(f, &w, a, &format!("tile token {t}"));
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn vec_dot_matches_the_reference_on_any_row(
+        which in 0usize..6,
+        blocks in 1usize..5,
+        seed in any::<u64>(),
+        raw in any::<bool>(),
+        wexp in -20i32..20,
+        xexp in -20i32..20,
+    ) {
+        let f = &FORMATS[which];
+        let mut rng = Rng(seed);
+        let w = if raw {
+            raw_row(f, blocks, &mut rng)
+        } else {
+            quantized_row(f.ty, blocks, 2f32.powi(wexp), &mut rng)
+        };
+        let a = activations(blocks, 2f32.powi(xexp), &mut rng);
+        assert_dot_matches(f, &w, &a, "proptest");
+    }
+}
+
+/// The matmul driver through the tiles: whole tiles and a remainder, against the generated
+/// single-token reference.
+#[test]
+fn matmul_through_tiles_matches_the_reference() {
+    let mut rng = Rng(6);
+    let (rows, cols, n) = (3, 512, TILE + 2);
+    for f in &FORMATS {
+        let w = quantized_row(f.ty, rows * cols / 256, 1.0, &mut rng);
+        let x = rng.floats(n * cols, 2.0);
+        let mut y = vec![0f32; rows * n];
+        crate::kernels::matmul(f.ty, &w, rows, cols, &x, n, &mut y).unwrap();
+        let row = cols / 256 * f.ty.type_size();
+        for t in 0..n {
+            let a = quantize_q8k_reference(&x[t * cols..(t + 1) * cols]);
+            for o in 0..rows {
+                let wr = &w[o * row..(o + 1) * row];
+                let slow = vec_dot_of(scalar_kernels(f.ty).unwrap())(wr, &a);
+                let tol = 1e-5 * (f.abs_terms)(wr, &a) + 1e-30;
+                let got = y[t * rows + o];
+                assert!(
+                    ((got - slow) as f64).abs() <= tol,
+                    "{} token {t} row {o}: {got} vs {slow}",
+                    f.ty
+                );
+            }
+        }
+    }
+}

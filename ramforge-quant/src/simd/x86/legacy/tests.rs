@@ -1,0 +1,485 @@
+//! The AVX2 kernels against the generated scalar reference: block dots, tiles and the
+//! activation quantizers bit for bit, the float dots to f32 summation tolerance.
+
+use crate::isa::Isa;
+use crate::kernels::{scalar_kernels, Dot, Kernels, Tile, TILE};
+use crate::GgmlType;
+use half::f16;
+use proptest::prelude::*;
+
+const BLOCK_TYPES: [GgmlType; 7] = [
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Q8_1,
+    GgmlType::IQ4_NL,
+];
+const FLOAT_TYPES: [GgmlType; 3] = [GgmlType::F32, GgmlType::F16, GgmlType::BF16];
+/// Row lengths in blocks: one, a partial group of four, whole groups, and long rows.
+const BLOCK_COUNTS: [usize; 10] = [1, 2, 3, 4, 5, 7, 8, 9, 33, 48];
+
+/// Whether this CPU runs the kernels under test; prints why a test does nothing otherwise.
+fn avx2() -> bool {
+    let ok = Isa::Avx2.is_available();
+    if !ok {
+        eprintln!("note: this CPU lacks AVX2+FMA+F16C; the AVX2 kernel tests are skipped");
+    }
+    ok
+}
+
+fn fast(ty: GgmlType) -> &'static Kernels {
+    super::kernels(ty).expect("an AVX2 kernel for every listed type")
+}
+
+fn scalar(ty: GgmlType) -> &'static Kernels {
+    scalar_kernels(ty).expect("a reference kernel for every listed type")
+}
+
+type VecDot = fn(&[u8], &[u8]) -> f32;
+type QuantTile = fn(&[u8], [&[u8]; TILE]) -> [f32; TILE];
+
+fn quant_dot(k: &Kernels) -> (GgmlType, VecDot) {
+    match k.dot {
+        Dot::Quant { act, vec_dot } => (act, vec_dot),
+        Dot::Float(_) => panic!("a block format dots with quantized activations"),
+    }
+}
+
+fn quant_tile(k: &Kernels) -> QuantTile {
+    match k.tile {
+        Some(Tile::Quant(f)) => f,
+        _ => panic!("a block format has a quantized tile"),
+    }
+}
+
+/// splitmix64: a small deterministic generator (the crate has no `rand` dependency).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [-1, 1).
+    fn unit(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+    fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next() as u8).collect()
+    }
+    /// A finite f16, anywhere in its range (subnormals included).
+    fn finite_f16(&mut self) -> [u8; 2] {
+        loop {
+            let h = f16::from_bits(self.next() as u16);
+            if h.is_finite() {
+                return h.to_le_bytes();
+            }
+        }
+    }
+    /// Random values with a per-block magnitude between 2^-8 and 2^8 and an offset, so that
+    /// blocks with a min see both signs and one-sided ranges.
+    fn values(&mut self, n: usize) -> Vec<f32> {
+        let mut v = Vec::with_capacity(n);
+        for _ in 0..n.div_ceil(32) {
+            let scale = 2f32.powi((self.next() % 17) as i32 - 8);
+            let offset = self.unit() * scale;
+            for _ in 0..32 {
+                v.push(self.unit() * scale + offset);
+            }
+        }
+        v.truncate(n);
+        v
+    }
+}
+
+/// Offsets of the f16 fields (scale, min or sum) of a block of `ty`.
+fn f16_fields(ty: GgmlType) -> &'static [usize] {
+    match ty {
+        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q8_1 => &[0, 2],
+        _ => &[0],
+    }
+}
+
+/// Random raw blocks of `ty` with finite f16 fields. For the activation types the quants are
+/// kept in [-127, 127], the range the quantizers produce.
+fn raw_blocks(rng: &mut Rng, ty: GgmlType, blocks: usize, activation: bool) -> Vec<u8> {
+    let bytes = ty.type_size();
+    let mut row = rng.bytes(blocks * bytes);
+    for b in row.chunks_exact_mut(bytes) {
+        for &off in f16_fields(ty) {
+            b[off..off + 2].copy_from_slice(&rng.finite_f16());
+        }
+        if activation {
+            let qs = bytes - 32;
+            for q in &mut b[qs..] {
+                if *q == 0x80 {
+                    *q = 0x81;
+                }
+            }
+        }
+    }
+    row
+}
+
+/// Quantized with the reference quantizer.
+fn quantized(ty: GgmlType, x: &[f32]) -> Vec<u8> {
+    let mut out = vec![0u8; ty.row_size(x.len()).unwrap()];
+    (scalar(ty).quantize)(x, &mut out);
+    out
+}
+
+fn dequantized(ty: GgmlType, bytes: &[u8]) -> Vec<f32> {
+    let n = bytes.len() / ty.type_size() * ty.block_size();
+    let mut out = vec![0f32; n];
+    (scalar(ty).dequantize)(bytes, &mut out);
+    out
+}
+
+/// `sum_i |terms|` of the dot of weight row `w` (type `ty`) with activation row `a`: each
+/// product split into its scale part and its min part, so that cancellation between the two
+/// does not shrink the bound below the rounding the dot really does.
+fn abs_terms(ty: GgmlType, act: GgmlType, w: &[u8], a: &[u8]) -> f64 {
+    let (wd, ad) = (dequantized(ty, w), dequantized(act, a));
+    let has_min = matches!(ty, GgmlType::Q4_1 | GgmlType::Q5_1);
+    let mut sum = 0f64;
+    for (b, (wb, ab)) in w
+        .chunks_exact(ty.type_size())
+        .zip(wd.chunks_exact(32).zip(ad.chunks_exact(32)))
+    {
+        let m = if has_min {
+            f16::from_le_bytes([b[2], b[3]]).to_f64()
+        } else {
+            0.0
+        };
+        for (x, y) in wb.iter().zip(ab) {
+            sum += ((*x as f64 - m).abs() + m.abs()) * (*y as f64).abs();
+        }
+    }
+    sum
+}
+
+fn exact_dot(ty: GgmlType, act: GgmlType, w: &[u8], a: &[u8]) -> f64 {
+    let (wd, ad) = (dequantized(ty, w), dequantized(act, a));
+    wd.iter().zip(&ad).map(|(x, y)| *x as f64 * *y as f64).sum()
+}
+
+/// The AVX2 `vec_dot` of `w` with each activation row equals the reference bit for bit and
+/// lies within summation tolerance of the exact product; the tile equals both.
+fn check_block_rows(ty: GgmlType, w: &[u8], acts: [&[u8]; TILE], what: &str) {
+    let (act, fast_dot) = quant_dot(fast(ty));
+    let (ref_act, ref_dot) = quant_dot(scalar(ty));
+    assert_eq!(act, ref_act, "{ty}: activation type");
+    let tiled = quant_tile(fast(ty))(w, acts);
+    for (t, a) in acts.iter().enumerate() {
+        let got = fast_dot(w, a);
+        let want = ref_dot(w, a);
+        assert_eq!(
+            got.to_bits(),
+            want.to_bits(),
+            "{ty} {what}: {got} vs reference {want}"
+        );
+        assert_eq!(
+            tiled[t].to_bits(),
+            got.to_bits(),
+            "{ty} {what}: tile token {t}"
+        );
+        let exact = exact_dot(ty, act, w, a);
+        let tol = 1e-5 * abs_terms(ty, act, w, a) + 1e-30;
+        assert!(
+            (got as f64 - exact).abs() <= tol,
+            "{ty} {what}: {got} vs exact {exact} (tol {tol})"
+        );
+    }
+}
+
+#[test]
+fn block_dots_and_tiles_equal_the_reference() {
+    if !avx2() {
+        return;
+    }
+    let mut rng = Rng(7);
+    for ty in BLOCK_TYPES {
+        let act = quant_dot(fast(ty)).0;
+        for nb in BLOCK_COUNTS {
+            let n = nb * 32;
+            let quantized_w = quantized(ty, &rng.values(n));
+            let raw_w = raw_blocks(&mut rng, ty, nb, false);
+            let quantized_a: Vec<Vec<u8>> =
+                (0..TILE).map(|_| quantized(act, &rng.values(n))).collect();
+            let raw_a: Vec<Vec<u8>> = (0..TILE)
+                .map(|_| raw_blocks(&mut rng, act, nb, true))
+                .collect();
+            for (w, wname) in [(&quantized_w, "quantized"), (&raw_w, "raw")] {
+                for (a, aname) in [(&quantized_a, "quantized"), (&raw_a, "raw")] {
+                    let acts = std::array::from_fn(|t| a[t].as_slice());
+                    check_block_rows(ty, w, acts, &format!("{nb} blocks, {wname} w, {aname} a"));
+                }
+            }
+        }
+    }
+}
+
+/// Blocks whose quant bytes are all `fill` (f16 fields set to `scale`): the extremes of every
+/// format's quant range, where the i16 pair sums come closest to overflowing.
+fn filled_blocks(ty: GgmlType, blocks: usize, fill: u8, scale: f32) -> Vec<u8> {
+    let mut row = vec![fill; blocks * ty.type_size()];
+    for b in row.chunks_exact_mut(ty.type_size()) {
+        for &off in f16_fields(ty) {
+            b[off..off + 2].copy_from_slice(&f16::from_f32(scale).to_le_bytes());
+        }
+    }
+    row
+}
+
+#[test]
+fn block_dots_equal_the_reference_at_extreme_quants() {
+    if !avx2() {
+        return;
+    }
+    for ty in BLOCK_TYPES {
+        let act = quant_dot(fast(ty)).0;
+        for nb in [1, 4, 5] {
+            // 0x00 / 0xFF / 0x80 / 0x7F / 0x88 / 0x77: every quant at its minimum, its
+            // maximum, or the extreme nibble and high-bit patterns.
+            for wfill in [0x00u8, 0xFF, 0x80, 0x7F, 0x88, 0x77] {
+                let w = filled_blocks(ty, nb, wfill, 1.5);
+                for afill in [0x7Fu8, 0x81, 0x01, 0xFF] {
+                    let a = filled_blocks(act, nb, afill, 0.25);
+                    let what = format!("{nb} blocks, w {wfill:#04x}, a {afill:#04x}");
+                    check_block_rows(ty, &w, [&a, &a, &a, &a], &what);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn quantizers_are_bit_identical_on_random_rows() {
+    if !avx2() {
+        return;
+    }
+    let mut rng = Rng(11);
+    for ty in [GgmlType::Q8_0, GgmlType::Q8_1] {
+        for nb in BLOCK_COUNTS {
+            let x = rng.values(nb * 32);
+            assert_quantizer_matches(ty, &x);
+        }
+    }
+}
+
+fn assert_quantizer_matches(ty: GgmlType, x: &[f32]) {
+    let want = quantized(ty, x);
+    let mut got = vec![0xA5u8; want.len()];
+    (fast(ty).quantize)(x, &mut got);
+    assert_eq!(got, want, "{ty} quantizer on {x:?}");
+}
+
+/// Blocks built to hit every branch of the reference quantizer.
+fn edge_blocks() -> Vec<[f32; 32]> {
+    let mut out = Vec::new();
+    let from = |f: &dyn Fn(usize) -> f32| -> [f32; 32] { std::array::from_fn(f) };
+    out.push([0.0; 32]);
+    out.push([-0.0; 32]);
+    out.push([3.5; 32]);
+    out.push([-3.5; 32]);
+    // amax 127 makes d = 1, so x * id lands exactly on halves: ties round away from zero.
+    out.push(from(&|j| {
+        if j == 0 {
+            127.0
+        } else {
+            (j as f32 - 16.0) + 0.5
+        }
+    }));
+    out.push(from(&|j| {
+        if j == 0 {
+            -127.0
+        } else {
+            -(j as f32) * 2.5
+        }
+    }));
+    // Values just below and above a half after scaling.
+    out.push(from(&|j| {
+        if j == 0 {
+            127.0
+        } else {
+            let h = (j as f32) + 0.5;
+            if j % 2 == 0 {
+                f32::from_bits(h.to_bits() - 1)
+            } else {
+                f32::from_bits(h.to_bits() + 1)
+            }
+        }
+    }));
+    // Huge values: d overflows f16, s overflows f16 too.
+    out.push(from(&|j| (j as f32 - 15.5) * 1e37));
+    out.push(from(&|j| if j == 3 { f32::MAX } else { -1e30 }));
+    out.push(from(&|j| if j == 3 { -f32::MAX } else { 7.0 }));
+    // Tiny values: d underflows to an f16 subnormal or zero; 1/d overflows to infinity.
+    out.push(from(&|j| (j as f32 - 15.5) * 1e-39));
+    out.push(from(&|j| (j as f32) * 1e-40));
+    out.push(from(&|j| if j == 0 { 1e-45 } else { 0.0 }));
+    out.push(from(&|j| if j % 3 == 0 { -1e-38 } else { 1e-39 }));
+    out.push(from(&|j| (j as f32 - 15.5) * 1e-8));
+    // Infinities and NaNs: the reference skips NaN in its max and turns NaN quants into 0.
+    out.push(from(&|j| if j == 5 { f32::INFINITY } else { j as f32 }));
+    out.push(from(&|j| if j == 5 { f32::NEG_INFINITY } else { 1.0 }));
+    out.push(from(&|j| if j == 9 { f32::NAN } else { j as f32 - 3.0 }));
+    out.push([f32::NAN; 32]);
+    out.push(from(&|j| if j % 2 == 0 { f32::NAN } else { f32::INFINITY }));
+    // Mixed signs, all negative.
+    out.push(from(&|j| -(j as f32) - 1.0));
+    out.push(from(&|j| if j % 2 == 0 { 1e3 } else { -1e-3 }));
+    out
+}
+
+#[test]
+fn quantizers_are_bit_identical_on_edge_inputs() {
+    if !avx2() {
+        return;
+    }
+    let blocks = edge_blocks();
+    for ty in [GgmlType::Q8_0, GgmlType::Q8_1] {
+        for b in &blocks {
+            assert_quantizer_matches(ty, b);
+        }
+        let row: Vec<f32> = blocks.iter().flatten().copied().collect();
+        assert_quantizer_matches(ty, &row);
+    }
+}
+
+/// The float dot of `w` (type `ty`) with each row of `x` is within summation tolerance of
+/// the reference; the tile equals the dot bit for bit.
+fn check_float_rows(ty: GgmlType, w: &[u8], x: [&[f32]; TILE]) {
+    let (Dot::Float(fast_dot), Dot::Float(ref_dot)) = (fast(ty).dot, scalar(ty).dot) else {
+        panic!("{ty}: float dots");
+    };
+    let Some(Tile::Float(fast_tile)) = fast(ty).tile else {
+        panic!("{ty}: float tile");
+    };
+    let wd = dequantized(ty, w);
+    let tiled = fast_tile(w, x);
+    for (t, xs) in x.iter().enumerate() {
+        let got = fast_dot(w, xs);
+        let want = ref_dot(w, xs);
+        let sum_abs: f64 = wd
+            .iter()
+            .zip(*xs)
+            .map(|(a, b)| (*a as f64 * *b as f64).abs())
+            .sum();
+        let tol = 1e-5 * sum_abs + 1e-30;
+        assert!(
+            ((got - want) as f64).abs() <= tol,
+            "{ty} n={}: {got} vs reference {want} (tol {tol})",
+            xs.len()
+        );
+        assert_eq!(
+            tiled[t].to_bits(),
+            got.to_bits(),
+            "{ty} n={}: tile token {t}",
+            xs.len()
+        );
+    }
+}
+
+#[test]
+fn float_dots_and_tiles_match_the_reference() {
+    if !avx2() {
+        return;
+    }
+    let mut rng = Rng(13);
+    for ty in FLOAT_TYPES {
+        for n in [1, 7, 8, 9, 15, 16, 17, 31, 33, 100, 576, 1000, 1536] {
+            let w = quantized(ty, &rng.values(n));
+            let xs: Vec<Vec<f32>> = (0..TILE).map(|_| rng.values(n)).collect();
+            check_float_rows(ty, &w, std::array::from_fn(|t| xs[t].as_slice()));
+            // Raw bytes: finite f16 / bf16 / f32 patterns.
+            let mut raw = rng.bytes(n * ty.type_size());
+            for e in raw.chunks_exact_mut(ty.type_size()) {
+                if ty == GgmlType::F16 {
+                    e.copy_from_slice(&rng.finite_f16());
+                } else {
+                    // Clear the exponent's top bit: finite, magnitude below 2^1.
+                    e[e.len() - 1] &= 0xBF;
+                }
+            }
+            check_float_rows(ty, &raw, std::array::from_fn(|t| xs[t].as_slice()));
+        }
+    }
+}
+
+#[test]
+fn f16_dequantize_equals_the_reference() {
+    if !avx2() {
+        return;
+    }
+    let mut rng = Rng(17);
+    for n in [1, 8, 9, 100, 1024] {
+        let src = rng.bytes(2 * n);
+        let (mut got, mut want) = (vec![0f32; n], vec![0f32; n]);
+        (fast(GgmlType::F16).dequantize)(&src, &mut got);
+        (scalar(GgmlType::F16).dequantize)(&src, &mut want);
+        for (g, w) in got.iter().zip(&want) {
+            assert!(
+                g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+                "{g} vs {w}"
+            );
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn quantizers_are_bit_identical_on_any_bits(bits in prop::collection::vec(any::<u32>(), 64)) {
+        if avx2() {
+            let x: Vec<f32> = bits.iter().map(|b| f32::from_bits(*b)).collect();
+            for ty in [GgmlType::Q8_0, GgmlType::Q8_1] {
+                let want = quantized(ty, &x);
+                let mut got = vec![0u8; want.len()];
+                (fast(ty).quantize)(&x, &mut got);
+                prop_assert_eq!(got, want, "{}", ty);
+            }
+        }
+    }
+
+    #[test]
+    fn quantizers_are_bit_identical_near_halves(
+        amax in 1e-30f32..1e30,
+        steps in prop::collection::vec(-254i32..=254, 31),
+        nudge in prop::collection::vec(-2i32..=2, 31),
+    ) {
+        if avx2() {
+            // Values near (k + 1/2) * d, the quantizer's rounding boundaries.
+            let d = amax / 127.0;
+            let mut x = vec![amax];
+            for (s, u) in steps.iter().zip(&nudge) {
+                let v = *s as f32 * 0.5 * d;
+                x.push(f32::from_bits((v.to_bits() as i32 + u) as u32));
+            }
+            for ty in [GgmlType::Q8_0, GgmlType::Q8_1] {
+                let want = quantized(ty, &x);
+                let mut got = vec![0u8; want.len()];
+                (fast(ty).quantize)(&x, &mut got);
+                prop_assert_eq!(got, want, "{}", ty);
+            }
+        }
+    }
+
+    #[test]
+    fn block_dots_equal_the_reference_on_raw_blocks(seed in any::<u64>(), nb in 1usize..24, t in 0usize..7) {
+        if avx2() {
+            let ty = BLOCK_TYPES[t];
+            let act = quant_dot(fast(ty)).0;
+            let mut rng = Rng(seed);
+            let w = raw_blocks(&mut rng, ty, nb, false);
+            let a: Vec<Vec<u8>> = (0..TILE).map(|_| raw_blocks(&mut rng, act, nb, true)).collect();
+            check_block_rows(ty, &w, std::array::from_fn(|t| a[t].as_slice()), "proptest");
+        }
+    }
+}
