@@ -27,6 +27,8 @@ struct Done {
     buf: AlignedBuf,
     result: Result<u64, GgufError>,
     secs: f64,
+    /// Whether the reader still reads around the page cache after this read.
+    direct: bool,
 }
 
 /// The I/O thread and its ring of buffers.
@@ -76,6 +78,7 @@ impl Prefetcher {
                         buf: req.buf,
                         result,
                         secs: started.elapsed().as_secs_f64(),
+                        direct: file.is_direct(),
                     };
                     if done_tx.send(done).is_err() {
                         break;
@@ -185,6 +188,7 @@ impl Prefetcher {
         };
         self.in_flight.pop_front();
         stats.read_secs += done.secs;
+        stats.direct_io = done.direct;
         match done.result {
             Ok(n) => {
                 stats.bytes_read += n;

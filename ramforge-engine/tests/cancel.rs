@@ -72,7 +72,11 @@ fn cancelling_during_the_prompt_stops_between_batches_and_the_engine_recovers() 
         reports.windows(2).all(|w| w[0].0 <= w[1].0),
         "progress only grows"
     );
-    assert_eq!(e.budget().held(), before, "the KV cache charge went with the context");
+    assert_eq!(
+        e.budget().held(),
+        before,
+        "the KV cache charge went with the context"
+    );
 
     // The same engine then generates normally, and matches a fresh engine.
     e.set_prompt_progress(None);

@@ -126,7 +126,7 @@ fn every_shared_gen_golden_passes() {
         "expected the 16 shared gen goldens besides BF16, found {}",
         goldens.len()
     );
-    eprintln!("NOT HELD TO THE FLOAT TOLERANCE HERE: {BF16_GOLDEN} (see bf16_* tests)");
+    eprintln!("NOT HELD TO THE FLOAT TOLERANCE HERE: {BF16_GOLDEN} (see BF16_GOLDEN, f32ref_*)");
     check_all(goldens);
 }
 

@@ -32,7 +32,7 @@ pub(crate) fn kernels(ty: GgmlType) -> Option<&'static Kernels> {
         GgmlType::IQ4_XS => Some(&IQ4_XS),
         GgmlType::Q5_K => Some(&Q5_K),
         GgmlType::Q3_K => Some(&Q3_K),
-        GgmlType::Q2_K => None, // TEMP simd2 experiment
+        GgmlType::Q2_K => Some(&Q2_K),
         _ => None,
     }
 }

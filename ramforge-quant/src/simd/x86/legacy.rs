@@ -2,8 +2,10 @@
 //! their activation quantizers (Q8_0, Q8_1) and the float weights (F32, F16, BF16).
 //!
 //! The block dots and the quantizers are bit-identical to the generated scalar reference
-//! (same integer sums, same float operations in the same order); the float dots use FMA and
-//! differ from the reference by f32 summation order only. Dequantizing reuses the reference
+//! (same integer sums, same float operations in the same order), so results do not depend
+//! on the instruction set; the float dots use FMA and differ from the reference by f32
+//! summation order only. Every type also has a [`Tile`] kernel (one weight row, [`TILE`]
+//! tokens) that equals its single-token dot bit for bit. Dequantizing reuses the reference
 //! except for F16.
 
 mod act;

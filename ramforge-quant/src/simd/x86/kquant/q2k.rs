@@ -32,7 +32,6 @@ unsafe fn dot_rows<const T: usize>(w: &[u8], a: [&[u8]; T]) -> [f32; T] {
     let m2 = _mm256_set1_epi8(3);
     let m4 = _mm_set1_epi8(0x0F);
     let mut acc = [_mm256_setzero_ps(); T];
-    let mut acc_m = [_mm256_setzero_ps(); T];
     for i in 0..w.len() / BYTES {
         let wb = w.as_ptr().add(i * BYTES);
         let (ab, da) = act_blocks(&a, i);
@@ -43,11 +42,7 @@ unsafe fn dot_rows<const T: usize>(w: &[u8], a: [&[u8]; T]) -> [f32; T] {
         let mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16::<4>(packed), m4));
         for t in 0..T {
             let m = _mm256_madd_epi16(mins, bsums(ab[t]));
-            acc_m[t] = _mm256_fmadd_ps(
-                _mm256_set1_ps(dmin * da[t]),
-                _mm256_cvtepi32_ps(m),
-                acc_m[t],
-            );
+            acc[t] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * da[t]), _mm256_cvtepi32_ps(m), acc[t]);
         }
         let mut sumi = [_mm256_setzero_si256(); T];
         for h in 0..2 {
@@ -72,5 +67,5 @@ unsafe fn dot_rows<const T: usize>(w: &[u8], a: [&[u8]; T]) -> [f32; T] {
             );
         }
     }
-    std::array::from_fn(|t| hsum256(acc[t]) - hsum256(acc_m[t]))
+    std::array::from_fn(|t| hsum256(acc[t]))
 }
