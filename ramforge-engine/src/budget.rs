@@ -312,10 +312,29 @@ impl<T: Clone + Default> ChargedVec<T> {
     ) -> Result<ChargedVec<T>, BudgetError> {
         let bytes = (len as u64).saturating_mul(std::mem::size_of::<T>() as u64);
         let charge = budget.charge(what, bytes)?;
+        let data = vec![T::default(); len];
+        advise_huge_pages(data.as_ptr().cast(), bytes as usize);
         Ok(ChargedVec {
-            data: vec![T::default(); len],
+            data,
             _charge: charge,
         })
+    }
+}
+
+/// Asks the kernel to back the 2 MiB-aligned interior of a large, not yet touched buffer with
+/// transparent huge pages (where THP is in `madvise` mode): weights are streamed through
+/// once per token, and 4 KiB pages make that a TLB miss every 4 KiB. Only whole huge pages
+/// inside the buffer are advised, so RSS never exceeds the buffer itself.
+fn advise_huge_pages(ptr: *const u8, bytes: usize) {
+    const HUGE: usize = 2 << 20;
+    let start = (ptr as usize).next_multiple_of(HUGE);
+    let end = (ptr as usize + bytes) & !(HUGE - 1);
+    if end > start {
+        // SAFETY: the range lies inside a live allocation we own; MADV_HUGEPAGE changes only
+        // how the kernel backs it, never its contents.
+        unsafe {
+            libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
+        }
     }
 }
 

@@ -148,7 +148,10 @@ pub struct Vectors {
 
 /// The matrices: pinned layers, the prefetch ring, the output projection.
 pub struct Matrices {
-    pinned: Vec<Option<ChargedVec<u8>>>,
+    /// Every pinned layer, back to back in one buffer (so its huge pages span layers).
+    pinned_store: ChargedVec<u8>,
+    /// Where each pinned layer lies in `pinned_store`.
+    pinned: Vec<Option<std::ops::Range<usize>>>,
     stream: Option<Prefetcher>,
     output: Output,
     embd_row: ChargedVec<u8>,
@@ -281,14 +284,18 @@ impl Weights {
                 rows: plan.output_chunk_rows as usize,
             }
         };
+        let mut pinned_store =
+            ChargedVec::zeroed(budget, "pinned layers", plan.pinned_bytes() as usize)?;
         let mut pinned = Vec::with_capacity(tensors.layers.len());
+        let mut at = 0usize;
         for (i, (l, &pin)) in tensors.layers.iter().zip(&plan.pinned).enumerate() {
             if pin {
-                let label = format!("pinned layer {i}");
-                let mut buf = ChargedVec::zeroed(budget, &label, plan.layer_bytes[i] as usize)?;
-                stats.load_bytes += read_layer(file, l, &mut buf, mode == ReadMode::Direct)?;
+                let range = at..at + plan.layer_bytes[i] as usize;
+                let buf = &mut pinned_store[range.clone()];
+                stats.load_bytes += read_layer(file, l, buf, mode == ReadMode::Direct)?;
                 progress(stats.load_bytes, to_load);
-                pinned.push(Some(buf));
+                at = range.end;
+                pinned.push(Some(range));
             } else {
                 pinned.push(None);
             }
@@ -314,6 +321,7 @@ impl Weights {
                 _charge: vector_charge,
             },
             matrices: Matrices {
+                pinned_store,
                 pinned,
                 stream,
                 output,
@@ -401,8 +409,9 @@ impl Matrices {
         if let Some(stream) = &mut self.stream {
             stream.recycle()?;
         }
-        if let Some(buf) = &self.pinned[i] {
+        if let Some(range) = &self.pinned[i] {
             self.stats.layers_pinned_hits += 1;
+            let buf = &self.pinned_store[range.clone()];
             return Ok(layer_view(lt, buf, packed_offsets(lt)));
         }
         let stream = self
