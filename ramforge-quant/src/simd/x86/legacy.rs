@@ -1,12 +1,12 @@
 //! AVX2 kernels for the 32-element formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, IQ4_NL),
 //! their activation quantizers (Q8_0, Q8_1) and the float weights (F32, F16, BF16).
 //!
-//! The block dots and the quantizers are bit-identical to the generated scalar reference
-//! (same integer sums, same float operations in the same order), so results do not depend
-//! on the instruction set; the float dots use FMA and differ from the reference by f32
+//! The quantizers are bit-identical to the generated scalar reference. The block dots follow
+//! ggml's AVX2 scheme (exact integer products per block, accumulated in f32 lanes with one
+//! horizontal sum per row) and the float dots use FMA: both differ from the reference by f32
 //! summation order only. Every type also has a [`Tile`] kernel (one weight row, [`TILE`]
-//! tokens) that equals its single-token dot bit for bit. Dequantizing reuses the reference
-//! except for F16.
+//! tokens) that equals its single-token dot bit for bit, so batched and single-token
+//! products agree exactly. Dequantizing reuses the reference except for F16.
 
 mod act;
 mod blocks;

@@ -1,5 +1,6 @@
-//! The AVX2 kernels against the generated scalar reference: block dots, tiles and the
-//! activation quantizers bit for bit, the float dots to f32 summation tolerance.
+//! The AVX2 kernels against the generated scalar reference: the activation quantizers bit
+//! for bit, the block and float dots to f32 summation tolerance (they sum in a different
+//! order than the reference), and every tile bit for bit against its own single-token dot.
 
 use crate::isa::Isa;
 use crate::kernels::{scalar_kernels, Dot, Kernels, Tile, TILE};
@@ -168,8 +169,14 @@ fn exact_dot(ty: GgmlType, act: GgmlType, w: &[u8], a: &[u8]) -> f64 {
     wd.iter().zip(&ad).map(|(x, y)| *x as f64 * *y as f64).sum()
 }
 
-/// The AVX2 `vec_dot` of `w` with each activation row equals the reference bit for bit and
-/// lies within summation tolerance of the exact product; the tile equals both.
+/// The AVX2 `vec_dot` of `w` with each activation row lies within f32 summation tolerance of
+/// the reference and of the exact product; the tile equals the `vec_dot` bit for bit.
+///
+/// The tolerance is `1e-5 * sum_i |terms|` with every product split into its scale and min
+/// parts ([`abs_terms`]): the kernel rounds per-lane partial sums of a block (and the
+/// reference whole blocks), and each of those is bounded by the element-wise magnitudes,
+/// not by the block's (possibly cancelling) `|da * dw * idot|`. Rows here have at most 48
+/// blocks, so either order's rounding stays below `60 * 2^-24 < 1e-5` of that sum.
 fn check_block_rows(ty: GgmlType, w: &[u8], acts: [&[u8]; TILE], what: &str) {
     let (act, fast_dot) = quant_dot(fast(ty));
     let (ref_act, ref_dot) = quant_dot(scalar(ty));
@@ -178,10 +185,10 @@ fn check_block_rows(ty: GgmlType, w: &[u8], acts: [&[u8]; TILE], what: &str) {
     for (t, a) in acts.iter().enumerate() {
         let got = fast_dot(w, a);
         let want = ref_dot(w, a);
-        assert_eq!(
-            got.to_bits(),
-            want.to_bits(),
-            "{ty} {what}: {got} vs reference {want}"
+        let tol = 1e-5 * abs_terms(ty, act, w, a) + 1e-30;
+        assert!(
+            (got as f64 - want as f64).abs() <= tol,
+            "{ty} {what}: {got} vs reference {want} (tol {tol})"
         );
         assert_eq!(
             tiled[t].to_bits(),
@@ -189,7 +196,6 @@ fn check_block_rows(ty: GgmlType, w: &[u8], acts: [&[u8]; TILE], what: &str) {
             "{ty} {what}: tile token {t}"
         );
         let exact = exact_dot(ty, act, w, a);
-        let tol = 1e-5 * abs_terms(ty, act, w, a) + 1e-30;
         assert!(
             (got as f64 - exact).abs() <= tol,
             "{ty} {what}: {got} vs exact {exact} (tol {tol})"
@@ -198,7 +204,7 @@ fn check_block_rows(ty: GgmlType, w: &[u8], acts: [&[u8]; TILE], what: &str) {
 }
 
 #[test]
-fn block_dots_and_tiles_equal_the_reference() {
+fn block_dots_and_tiles_match_the_reference() {
     if !avx2() {
         return;
     }
@@ -225,7 +231,8 @@ fn block_dots_and_tiles_equal_the_reference() {
 }
 
 /// Blocks whose quant bytes are all `fill` (f16 fields set to `scale`): the extremes of every
-/// format's quant range, where the i16 pair sums come closest to overflowing.
+/// format's quant range, where the i16 pair sums (and Q4_1 / Q5_1's `hadd` of them) come
+/// closest to overflowing.
 fn filled_blocks(ty: GgmlType, blocks: usize, fill: u8, scale: f32) -> Vec<u8> {
     let mut row = vec![fill; blocks * ty.type_size()];
     for b in row.chunks_exact_mut(ty.type_size()) {
@@ -237,7 +244,7 @@ fn filled_blocks(ty: GgmlType, blocks: usize, fill: u8, scale: f32) -> Vec<u8> {
 }
 
 #[test]
-fn block_dots_equal_the_reference_at_extreme_quants() {
+fn block_dots_match_the_reference_at_extreme_quants() {
     if !avx2() {
         return;
     }
@@ -472,7 +479,7 @@ proptest! {
     }
 
     #[test]
-    fn block_dots_equal_the_reference_on_raw_blocks(seed in any::<u64>(), nb in 1usize..24, t in 0usize..7) {
+    fn block_dots_match_the_reference_on_raw_blocks(seed in any::<u64>(), nb in 1usize..24, t in 0usize..7) {
         if avx2() {
             let ty = BLOCK_TYPES[t];
             let act = quant_dot(fast(ty)).0;
