@@ -56,6 +56,17 @@ pub struct LayerLayout {
     buffer_len: usize,
 }
 
+/// The file range `(start, end)` that the ranges of one group cover together.
+fn span(ranges: &[(u64, u64)], group: &[usize]) -> (u64, u64) {
+    let start = group.iter().map(|&i| ranges[i].0).min().unwrap_or(0);
+    let end = group
+        .iter()
+        .map(|&i| ranges[i].0 + ranges[i].1)
+        .max()
+        .unwrap_or(0);
+    (start, end)
+}
+
 /// Merges the matrices' `(start, len)` ranges (relative or absolute offsets) into segments:
 /// lists of matrix indices, in file order.
 fn group(ranges: &[(u64, u64)]) -> Vec<Vec<usize>> {
@@ -86,12 +97,7 @@ impl LayerLayout {
         let mut segments = Vec::new();
         let mut buf_at = 0usize;
         for g in group(&ranges) {
-            let start = g.iter().map(|&i| ranges[i].0).min().unwrap_or(0);
-            let end = g
-                .iter()
-                .map(|&i| ranges[i].0 + ranges[i].1)
-                .max()
-                .unwrap_or(0);
+            let (start, end) = span(&ranges, &g);
             let file_start = start / ALIGN * ALIGN;
             let len = round_up(end) - file_start;
             for &i in &g {
@@ -128,12 +134,7 @@ impl LayerLayout {
         group(&ranges)
             .iter()
             .map(|g| {
-                let start = g.iter().map(|&i| ranges[i].0).min().unwrap_or(0);
-                let end = g
-                    .iter()
-                    .map(|&i| ranges[i].0 + ranges[i].1)
-                    .max()
-                    .unwrap_or(0);
+                let (start, end) = span(&ranges, g);
                 round_up(end - start) + ALIGN
             })
             .sum()

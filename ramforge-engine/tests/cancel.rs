@@ -1,23 +1,12 @@
 //! Cancelling: a raised flag stops the prompt phase between batches and generation between
 //! tokens; either way the stats so far come back and the engine stays usable.
 
+mod common;
+
+use common::model;
 use ramforge_engine::{Engine, EngineOptions, SamplingParams, StopReason};
-use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-
-fn model() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    let dir =
-        std::env::var_os("RAMFORGE_MODELS").map_or_else(|| root.join("models"), PathBuf::from);
-    let p = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(
-        p.exists(),
-        "{} is missing: run scripts/test.sh, which fetches the models",
-        p.display()
-    );
-    p
-}
 
 #[test]
 fn cancelling_during_the_prompt_stops_between_batches_and_the_engine_recovers() {

@@ -1,24 +1,10 @@
 //! The engine API on the real model: repeated generation, charges, streaming vs resident.
 
-use ramforge_engine::{Engine, EngineOptions, SamplingParams, StopReason};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
+mod common;
 
-fn model() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf();
-    let dir =
-        std::env::var_os("RAMFORGE_MODELS").map_or_else(|| root.join("models"), PathBuf::from);
-    let p = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(
-        p.exists(),
-        "{} is missing: run scripts/test.sh, which fetches the models",
-        p.display()
-    );
-    p
-}
+use common::model;
+use ramforge_engine::{Engine, EngineOptions, SamplingParams, StopReason};
+use std::sync::atomic::AtomicBool;
 
 fn generate(e: &mut Engine, text: &str, n: usize) -> (Vec<u32>, String, StopReason) {
     let prompt = e.model().tokenizer.encode(text, true, true);

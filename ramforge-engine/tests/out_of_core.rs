@@ -2,26 +2,13 @@
 //! gives the all-resident tokens, and a file truncated mid-generation ends that generation with
 //! an error naming the tensor and offset, releases every charge, and leaves the engine usable.
 
+mod common;
+
+use common::model;
 use ramforge_engine::{Engine, EngineOptions, SamplingParams};
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::AtomicBool;
-
-fn model() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf();
-    let dir =
-        std::env::var_os("RAMFORGE_MODELS").map_or_else(|| root.join("models"), PathBuf::from);
-    let p = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(
-        p.exists(),
-        "{} is missing: run scripts/test.sh, which fetches the models",
-        p.display()
-    );
-    p
-}
 
 fn options(ram: Option<u64>) -> EngineOptions {
     EngineOptions {

@@ -149,3 +149,37 @@ pub(super) unsafe fn act_blocks<const T: usize>(
     let ds = std::array::from_fn(|t| f32_at(ptrs[t]));
     (ptrs, ds)
 }
+
+/// The safe entry points of a super-block format's kernel module, around its
+/// `dot_rows::<T>` and its block size `BYTES`: `vec_dot` (one token), `tile` ([`TILE`]
+/// tokens, each weight block unpacked once) and the length check both make first.
+///
+/// [`TILE`]: crate::kernels::TILE
+macro_rules! entry_points {
+    ($format:literal) => {
+        #[doc = concat!("The dot of a row of ", $format, " blocks with a row of Q8_K blocks.")]
+        pub(super) fn vec_dot(w: &[u8], a: &[u8]) -> f32 {
+            check(w, a);
+            // SAFETY: reachable only through the AVX2 kernel table, handed out only when the
+            // CPU has AVX2, FMA and F16C; `check` has confirmed whole, matching blocks.
+            unsafe { dot_rows::<1>(w, [a])[0] }
+        }
+
+        #[doc = concat!("One row of ", $format, " blocks dotted with 4 tokens' Q8_K rows, each weight block unpacked once.")]
+        pub(super) fn tile(
+            w: &[u8],
+            a: [&[u8]; crate::kernels::TILE],
+        ) -> [f32; crate::kernels::TILE] {
+            for a in a {
+                check(w, a);
+            }
+            // SAFETY: as in `vec_dot`.
+            unsafe { dot_rows(w, a) }
+        }
+
+        fn check(w: &[u8], a: &[u8]) {
+            assert!(w.len() % BYTES == 0 && a.len() == w.len() / BYTES * Q8K_BYTES);
+        }
+    };
+}
+pub(super) use entry_points;

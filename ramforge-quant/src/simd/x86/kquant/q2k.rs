@@ -6,26 +6,7 @@ use std::arch::x86_64::*;
 
 const BYTES: usize = 84;
 
-/// The dot of a row of Q2_K blocks with a row of Q8_K blocks.
-pub(super) fn vec_dot(w: &[u8], a: &[u8]) -> f32 {
-    check(w, a);
-    // SAFETY: reachable only through the AVX2 kernel table, handed out only when the CPU has
-    // AVX2, FMA and F16C; `check` has confirmed whole, matching blocks.
-    unsafe { dot_rows::<1>(w, [a])[0] }
-}
-
-/// One row of Q2_K blocks dotted with 4 tokens' Q8_K rows, each weight block unpacked once.
-pub(super) fn tile(w: &[u8], a: [&[u8]; crate::kernels::TILE]) -> [f32; crate::kernels::TILE] {
-    for a in a {
-        check(w, a);
-    }
-    // SAFETY: as in `vec_dot`.
-    unsafe { dot_rows(w, a) }
-}
-
-fn check(w: &[u8], a: &[u8]) {
-    assert!(w.len() % BYTES == 0 && a.len() == w.len() / BYTES * Q8K_BYTES);
-}
+entry_points!("Q2_K");
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_rows<const T: usize>(w: &[u8], a: [&[u8]; T]) -> [f32; T] {
