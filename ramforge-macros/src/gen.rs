@@ -301,6 +301,7 @@ pub fn format_module(spec: &Spec, act: &Spec) -> TokenStream {
                 quantize: quantize_row,
                 dot: crate::kernels::Dot::Quant { act: act::TYPE, vec_dot },
                 tile: None,
+                rows: None,
             };
 
             #[cfg(test)]

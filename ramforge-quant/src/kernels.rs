@@ -29,6 +29,16 @@ pub(crate) enum Tile {
     Quant(fn(&[u8], [&[u8]; TILE]) -> [f32; TILE]),
 }
 
+/// Weight rows a [`Rows`] kernel dots with one token at once.
+pub(crate) const ROWS: usize = 8;
+
+/// The decode (single-token) kernel: [`ROWS`] consecutive weight rows, back to back in the
+/// first argument (`ROWS * row_bytes` bytes), dotted with one token's quantized activation
+/// row, so each activation block is loaded (and its scale converted) once for all of them.
+/// Results must equal `ROWS` calls of the type's `Dot` bit for bit: which rows share a call
+/// depends on how the driver splits the work and must never change a result.
+pub(crate) type Rows = fn(&[u8], &[u8]) -> [f32; ROWS];
+
 /// One type's kernels. The functions expect lengths already checked against the type
 /// (whole blocks, `src.len() == ty.row_size(dst.len())`).
 pub(crate) struct Kernels {
@@ -38,6 +48,9 @@ pub(crate) struct Kernels {
     /// The multi-token kernel, where a fast path has one (the matmul driver falls back to
     /// `dot` per token otherwise).
     pub tile: Option<Tile>,
+    /// The multi-row single-token kernel, where a fast path has one (block formats only; the
+    /// driver falls back to `dot` per row otherwise).
+    pub rows: Option<Rows>,
 }
 
 static F32: Kernels = Kernels {
@@ -45,18 +58,21 @@ static F32: Kernels = Kernels {
     quantize: float::quantize_f32,
     dot: Dot::Float(float::dot_f32),
     tile: None,
+    rows: None,
 };
 static F16: Kernels = Kernels {
     dequantize: float::dequantize_f16,
     quantize: float::quantize_f16,
     dot: Dot::Float(float::dot_f16),
     tile: None,
+    rows: None,
 };
 static BF16: Kernels = Kernels {
     dequantize: float::dequantize_bf16,
     quantize: float::quantize_bf16,
     dot: Dot::Float(float::dot_bf16),
     tile: None,
+    rows: None,
 };
 
 /// The kernels for `ty` on the active instruction set ([`crate::isa`]), or `Unsupported`.
@@ -190,6 +206,7 @@ fn check_matrix(
 struct Prepared<'a> {
     dot: Dot,
     tile: Option<Tile>,
+    rows_kernel: Option<Rows>,
     weights: &'a [u8],
     /// Bytes of one weight row.
     row: usize,
@@ -421,10 +438,11 @@ fn run_group(
         prepared[i] = Some(Prepared {
             dot: k.dot,
             tile: k.tile,
+            rows_kernel: k.rows,
             weights: p.weights,
             row,
             rows: p.rows,
-            chunk_rows: (CHUNK_BYTES / row.max(1)).clamp(1, p.rows),
+            chunk_rows: chunk_rows(row, p.rows, k.rows.is_some()),
             acts,
             y: OutPtr(p.y.as_mut_ptr()),
         });
@@ -451,6 +469,18 @@ fn run_group(
     Ok(())
 }
 
+/// Weight rows per work item: about [`CHUNK_BYTES`] of weights, a multiple of [`ROWS`] when
+/// the type has a [`Rows`] kernel (so items split no group but the matrix's last).
+fn chunk_rows(row_bytes: usize, rows: usize, grouped: bool) -> usize {
+    let chunk = (CHUNK_BYTES / row_bytes.max(1)).max(1);
+    let chunk = if grouped {
+        (chunk / ROWS).max(1) * ROWS
+    } else {
+        chunk
+    };
+    chunk.min(rows).max(1)
+}
+
 /// Rows `item * chunk_rows ..` of one product, for every token.
 fn run_item(p: &Prepared<'_>, cols: usize, n: usize, item: usize) {
     let o0 = item * p.chunk_rows;
@@ -465,7 +495,18 @@ fn run_item(p: &Prepared<'_>, cols: usize, n: usize, item: usize) {
     };
     let weight_row = |o: usize| &p.weights[o * p.row..(o + 1) * p.row];
     if n == 1 {
-        for o in o0..o1 {
+        let mut o = o0;
+        if let (Some(rows), Acts::Quant(buf, act_row)) = (p.rows_kernel, p.acts) {
+            let act = &buf[..act_row];
+            while o + ROWS <= o1 {
+                let out = rows(&p.weights[o * p.row..(o + ROWS) * p.row], act);
+                for (k, v) in out.into_iter().enumerate() {
+                    write(0, o + k, v);
+                }
+                o += ROWS;
+            }
+        }
+        for o in o..o1 {
             write(0, o, dot_token(p.dot, p.acts, cols, weight_row(o), 0));
         }
         return;
@@ -571,13 +612,35 @@ mod tests {
         )
     }
 
-    /// `base`'s kernels with the tile replaced.
-    fn with_tile(base: &Kernels, tile: Option<Tile>) -> Kernels {
+    /// A rows kernel that is `ROWS` calls of the type's scalar dot: exercises the driver's
+    /// row grouping on every block type, whether or not a fast one exists yet.
+    fn per_row_rows(ty: GgmlType) -> Option<Rows> {
+        macro_rules! quant {
+            ($($t:ident => $m:ident),* $(,)?) => {
+                match ty {
+                    $(GgmlType::$t => Some(|w: &[u8], a: &[u8]| {
+                        let rb = w.len() / ROWS;
+                        std::array::from_fn(|k| formats::$m::vec_dot(&w[k * rb..(k + 1) * rb], a))
+                    }),)*
+                    _ => None,
+                }
+            };
+        }
+        quant!(
+            Q4_0 => q4_0, Q4_1 => q4_1, Q5_0 => q5_0, Q5_1 => q5_1, Q8_0 => q8_0,
+            Q8_1 => q8_1, Q2_K => q2_k, Q3_K => q3_k, Q4_K => q4_k, Q5_K => q5_k,
+            Q6_K => q6_k, Q8_K => q8_k, IQ4_NL => iq4_nl, IQ4_XS => iq4_xs,
+        )
+    }
+
+    /// `base`'s kernels with the tile and rows kernels replaced.
+    fn with_tile(base: &Kernels, tile: Option<Tile>, rows: Option<Rows>) -> Kernels {
         Kernels {
             dequantize: base.dequantize,
             quantize: base.quantize,
             dot: base.dot,
             tile,
+            rows,
         }
     }
 
@@ -626,15 +689,21 @@ mod tests {
             let (active, scalar) = (kernels(ty).unwrap(), scalar_kernels(ty).unwrap());
             // (what, kernels, whether they must equal the active or the scalar dot exactly)
             let variants = [
-                ("active kernels", with_tile(active, active.tile), None),
-                ("no tile", with_tile(active, None), Some(true)),
                 (
-                    "scalar per-token tile",
-                    with_tile(scalar, Some(per_token_tile(ty))),
+                    "active kernels",
+                    with_tile(active, active.tile, active.rows),
+                    None,
+                ),
+                ("no tile", with_tile(active, None, active.rows), Some(true)),
+                // Rows kernels equal their dots bit for bit.
+                ("no rows", with_tile(active, active.tile, None), Some(true)),
+                (
+                    "scalar per-token tile and per-row rows",
+                    with_tile(scalar, Some(per_token_tile(ty)), per_row_rows(ty)),
                     Some(false),
                 ),
             ];
-            let scalar_no_tile = with_tile(scalar, None);
+            let scalar_no_tile = with_tile(scalar, None, None);
             for n in [1, 3, 4, 5, 9, 64] {
                 let x = random(n * cols, 2 + n as u64);
                 // The reference: one public matvec per token.

@@ -47,6 +47,7 @@ static Q8_K: Kernels = Kernels {
         vec_dot: formats::q8_k::vec_dot,
     },
     tile: None,
+    rows: None,
 };
 
 /// The kernels of a weight format whose quantizer and dequantizer are the generated ones.
@@ -60,6 +61,7 @@ macro_rules! weight_kernels {
                 vec_dot: $kernel::vec_dot,
             },
             tile: Some(Tile::Quant($kernel::tile)),
+            rows: None,
         };
     };
 }

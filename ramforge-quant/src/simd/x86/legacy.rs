@@ -89,6 +89,7 @@ macro_rules! block_static {
                 vec_dot: $vec_dot,
             },
             tile: Some(Tile::Quant($tile)),
+            rows: None,
         };
     };
 }
@@ -141,18 +142,21 @@ static F32: Kernels = Kernels {
     quantize: crate::float::quantize_f32,
     dot: Dot::Float(dot_f32),
     tile: Some(Tile::Float(tile_f32)),
+    rows: None,
 };
 static F16: Kernels = Kernels {
     dequantize: dequantize_f16,
     quantize: crate::float::quantize_f16,
     dot: Dot::Float(dot_f16),
     tile: Some(Tile::Float(tile_f16)),
+    rows: None,
 };
 static BF16: Kernels = Kernels {
     dequantize: crate::float::dequantize_bf16,
     quantize: crate::float::quantize_bf16,
     dot: Dot::Float(dot_bf16),
     tile: Some(Tile::Float(tile_bf16)),
+    rows: None,
 };
 
 /// The AVX2 kernels for `ty`, if written. Only for `Isa::Avx2` (see the SAFETY note above).
