@@ -6,9 +6,13 @@
 //! file (only norms between them) are merged, and each segment is widened to [`ALIGN`]-aligned
 //! file offsets and read whole into an aligned place in the buffer. A matrix is then used in
 //! place, at its offset inside its segment.
+//!
+//! When the page cache already holds the file ([`ReadMode::Cached`]), segments are not copied
+//! at all: each is mapped as a [`Window`] and the matrices are used in place.
 
 use crate::budget::{Charge, MemoryBudget};
 use crate::error::EngineError;
+use crate::mapped::Window;
 use crate::tensors::LayerTensors;
 use ramforge_gguf::GgufError;
 use std::fs::{File, OpenOptions};
@@ -34,6 +38,8 @@ struct Placed {
     file_start: u64,
     len: u64,
     buf_start: usize,
+    /// The segment that holds it.
+    segment: usize,
 }
 
 /// One aligned read.
@@ -106,6 +112,7 @@ impl LayerLayout {
                     file_start: ranges[i].0,
                     len: ranges[i].1,
                     buf_start: buf_at + (ranges[i].0 - file_start) as usize,
+                    segment: segments.len(),
                 });
             }
             segments.push(Segment {
@@ -168,6 +175,88 @@ impl LayerLayout {
             .unwrap_or(&self.placed[0])
     }
 
+    /// The error for a file that ends at `at`, inside the layer.
+    fn short_read(&self, at: u64) -> GgufError {
+        let m = self.matrix_at(at);
+        GgufError::ShortRead {
+            tensor: m.name.clone(),
+            offset: at,
+            wanted: m.len,
+            got: at.saturating_sub(m.file_start).min(m.len),
+        }
+    }
+
+    /// The error for a failure at file offset `at` of a file that still holds the layer, or
+    /// the short read where it ends now (`size`) if it does not.
+    fn failed_at(&self, at: u64, size: Option<u64>, source: std::io::Error) -> GgufError {
+        let end = self.segments.iter().map(|s| s.needed_end).max().unwrap_or(0);
+        match size {
+            Some(size) if size < end => {
+                let start = self.segments.iter().map(|s| s.file_start).min().unwrap_or(0);
+                self.short_read(size.max(start))
+            }
+            _ => GgufError::ReadFailed {
+                tensor: self.matrix_at(at).name.clone(),
+                offset: at,
+                source,
+            },
+        }
+    }
+
+    /// The seven matrices' bytes (in [`LayerTensors::matrices`] order) in a buffer filled by
+    /// [`LayerLayout::read_into`].
+    pub fn buffered_matrices<'a>(&self, buf: &'a [u8]) -> [&'a [u8]; 7] {
+        std::array::from_fn(|i| {
+            let p = &self.placed[i];
+            &buf[p.buf_start..p.buf_start + p.len as usize]
+        })
+    }
+
+    /// The seven matrices' bytes in place in the windows of [`LayerLayout::map`].
+    pub fn mapped_matrices<'a>(&self, mapped: &'a MappedLayer) -> [&'a [u8]; 7] {
+        std::array::from_fn(|i| {
+            let p = &self.placed[i];
+            let at = (p.file_start - self.segments[p.segment].file_start) as usize;
+            &mapped.windows[p.segment].bytes()[at..at + p.len as usize]
+        })
+    }
+
+    /// Maps every segment of the layer from `file` and fills the windows' page tables.
+    /// The file size is checked first, so a file cut short fails here (a short read naming
+    /// the tensor and where the file ends) rather than faulting later.
+    pub fn map(&self, file: &File) -> Result<MappedLayer, MapError> {
+        let size = file.metadata().map(|m| m.len());
+        let first = self.segments.first().map_or(0, |s| s.file_start);
+        let size = size.map_err(|e| MapError::Failed(self.failed_at(first, None, e)))?;
+        if let Some(s) = self.segments.iter().find(|s| s.needed_end > size) {
+            return Err(MapError::Failed(self.short_read(size.max(s.file_start))));
+        }
+        let mut windows = Vec::with_capacity(self.segments.len());
+        for s in &self.segments {
+            windows.push(Window::map(file, s.file_start, s.len as usize).map_err(MapError::Unsupported)?);
+        }
+        for (w, s) in windows.iter().zip(&self.segments) {
+            if let Err(e) = w.populate() {
+                let size = file.metadata().map(|m| m.len()).ok();
+                return Err(MapError::Failed(self.failed_at(s.file_start, size, e)));
+            }
+        }
+        Ok(MappedLayer { windows })
+    }
+
+    /// After the compute used `mapped`: fails if a read found a page missing (the file was
+    /// cut, or storage failed) and so saw zeros; `file` tells where it ends now.
+    pub fn check(&self, mapped: &MappedLayer, file: &File) -> Result<(), GgufError> {
+        match mapped.windows.iter().filter_map(Window::fault).min() {
+            None => Ok(()),
+            Some(at) => {
+                let size = file.metadata().map(|m| m.len()).ok();
+                let bus_error = std::io::Error::other("bus error reading the mapped model file");
+                Err(self.failed_at(at, size, bus_error))
+            }
+        }
+    }
+
     /// Reads every segment into `buf` (at least [`LayerLayout::buffer_len`] bytes, aligned).
     pub fn read_into(&self, file: &mut StreamFile, buf: &mut [u8]) -> Result<u64, GgufError> {
         let mut read = 0;
@@ -198,14 +287,30 @@ impl LayerLayout {
     }
 }
 
+/// A streamed layer mapped in place: one window per segment of its [`LayerLayout`]. Its pages
+/// count in the process's RSS until it is dropped (unmapped).
+pub struct MappedLayer {
+    windows: Vec<Window>,
+}
+
+/// Why [`LayerLayout::map`] failed.
+#[derive(Debug)]
+pub enum MapError {
+    /// The file cannot be mapped here (copy it instead).
+    Unsupported(std::io::Error),
+    /// The file does not hold the layer, or storage failed.
+    Failed(GgufError),
+}
+
 /// How streamed layers are read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReadMode {
     /// Around the page cache (`O_DIRECT`), falling back to buffered reads that are dropped
     /// from the cache right after (`POSIX_FADV_DONTNEED`).
     Direct,
-    /// Buffered reads served by a page cache that already holds the file (a warm cache is
-    /// faster than any storage; dropping it would force the next pass to storage).
+    /// Used in place from a page cache that already holds the file (mapped windows; a warm
+    /// cache is faster than any storage, and dropping it would force the next pass to
+    /// storage), falling back to buffered reads where the file cannot be mapped.
     Cached,
 }
 
@@ -218,6 +323,8 @@ pub struct StreamFile {
     direct: Option<File>,
     buffered: File,
     drop_cached: bool,
+    /// Layers are mapped in place rather than read.
+    mapped: bool,
 }
 
 impl StreamFile {
@@ -240,12 +347,41 @@ impl StreamFile {
             direct,
             buffered,
             drop_cached: mode == ReadMode::Direct,
+            mapped: mode == ReadMode::Cached,
         })
     }
 
     /// Whether reads still go around the page cache.
     pub fn is_direct(&self) -> bool {
         self.direct.is_some()
+    }
+
+    /// Whether layers are still mapped in place.
+    pub fn is_mapped(&self) -> bool {
+        self.mapped
+    }
+
+    /// The buffered handle (mapped windows are made from it).
+    pub fn file(&self) -> &File {
+        &self.buffered
+    }
+
+    /// Makes `layout`'s layer available: mapped in place (returned) when the file is mapped,
+    /// else read into `buf`. A file that cannot be mapped is read from then on. Returns the
+    /// bytes read or mapped.
+    pub fn fill(
+        &mut self,
+        layout: &LayerLayout,
+        buf: &mut AlignedBuf,
+    ) -> Result<(u64, Option<MappedLayer>), GgufError> {
+        if self.mapped {
+            match layout.map(&self.buffered) {
+                Ok(m) => return Ok((layout.read_bytes(), Some(m))),
+                Err(MapError::Failed(e)) => return Err(e),
+                Err(MapError::Unsupported(_)) => self.mapped = false,
+            }
+        }
+        Ok((layout.read_into(self, buf.bytes_mut())?, None))
     }
 
     /// Reads `dst.len()` bytes at the aligned `offset`; reaching the end of the file is fine
@@ -324,6 +460,8 @@ pub fn advise(file: &File, offset: u64, len: u64, advice: libc::c_int) {
 }
 
 /// A budget-charged byte buffer whose usable part starts at an [`ALIGN`]-aligned address.
+/// The memory is allocated on first use: a ring slot that holds mapped windows (under the
+/// same charge) never allocates it.
 pub struct AlignedBuf {
     // Field order: the memory is freed before the charge is released.
     data: Vec<u8>,
@@ -333,24 +471,27 @@ pub struct AlignedBuf {
 }
 
 impl AlignedBuf {
-    /// Charges `len` bytes plus the alignment slack to `budget` as `what`, then allocates.
+    /// Charges `len` bytes plus the alignment slack to `budget` as `what`.
     pub fn new(budget: &MemoryBudget, what: &str, len: usize) -> Result<AlignedBuf, EngineError> {
         let charge = budget.charge(what, len as u64 + ALIGN)?;
-        let data = vec![0u8; len + ALIGN as usize];
-        let start = data.as_ptr().align_offset(ALIGN as usize);
         Ok(AlignedBuf {
-            data,
-            start,
+            data: Vec::new(),
+            start: 0,
             len,
             _charge: charge,
         })
     }
 
+    /// The bytes (empty until [`AlignedBuf::bytes_mut`] allocated them).
     pub fn bytes(&self) -> &[u8] {
-        &self.data[self.start..self.start + self.len]
+        self.data.get(self.start..self.start + self.len).unwrap_or(&[])
     }
 
     pub fn bytes_mut(&mut self) -> &mut [u8] {
+        if self.data.is_empty() {
+            self.data = vec![0u8; self.len + ALIGN as usize];
+            self.start = self.data.as_ptr().align_offset(ALIGN as usize);
+        }
         &mut self.data[self.start..self.start + self.len]
     }
 }

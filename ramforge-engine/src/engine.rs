@@ -4,16 +4,19 @@
 //! read); `Engine::new` plans the memory, charges and fills the resident weights, and is then
 //! ready to `eval` tokens or `generate` text.
 
+use crate::adaptive_depth::{DepthControl, DepthDecision};
 use crate::budget::{tie_allocator_to_budget, ChargedVec, MemoryBudget};
 use crate::config::ModelConfig;
+use crate::direct_io::AlignedBuf;
 use crate::error::EngineError;
+use crate::file_identity::FileIdentity;
 use crate::forward::{block, rms_norm, rope_table, Scratch};
 use crate::kv::{KvCache, KvType};
 use crate::plan::{MemoryPlan, PlanRequest};
 use crate::tensors::ModelTensors;
 use crate::tokenizer::Tokenizer;
 use crate::weights::{ResidencyStats, Weights};
-use ramforge_gguf::GgufFile;
+use ramforge_gguf::{GgufError, GgufFile, TensorInfo};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -128,6 +131,10 @@ pub struct Engine {
     load_secs: f64,
     /// Called as a long prompt is processed: `(tokens_done, tokens_total)`.
     prompt_progress: Option<PromptProgress>,
+    /// The open model file, to see it replaced while running.
+    identity: FileIdentity,
+    /// Adapts the prefetch depth from measured read and compute times.
+    depth_control: DepthControl,
 }
 
 /// A callback for prompt processing: `(tokens_done, tokens_total)`, called per layer of each
@@ -178,7 +185,15 @@ impl Engine {
             })?;
         let cfg = &model.config;
         let ctx = plan.request.ctx;
+        let identity =
+            FileIdentity::of(model.file.path(), model.file.file()).map_err(|source| {
+                GgufError::Io {
+                    path: model.file.path().display().to_string(),
+                    source,
+                }
+            })?;
         let weights = Weights::load(&model.file, &model.tensors, &plan, &budget, progress)?;
+        let depth_control = DepthControl::new(&weights.matrices.stats);
         let scratch = Scratch::new(&budget, cfg, plan.request.batch, ctx)?;
         let logits = ChargedVec::zeroed(&budget, "logits", model.tensors.n_vocab)?;
         let kv = KvCache::new(
@@ -201,7 +216,95 @@ impl Engine {
             history: Vec::new(),
             load_secs: started.elapsed().as_secs_f64(),
             prompt_progress: None,
+            identity,
+            depth_control,
         })
+    }
+
+    /// Fixes the prefetch depth (clamped to 1 ..= the plan's ring), or with `None` lets it
+    /// adapt again from measurements. Returns the depth the ring keeps (it may stay shallower
+    /// when the budget has no room for more buffers); 0 when nothing is streamed.
+    pub fn set_prefetch_depth(&mut self, depth: Option<usize>) -> usize {
+        let stats = self.weights.matrices.stats;
+        self.depth_control.fix(depth, &stats);
+        let ring = self.plan.stream_buffers;
+        match depth {
+            Some(d) => self.apply_prefetch_depth(d.clamp(1, ring.max(1))),
+            None => self.weights.matrices.prefetcher().map_or(0, |p| p.depth()),
+        }
+    }
+
+    /// The last prefetch depth decided from measured times (`None` before a window of passes
+    /// was measured, or while the depth is fixed from the start).
+    pub fn prefetch_decision(&self) -> Option<DepthDecision> {
+        self.depth_control.last()
+    }
+
+    /// Asks the prefetch ring for `depth` buffers, charging new ones to the budget.
+    fn apply_prefetch_depth(&mut self, depth: usize) -> usize {
+        let (budget, len) = (&self.budget, self.plan.stream_buffer_len as usize);
+        let Some(prefetcher) = self.weights.matrices.prefetcher() else {
+            return 0;
+        };
+        prefetcher.set_depth(depth, |i| {
+            AlignedBuf::new(budget, &format!("layer streaming buffer {i}"), len)
+        })
+    }
+
+    /// Records the buffers the prefetch ring holds now in the stats.
+    fn record_prefetch_depth(&mut self) {
+        if let Some(p) = self.weights.matrices.prefetcher() {
+            let depth = p.depth() as u64;
+            self.weights.matrices.stats.prefetch_depth = depth;
+        }
+    }
+
+    /// Before a pass that starts with `token`: fails if the model file was replaced (see
+    /// [`crate::file_identity`]), then adapts the prefetch depth when a window of
+    /// measurements is complete.
+    fn before_pass(&mut self, token: u32) -> Result<(), EngineError> {
+        if let Some((tensor, offset)) = self.first_file_read(token) {
+            if let Err(change) = self.identity.check() {
+                return Err(EngineError::ModelFileChanged {
+                    path: self.identity.path().display().to_string(),
+                    change: change.to_string(),
+                    tensor: tensor.name.clone(),
+                    offset,
+                });
+            }
+        }
+        if let Some(depth) = self
+            .depth_control
+            .at_pass_start(&self.plan, &self.weights.matrices.stats)
+        {
+            self.apply_prefetch_depth(depth);
+        }
+        Ok(())
+    }
+
+    /// The tensor, and the file offset in it, that a pass starting with `token` reads from
+    /// the file first: the token's embedding row (unless the resident tied output holds it),
+    /// else the first streamed layer's first matrix in the file, else the streamed output
+    /// projection. `None` when the pass reads nothing from the file.
+    fn first_file_read(&self, token: u32) -> Option<(&TensorInfo, u64)> {
+        let (file, tensors) = (&self.model.file, &self.model.tensors);
+        let embd = &tensors.token_embd;
+        if !(tensors.tied_output && self.plan.output_resident) {
+            let row = u64::from(token).min(embd.n_rows().saturating_sub(1));
+            return Some((embd, file.absolute_offset(embd) + row * embd.row_bytes()));
+        }
+        let streamed = tensors
+            .layers
+            .iter()
+            .zip(&self.plan.pinned)
+            .find(|(_, &pinned)| !pinned)
+            .and_then(|(l, _)| l.matrices().into_iter().min_by_key(|t| t.offset));
+        let first = match streamed {
+            Some(t) => t,
+            None if !self.plan.output_resident => &tensors.output,
+            None => return None,
+        };
+        Some((first, file.absolute_offset(first)))
     }
 
     /// Sets (or clears) the callback told how far a multi-token [`Engine::eval`] has got.
@@ -298,6 +401,7 @@ impl Engine {
         let started = Instant::now();
         let result = pool.install(|| self.eval_batches(tokens, cancel));
         self.weights.matrices.stats.eval_secs += started.elapsed().as_secs_f64();
+        self.record_prefetch_depth();
         match result {
             Ok(false) => {
                 self.reset();
@@ -323,6 +427,7 @@ impl Engine {
         tokens: &[u32],
         cancel: Option<&AtomicBool>,
     ) -> Result<bool, EngineError> {
+        self.before_pass(tokens[0])?;
         let cfg = &self.model.config;
         let (file, tensors) = (&self.model.file, &self.model.tensors);
         let e = cfg.n_embd;

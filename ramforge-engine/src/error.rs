@@ -32,6 +32,15 @@ pub enum EngineError {
         needed: usize,
         ctx: usize,
     },
+    /// The model file's path no longer names the file the engine reads (replaced or removed
+    /// while running; see [`crate::file_identity`]).
+    #[error("the model file {path} {change} while running; stopped before reading tensor \"{tensor}\" at file offset {offset} (load the model again)")]
+    ModelFileChanged {
+        path: String,
+        change: String,
+        tensor: String,
+        offset: u64,
+    },
     #[error("invalid input: {0}")]
     Invalid(String),
     #[error("tokenizer: {0}")]

@@ -7,8 +7,12 @@
 //! finds its layer already read is a hit; one that has to wait is late, and the wait is
 //! counted. An access out of the expected order (the first one, or after an error) drains what
 //! is in flight and restarts the ring at the asked layer.
+//!
+//! From a warm page cache the thread maps layers in place instead ([`MappedLayer`]): a
+//! buffer's charge then covers its layer's mapped windows, which are unmapped when the buffer
+//! is recycled, after the layer is checked for pages that went missing under the compute.
 
-use crate::direct_io::{AlignedBuf, LayerLayout, StreamFile};
+use crate::direct_io::{AlignedBuf, LayerLayout, MappedLayer, StreamFile};
 use crate::error::EngineError;
 use crate::weights::ResidencyStats;
 use ramforge_gguf::GgufError;
@@ -20,15 +24,27 @@ use std::time::Instant;
 
 struct Request {
     layer: usize,
+    /// Windows the compute is done with, unmapped here before `buf`'s charge is reused.
+    retire: Option<MappedLayer>,
     buf: AlignedBuf,
 }
 
 struct Done {
+    // Field order: unmapped before the buffer (and its charge) goes.
+    mapped: Option<MappedLayer>,
     buf: AlignedBuf,
     result: Result<u64, GgufError>,
     secs: f64,
     /// Whether the reader still reads around the page cache after this read.
     direct: bool,
+}
+
+/// The layer the compute is using: its buffer, or the windows mapped under its charge.
+struct InUse {
+    layer: usize,
+    // Field order: unmapped before the buffer (and its charge) goes.
+    mapped: Option<MappedLayer>,
+    buf: AlignedBuf,
 }
 
 /// The I/O thread and its ring of buffers.
@@ -41,19 +57,29 @@ pub struct Prefetcher {
     order: Vec<usize>,
     /// Index into `order` of the next layer to request.
     next: usize,
+    /// Windows of recycled layers, to be unmapped by the I/O thread (off the compute's
+    /// path); they leave with the next request, whose buffer held their charge.
+    retiring: Vec<MappedLayer>,
     free: Vec<AlignedBuf>,
     /// Layers requested and not yet taken, oldest first (the thread answers in this order).
     in_flight: VecDeque<usize>,
     /// The layer the compute is using, and its buffer.
-    current: Option<(usize, AlignedBuf)>,
+    current: Option<InUse>,
     direct: bool,
+    mapped: bool,
+    /// The model file, to tell where it ends when a mapped layer faulted.
+    file: std::fs::File,
+    /// Most buffers the ring keeps ([`Prefetcher::set_depth`]); surplus ones are dropped as
+    /// they come back free.
+    target: usize,
 }
 
 impl Prefetcher {
     /// Starts the I/O thread on `file` with `buffers`; `layouts[i]` is `Some` for every
-    /// streamed layer `i`.
+    /// streamed layer `i`. `model_file` is another handle on the same file.
     pub fn start(
         mut file: StreamFile,
+        model_file: std::fs::File,
         layouts: Vec<Option<LayerLayout>>,
         buffers: Vec<AlignedBuf>,
     ) -> Result<Prefetcher, EngineError> {
@@ -62,6 +88,8 @@ impl Prefetcher {
             .filter(|&i| layouts[i].is_some())
             .collect();
         let direct = file.is_direct();
+        let mapped = file.is_mapped();
+        let target = buffers.len();
         let (req_tx, req_rx) = channel::<Request>();
         let (done_tx, done_rx) = channel::<Done>();
         let thread_layouts = Arc::clone(&layouts);
@@ -69,12 +97,17 @@ impl Prefetcher {
             .name("ramforge-io".into())
             .spawn(move || {
                 for mut req in req_rx {
+                    drop(req.retire.take());
                     let started = Instant::now();
-                    let result = match &thread_layouts[req.layer] {
-                        Some(layout) => layout.read_into(&mut file, req.buf.bytes_mut()),
-                        None => Ok(0),
+                    let (result, mapped) = match &thread_layouts[req.layer] {
+                        Some(layout) => match file.fill(layout, &mut req.buf) {
+                            Ok((n, mapped)) => (Ok(n), mapped),
+                            Err(e) => (Err(e), None),
+                        },
+                        None => (Ok(0), None),
                     };
                     let done = Done {
+                        mapped,
                         buf: req.buf,
                         result,
                         secs: started.elapsed().as_secs_f64(),
@@ -96,16 +129,25 @@ impl Prefetcher {
             layouts,
             order,
             next: 0,
+            retiring: Vec::new(),
             free: buffers,
             in_flight: VecDeque::new(),
             current: None,
             direct,
+            mapped,
+            file: model_file,
+            target,
         })
     }
 
     /// Whether the first reads went around the page cache (`O_DIRECT`).
     pub fn direct(&self) -> bool {
         self.direct
+    }
+
+    /// Whether layers are mapped in place from the page cache (no copy).
+    pub fn mapped(&self) -> bool {
+        self.mapped
     }
 
     /// Buffers in the ring.
@@ -118,21 +160,78 @@ impl Prefetcher {
         self.layouts[i].as_ref()
     }
 
-    /// Marks the compute done with the current layer and keeps the reader busy.
-    pub fn recycle(&mut self) -> Result<(), EngineError> {
-        if let Some((_, buf)) = self.current.take() {
-            self.free.push(buf);
-        }
+    /// Marks the compute done with the current layer and keeps the reader busy. Fails if
+    /// the layer was mapped and a page of it went missing while the compute read it (the
+    /// compute saw zeros there); the ring then restarts, like after a failed read.
+    pub fn recycle(&mut self, stats: &mut ResidencyStats) -> Result<(), EngineError> {
+        self.release(stats)?;
         self.top_up()
     }
 
+    /// Unmaps the current layer (checking it first) and frees its buffer.
+    fn release(&mut self, stats: &mut ResidencyStats) -> Result<(), EngineError> {
+        let Some(used) = self.current.take() else {
+            return Ok(());
+        };
+        let checked = match (&used.mapped, &self.layouts[used.layer]) {
+            (Some(mapped), Some(layout)) => layout.check(mapped, &self.file),
+            _ => Ok(()),
+        };
+        self.retiring.extend(used.mapped);
+        self.free.push(used.buf);
+        checked.map_err(|e| {
+            self.restart(stats);
+            e.into()
+        })
+    }
+
+    /// After a failure: lets whatever is in flight land (it came from the same file), keeps
+    /// every buffer, and starts afresh at the next access, most likely the start of a pass.
+    fn restart(&mut self, stats: &mut ResidencyStats) {
+        self.drain(stats);
+        self.next = 0;
+    }
+
+    /// Sets the prefetch depth (buffers in the ring, at least 1). A shallower ring drops its
+    /// surplus buffers, and so returns their charge to the budget, as they come back from the
+    /// reader (within one pass); a deeper one gets new buffers from `new_buffer(index)` now,
+    /// and stays as deep as it got when that fails (the budget has no room). Returns the
+    /// depth the ring keeps from now on.
+    pub fn set_depth(
+        &mut self,
+        depth: usize,
+        mut new_buffer: impl FnMut(usize) -> Result<AlignedBuf, EngineError>,
+    ) -> usize {
+        self.target = depth.max(1);
+        while self.depth() < self.target {
+            match new_buffer(self.depth()) {
+                Ok(buf) => self.free.push(buf),
+                Err(_) => {
+                    self.target = self.depth().max(1);
+                    break;
+                }
+            }
+        }
+        self.target
+    }
+
     fn top_up(&mut self) -> Result<(), EngineError> {
+        if self.depth() > self.target {
+            // Buffers are about to go with their charge: unmap what they covered first.
+            self.retiring.clear();
+        }
+        while self.depth() > self.target && self.free.pop().is_some() {}
         while let Some(buf) = self.free.pop() {
             let layer = self.order[self.next];
-            let sent = self
-                .requests
-                .as_ref()
-                .is_some_and(|tx| tx.send(Request { layer, buf }).is_ok());
+            let retire = self.retiring.pop();
+            let sent = self.requests.as_ref().is_some_and(|tx| {
+                tx.send(Request {
+                    layer,
+                    retire,
+                    buf,
+                })
+                .is_ok()
+            });
             if !sent {
                 return Err(stopped());
             }
@@ -158,11 +257,14 @@ impl Prefetcher {
         }
     }
 
-    /// The bytes of streamed layer `layer`, read ahead if it was expected, else now.
-    pub fn get(&mut self, layer: usize, stats: &mut ResidencyStats) -> Result<&[u8], EngineError> {
-        if let Some((_, buf)) = self.current.take() {
-            self.free.push(buf);
-        }
+    /// The seven matrices' bytes (in [`crate::tensors::LayerTensors::matrices`] order) of
+    /// streamed layer `layer`, read (or mapped) ahead if it was expected, else now.
+    pub fn get(
+        &mut self,
+        layer: usize,
+        stats: &mut ResidencyStats,
+    ) -> Result<[&[u8]; 7], EngineError> {
+        self.release(stats)?;
         if self.in_flight.front() != Some(&layer) {
             self.drain(stats);
             self.next = self
@@ -189,20 +291,27 @@ impl Prefetcher {
         self.in_flight.pop_front();
         stats.read_secs += done.secs;
         stats.direct_io = done.direct;
+        stats.mapped_io = done.mapped.is_some();
         match done.result {
             Ok(n) => {
                 stats.bytes_read += n;
                 stats.layers_loaded += 1;
-                let (_, buf) = self.current.insert((layer, done.buf));
-                Ok(buf.bytes())
+                let used = self.current.insert(InUse {
+                    layer,
+                    mapped: done.mapped,
+                    buf: done.buf,
+                });
+                let layout = self.layouts[layer]
+                    .as_ref()
+                    .expect("get is only asked for streamed layers");
+                Ok(match &used.mapped {
+                    Some(m) => layout.mapped_matrices(m),
+                    None => layout.buffered_matrices(used.buf.bytes()),
+                })
             }
             Err(e) => {
-                // Whatever else is in flight was read from the same file: let it land, keep
-                // every buffer, and restart from scratch at the next access.
-                // The next access is most likely the start of a new pass.
                 self.free.push(done.buf);
-                self.drain(stats);
-                self.next = 0;
+                self.restart(stats);
                 Err(e.into())
             }
         }

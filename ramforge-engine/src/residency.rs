@@ -138,6 +138,36 @@ pub fn choose(input: &ResidencyInput) -> Option<Residency> {
         .max_by_key(|c| (c.pinned_bytes(layers), std::cmp::Reverse(c.buffers)))
 }
 
+/// Reads are planned as if this much slower than their measured mean when the prefetch depth
+/// is adapted: a measured mean hides the slow reads, and one slow read with no buffer ahead
+/// stalls the compute (headroom for jittery storage).
+pub const READ_MARGIN: f64 = 1.25;
+
+/// The prefetch depth to use at run time (buffers in the ring: reads in flight plus the layer
+/// in use) for the measured `timing`, with the pinned set fixed at load and at most `ring`
+/// buffers (what the budget allows; also at most the streamed layers). It is the shallowest
+/// depth whose modelled time per token ([`token_secs`], reads taken [`READ_MARGIN`] slower) is
+/// within [`TIE_TOLERANCE`] of the fastest depth's: a deeper ring only holds memory unless
+/// reads are slow enough to need it. 0 when nothing is streamed or there is no ring.
+pub fn prefetch_depth(pinned: &[bool], layer_bytes: &[u64], ring: usize, timing: &Timing) -> usize {
+    let streamed = pinned.iter().filter(|&&p| !p).count();
+    let deepest = ring.min(streamed);
+    if deepest == 0 {
+        return 0;
+    }
+    let cautious = Timing {
+        read_secs_per_byte: timing.read_secs_per_byte * READ_MARGIN,
+        ..*timing
+    };
+    let secs: Vec<f64> = (1..=deepest)
+        .map(|depth| token_secs(pinned, layer_bytes, depth, &cautious))
+        .collect();
+    let fastest = secs.iter().copied().fold(f64::INFINITY, f64::min);
+    secs.iter()
+        .position(|&s| s <= fastest * (1.0 + TIE_TOLERANCE))
+        .map_or(deepest, |i| i + 1)
+}
+
 /// Steady-state seconds per token of the pipeline: compute visits layers in order; streamed
 /// layers are read one after another, in visiting order, cyclically, into `buffers` buffers;
 /// a read starts when the previous read has ended and its buffer is free (the compute of the
@@ -288,6 +318,117 @@ mod tests {
                         let other = token_secs(&pinned, &layers, buffers, &t);
                         assert!(r.token_secs <= other * (1.0 + TIE_TOLERANCE) + 1e-12);
                     }
+                }
+            }
+        }
+    }
+
+    /// Timing where reading one 28 MiB layer takes `fraction` of a 10 ms layer compute.
+    fn read_fraction(fraction: f64) -> Timing {
+        timing(28.0 / (0.010 * fraction), 0.010)
+    }
+
+    /// 10 pinned layers, then 12 streamed, 28 MiB each.
+    fn pinned_prefix() -> ([u64; 22], Vec<bool>) {
+        ([28 * MB; 22], (0..22).map(|i| i < 10).collect())
+    }
+
+    #[test]
+    fn negligible_reads_keep_one_buffer_and_fast_reads_two() {
+        let (layers, pinned) = pinned_prefix();
+        // 200 GiB/s: 0.14 ms a layer, nothing to hide.
+        assert_eq!(
+            prefetch_depth(&pinned, &layers, 4, &timing(204_800.0, 0.010)),
+            1
+        );
+        // A warm page cache (8 GiB/s, a third of the compute) or reads at 60% of it: with
+        // one buffer each read waits for the compute before it (read + compute in turn); a
+        // second hides it, and a third would only hold memory.
+        assert_eq!(
+            prefetch_depth(&pinned, &layers, 4, &timing(8_192.0, 0.010)),
+            2
+        );
+        assert_eq!(prefetch_depth(&pinned, &layers, 4, &read_fraction(0.6)), 2);
+    }
+
+    #[test]
+    fn reads_slower_than_compute_take_as_deep_a_ring_as_allowed() {
+        // Reads 1.5x the compute: the reader is the bottleneck, and every buffer lets it read
+        // further ahead while the pinned layers compute, up to what the ring allows.
+        let (layers, pinned) = pinned_prefix();
+        for ring in 1..=4 {
+            assert_eq!(
+                prefetch_depth(&pinned, &layers, ring, &read_fraction(1.5)),
+                ring
+            );
+        }
+        assert_eq!(
+            prefetch_depth(&pinned, &layers, 4, &timing(1_000.0, 0.010)),
+            4
+        );
+    }
+
+    #[test]
+    fn with_every_layer_streamed_two_buffers_keep_even_a_slow_reader_busy() {
+        // Nothing is pinned: the reader only ever waits for a buffer the compute still uses,
+        // and with two the compute always frees one before the next read is due.
+        let layers = [28 * MB; 12];
+        let streamed = [false; 12];
+        assert_eq!(
+            prefetch_depth(&streamed, &layers, 4, &read_fraction(3.0)),
+            2
+        );
+        assert_eq!(
+            prefetch_depth(&streamed, &layers, 4, &read_fraction(0.9)),
+            2
+        );
+    }
+
+    #[test]
+    fn the_margin_for_slow_reads_deepens_a_ring_that_the_mean_says_is_enough() {
+        // Reads at 90% of the compute: by the mean two buffers hide them, but a read 25%
+        // slower than the mean would not fit behind one compute, so a third is kept.
+        let (layers, pinned) = pinned_prefix();
+        let t = read_fraction(0.9);
+        let by_mean = Timing {
+            read_secs_per_byte: t.read_secs_per_byte / READ_MARGIN,
+            ..t
+        };
+        assert_eq!(prefetch_depth(&pinned, &layers, 4, &by_mean), 2);
+        assert_eq!(prefetch_depth(&pinned, &layers, 4, &t), 3);
+    }
+
+    #[test]
+    fn the_adapted_depth_is_deterministic_bounded_and_zero_without_streaming() {
+        let layers = [3 * MB, 5 * MB, 4 * MB, 5 * MB, 2 * MB, 6 * MB, 5 * MB];
+        assert_eq!(
+            prefetch_depth(&[true; 7], &layers, 4, &timing(100.0, 0.01)),
+            0
+        );
+        assert_eq!(
+            prefetch_depth(&[false; 7], &layers, 0, &timing(100.0, 0.01)),
+            0
+        );
+        let pinned = [true, true, false, true, false, false, true];
+        for read in [10.0, 50.0, 300.0, 2_000.0, 30_000.0] {
+            for compute in [0.0005, 0.005, 0.05] {
+                for ring in 1..=MAX_BUFFERS {
+                    let t = timing(read, compute);
+                    let d = prefetch_depth(&pinned, &layers, ring, &t);
+                    assert_eq!(d, prefetch_depth(&pinned, &layers, ring, &t));
+                    // Within the ring and the three streamed layers.
+                    assert!(d >= 1 && d <= ring.min(3), "{read} {compute} {ring}: {d}");
+                    // The shallowest depth within the tolerance of the fastest one, with
+                    // reads taken READ_MARGIN slower.
+                    let slower = timing(read / READ_MARGIN, compute);
+                    let secs: Vec<f64> = (1..=ring.min(3))
+                        .map(|other| token_secs(&pinned, &layers, other, &slower))
+                        .collect();
+                    let fastest = secs.iter().copied().fold(f64::INFINITY, f64::min);
+                    assert!(secs[d - 1] <= fastest * (1.0 + TIE_TOLERANCE));
+                    assert!(secs[..d - 1]
+                        .iter()
+                        .all(|&s| s > fastest * (1.0 + TIE_TOLERANCE)));
                 }
             }
         }

@@ -73,10 +73,15 @@ pub struct ResidencyStats {
     /// Matrix bytes of the pinned layers, and of the streamed ones (read every pass).
     pub pinned_bytes: u64,
     pub streamed_bytes: u64,
-    /// Buffers in the prefetch ring (the prefetch depth).
+    /// Buffers the plan gave the prefetch ring (the most the budget allows).
     pub stream_buffers: u64,
+    /// Buffers the ring uses now: the prefetch depth, adapted at run time from the measured
+    /// read and compute times (at most `stream_buffers`).
+    pub prefetch_depth: u64,
     /// Whether streamed layers are read with O_DIRECT (false: buffered reads).
     pub direct_io: bool,
+    /// Whether streamed layers are used in place, mapped from a warm page cache (no copy).
+    pub mapped_io: bool,
 }
 
 impl ResidencyStats {
@@ -188,28 +193,28 @@ fn read_layer(
     Ok(at as u64)
 }
 
-/// Offsets of the matrices laid out back to back by [`read_layer`].
-fn packed_offsets(layer: &LayerTensors) -> [usize; 7] {
-    let mut offsets = [0usize; 7];
+/// The matrices laid out back to back in `buf` by [`read_layer`].
+fn packed_matrices<'a>(layer: &LayerTensors, buf: &'a [u8]) -> [&'a [u8]; 7] {
     let mut at = 0usize;
-    for (slot, t) in offsets.iter_mut().zip(layer.matrices()) {
-        *slot = at;
-        at += t.n_bytes as usize;
-    }
-    offsets
+    let sizes = layer.matrices().map(|t| t.n_bytes as usize);
+    std::array::from_fn(|i| {
+        let bytes = &buf[at..at + sizes[i]];
+        at += sizes[i];
+        bytes
+    })
 }
 
-/// Views of a layer's matrices at `offsets` (in [`LayerTensors::matrices`] order) in `buf`.
-fn layer_view<'a>(layer: &LayerTensors, buf: &'a [u8], offsets: [usize; 7]) -> LayerView<'a> {
+/// Views of a layer's matrices, given their bytes in [`LayerTensors::matrices`] order.
+fn layer_view<'a>(layer: &LayerTensors, bytes: [&'a [u8]; 7]) -> LayerView<'a> {
     let mut i = 0usize;
     let mut next = |t: &TensorInfo| {
-        let (at, n) = (offsets[i], t.n_bytes as usize);
+        let b = bytes[i];
         i += 1;
         MatrixView {
             ty: t.ggml_type,
             rows: t.n_rows() as usize,
             cols: t.row_len() as usize,
-            bytes: &buf[at..at + n],
+            bytes: b,
         }
     };
     LayerView {
@@ -312,7 +317,9 @@ impl Weights {
         stats.pinned_bytes = plan.pinned_bytes();
         stats.streamed_bytes = plan.layer_bytes.iter().sum::<u64>() - plan.pinned_bytes();
         stats.stream_buffers = plan.stream_buffers as u64;
+        stats.prefetch_depth = plan.stream_buffers as u64;
         stats.direct_io = stream.as_ref().is_some_and(Prefetcher::direct);
+        stats.mapped_io = stream.as_ref().is_some_and(Prefetcher::mapped);
         Ok(Weights {
             vectors: Vectors {
                 layers,
@@ -372,7 +379,8 @@ fn start_prefetch(
         source,
     };
     let stream_file = StreamFile::open(file.path(), file.file(), mode).map_err(io)?;
-    Prefetcher::start(stream_file, layouts, buffers)
+    let model_file = file.file().try_clone().map_err(io)?;
+    Prefetcher::start(stream_file, model_file, layouts, buffers)
 }
 
 /// [`ReadMode::Cached`] when the page cache already holds the streamed layers (at least
@@ -397,6 +405,11 @@ fn read_mode(file: &GgufFile, tensors: &ModelTensors, plan: &MemoryPlan) -> Read
 }
 
 impl Matrices {
+    /// The prefetch ring, when layers are streamed (the engine adapts its depth).
+    pub fn prefetcher(&mut self) -> Option<&mut Prefetcher> {
+        self.stream.as_mut()
+    }
+
     /// The matrices of layer `i`: pinned, or read ahead into a streaming buffer by the
     /// prefetch thread (waiting for it if it is late).
     pub fn layer<'a>(
@@ -407,23 +420,18 @@ impl Matrices {
     ) -> Result<LayerView<'a>, EngineError> {
         let lt = &tensors.layers[i];
         if let Some(stream) = &mut self.stream {
-            stream.recycle()?;
+            stream.recycle(&mut self.stats)?;
         }
         if let Some(range) = &self.pinned[i] {
             self.stats.layers_pinned_hits += 1;
             let buf = &self.pinned_store[range.clone()];
-            return Ok(layer_view(lt, buf, packed_offsets(lt)));
+            return Ok(layer_view(lt, packed_matrices(lt, buf)));
         }
         let stream = self
             .stream
             .as_mut()
             .expect("the plan has a streaming ring whenever a layer is not pinned");
-        let offsets = stream
-            .layout(i)
-            .expect("every streamed layer has a layout")
-            .matrix_offsets();
-        let buf = stream.get(i, &mut self.stats)?;
-        Ok(layer_view(lt, buf, offsets))
+        Ok(layer_view(lt, stream.get(i, &mut self.stats)?))
     }
 
     /// Dequantizes the embedding row of `token` into `out`.
@@ -468,7 +476,7 @@ impl Matrices {
         // The last layer is done: its buffer goes back to the prefetch ring now, so the next
         // pass's first streamed layer is read while the output projection computes.
         if let Some(stream) = &mut self.stream {
-            stream.recycle()?;
+            stream.recycle(&mut self.stats)?;
         }
         let t = &tensors.output;
         let (cols, rows) = (t.row_len() as usize, t.n_rows() as usize);

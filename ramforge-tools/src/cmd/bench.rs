@@ -168,6 +168,7 @@ fn report(
             "decode_compute_secs": decode.compute_secs(),
             "decode_prefetch_hits": decode.prefetch_hits,
             "decode_prefetch_late": decode.prefetch_late,
+            "prefetch_depth": stats.prefetch_depth,
             "pinned_layers": stats.pinned_layers,
             "streamed_layers": stats.streamed_layers,
             "pinned_layer_bytes": stats.pinned_bytes,
@@ -227,10 +228,11 @@ fn report(
         m.decode_tps()
     );
     println!(
-        "disk read  {} per decoded token; prefetch {} hits, {} late; decode I/O wait {:.2} s, compute {:.2} s",
+        "disk read  {} per decoded token; prefetch {} hits, {} late, depth {}; decode I/O wait {:.2} s, compute {:.2} s",
         human_bytes(decode.bytes_read_per_token() as u64),
         decode.prefetch_hits,
         decode.prefetch_late,
+        stats.prefetch_depth,
         decode.io_wait_secs,
         decode.compute_secs()
     );

@@ -231,6 +231,7 @@ fn json_report(
         "compute_secs": r.compute_secs(),
         "prefetch_hits": r.prefetch_hits,
         "prefetch_late": r.prefetch_late,
+        "prefetch_depth": r.prefetch_depth,
         "pinned_layer_bytes": r.pinned_bytes,
         "streamed_layer_bytes": r.streamed_bytes,
         "stream_buffers": r.stream_buffers,
@@ -267,7 +268,7 @@ fn text_report(
          decode: {} tokens in {:.2} s ({:.1} tok/s), stopped by {:?}\n\
          memory: peak managed {} of {budget} (minimum {}), peak RSS {}\n\
          storage: read {} while generating ({}/decoded token), {} layer loads; {} of {} layers pinned ({}), {} streamed, output {}\n\
-         streaming: {} buffers, {} reads, prefetch {} hits / {} late; I/O wait {:.2} s, compute {:.2} s\n",
+         streaming: {} buffers ({} in use), {} reads, prefetch {} hits / {} late; I/O wait {:.2} s, compute {:.2} s\n",
         engine.threads(),
         engine.context_size(),
         s.prompt_tokens,
@@ -289,6 +290,7 @@ fn text_report(
         human_bytes(r.streamed_bytes),
         if plan.output_resident { "resident" } else { "streamed" },
         r.stream_buffers,
+        r.prefetch_depth,
         if r.direct_io { "O_DIRECT" } else { "buffered" },
         r.prefetch_hits,
         r.prefetch_late,

@@ -4,8 +4,10 @@
 //! Integer dot products as in ggml's AVX2 path: `maddubs` of the weight quants with the int8
 //! activations, `madd` with the group scales, one float multiply-add per block; the formats
 //! with mins (and Q6_K / Q3_K's offsets) take `sum(scale * bsum)` from Q8_K's 16-element sums.
-//! Each format's kernel is written once for `T` activation rows: `T = 1` is its `vec_dot`,
-//! `T = TILE` its prefill tile, which unpacks every weight block once for all tokens.
+//! Each format's kernel is written once for `R` weight rows and `T` activation rows, the same
+//! arithmetic for every (row, token) pair: `1 x 1` is its `vec_dot`, `1 x TILE` its prefill
+//! tile (every weight block unpacked once for all tokens), `R x 1` its decode `rows` kernel
+//! (every activation block loaded once for all rows), so all three agree bit for bit.
 //! Dequantization stays the generated reference (it only serves embedding rows).
 
 mod common;
@@ -61,7 +63,7 @@ macro_rules! weight_kernels {
                 vec_dot: $kernel::vec_dot,
             },
             tile: Some(Tile::Quant($kernel::tile)),
-            rows: None,
+            rows: Some($kernel::rows),
         };
     };
 }

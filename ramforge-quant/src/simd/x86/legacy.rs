@@ -1,21 +1,23 @@
 //! AVX2 kernels for the 32-element formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, IQ4_NL),
 //! their activation quantizers (Q8_0, Q8_1) and the float weights (F32, F16, BF16).
 //!
-//! The quantizers are bit-identical to the generated scalar reference. The block dots follow
-//! ggml's AVX2 scheme (exact integer products per block, accumulated in f32 lanes with one
-//! horizontal sum per row) and the float dots use FMA: both differ from the reference by f32
-//! summation order only. Every type also has a [`Tile`] kernel (one weight row, [`TILE`]
-//! tokens) that equals its single-token dot bit for bit, so batched and single-token
-//! products agree exactly. Dequantizing reuses the reference except for F16.
+//! The quantizers are bit-identical to the generated scalar reference. Every block format
+//! has three dots built on one exact integer core ([`blocks`]) that round identically per
+//! row and token ([`dots`]): the single-row `vec_dot`, a [`Tile`] kernel (one weight row,
+//! [`TILE`] tokens; prefill) and a [`Rows`] kernel ([`ROWS`] weight rows, one token;
+//! decode). They agree bit for bit, so results do not depend on batching or on how rows
+//! are grouped, and differ from the reference by f32 summation order only. The float dots
+//! use FMA (also f32 summation order only). Dequantizing reuses the reference except for F16.
 
 mod act;
 mod blocks;
 mod common;
+mod dots;
 mod float;
 #[cfg(test)]
 mod tests;
 
-use crate::kernels::{Dot, Kernels, Tile, TILE};
+use crate::kernels::{Dot, Kernels, Tile, ROWS, TILE};
 use crate::{formats, GgmlType};
 
 // SAFETY (every wrapper below): these functions are reachable only through the statics in
@@ -23,27 +25,31 @@ use crate::{formats, GgmlType};
 // that instruction set only when `Isa::Avx2.is_available()` (AVX2, FMA and F16C detected at
 // run time). The bodies read only within the slices they are given.
 
-/// Safe `vec_dot` and `tile` entry points for one block format.
+/// Safe `vec_dot`, `tile` and `rows` entry points for one block format.
 macro_rules! block_kernels {
-    ($format:ty, $vec_dot:ident, $tile:ident) => {
+    ($format:ty, $vec_dot:ident, $tile:ident, $rows:ident) => {
         fn $vec_dot(w: &[u8], a: &[u8]) -> f32 {
             // SAFETY: see the note above; only reachable when AVX2+FMA+F16C are available.
-            unsafe { blocks::vec_dot::<$format>(w, a) }
+            unsafe { dots::vec_dot::<$format>(w, a) }
         }
         fn $tile(w: &[u8], a: [&[u8]; TILE]) -> [f32; TILE] {
             // SAFETY: see the note above; only reachable when AVX2+FMA+F16C are available.
-            unsafe { blocks::tile::<$format>(w, a) }
+            unsafe { dots::tile::<$format>(w, a) }
+        }
+        fn $rows(w: &[u8], a: &[u8]) -> [f32; ROWS] {
+            // SAFETY: see the note above; only reachable when AVX2+FMA+F16C are available.
+            unsafe { dots::rows::<$format>(w, a) }
         }
     };
 }
 
-block_kernels!(blocks::Q4_0, vec_dot_q4_0, tile_q4_0);
-block_kernels!(blocks::Q4_1, vec_dot_q4_1, tile_q4_1);
-block_kernels!(blocks::Q5_0, vec_dot_q5_0, tile_q5_0);
-block_kernels!(blocks::Q5_1, vec_dot_q5_1, tile_q5_1);
-block_kernels!(blocks::Q8_0, vec_dot_q8_0, tile_q8_0);
-block_kernels!(blocks::Q8_1, vec_dot_q8_1, tile_q8_1);
-block_kernels!(blocks::Iq4Nl, vec_dot_iq4_nl, tile_iq4_nl);
+block_kernels!(blocks::Q4_0, vec_dot_q4_0, tile_q4_0, rows_q4_0);
+block_kernels!(blocks::Q4_1, vec_dot_q4_1, tile_q4_1, rows_q4_1);
+block_kernels!(blocks::Q5_0, vec_dot_q5_0, tile_q5_0, rows_q5_0);
+block_kernels!(blocks::Q5_1, vec_dot_q5_1, tile_q5_1, rows_q5_1);
+block_kernels!(blocks::Q8_0, vec_dot_q8_0, tile_q8_0, rows_q8_0);
+block_kernels!(blocks::Q8_1, vec_dot_q8_1, tile_q8_1, rows_q8_1);
+block_kernels!(blocks::Iq4Nl, vec_dot_iq4_nl, tile_iq4_nl, rows_iq4_nl);
 
 /// Safe `dot` and `tile` entry points for one float format.
 macro_rules! float_kernels {
@@ -78,9 +84,9 @@ fn dequantize_f16(src: &[u8], dst: &mut [f32]) {
     unsafe { float::dequantize::<float::F16>(src, dst) }
 }
 
-/// The kernel table entry of a block format: reference dequantize, AVX2 dot and tile.
+/// The kernel table entry of a block format: reference dequantize, AVX2 dot, tile and rows.
 macro_rules! block_static {
-    ($name:ident, $module:ident, $quantize:expr, $act:ident, $vec_dot:ident, $tile:ident) => {
+    ($name:ident, $module:ident, $quantize:expr, $act:ident, $vec_dot:ident, $tile:ident, $rows:ident) => {
         static $name: Kernels = Kernels {
             dequantize: formats::$module::dequantize_row,
             quantize: $quantize,
@@ -89,7 +95,7 @@ macro_rules! block_static {
                 vec_dot: $vec_dot,
             },
             tile: Some(Tile::Quant($tile)),
-            rows: None,
+            rows: Some($rows),
         };
     };
 }
@@ -100,7 +106,8 @@ block_static!(
     formats::q4_0::quantize_row,
     Q8_0,
     vec_dot_q4_0,
-    tile_q4_0
+    tile_q4_0,
+    rows_q4_0
 );
 block_static!(
     Q4_1,
@@ -108,7 +115,8 @@ block_static!(
     formats::q4_1::quantize_row,
     Q8_1,
     vec_dot_q4_1,
-    tile_q4_1
+    tile_q4_1,
+    rows_q4_1
 );
 block_static!(
     Q5_0,
@@ -116,7 +124,8 @@ block_static!(
     formats::q5_0::quantize_row,
     Q8_0,
     vec_dot_q5_0,
-    tile_q5_0
+    tile_q5_0,
+    rows_q5_0
 );
 block_static!(
     Q5_1,
@@ -124,17 +133,19 @@ block_static!(
     formats::q5_1::quantize_row,
     Q8_1,
     vec_dot_q5_1,
-    tile_q5_1
+    tile_q5_1,
+    rows_q5_1
 );
-block_static!(Q8_0, q8_0, quantize_q8_0, Q8_0, vec_dot_q8_0, tile_q8_0);
-block_static!(Q8_1, q8_1, quantize_q8_1, Q8_1, vec_dot_q8_1, tile_q8_1);
+block_static!(Q8_0, q8_0, quantize_q8_0, Q8_0, vec_dot_q8_0, tile_q8_0, rows_q8_0);
+block_static!(Q8_1, q8_1, quantize_q8_1, Q8_1, vec_dot_q8_1, tile_q8_1, rows_q8_1);
 block_static!(
     IQ4_NL,
     iq4_nl,
     formats::iq4_nl::quantize_row,
     Q8_0,
     vec_dot_iq4_nl,
-    tile_iq4_nl
+    tile_iq4_nl,
+    rows_iq4_nl
 );
 
 static F32: Kernels = Kernels {

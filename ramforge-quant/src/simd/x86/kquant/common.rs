@@ -71,51 +71,48 @@ pub(super) unsafe fn bsums(ab: *const u8) -> __m256i {
     load256(ab.add(Q8K_BSUMS))
 }
 
+/// The byte shuffles of [`chunk_scales`], one per chunk: built once rather than per call,
+/// where a loop that is not unrolled would assemble them byte by byte.
+static CHUNK_CTRL: [[u8; 32]; 4] = {
+    let mut t = [[0u8; 32]; 4];
+    let mut k = 0;
+    while k < 4 {
+        let mut b = 0;
+        while b < 32 {
+            // Lane 0 picks i16 number 2k, lane 1 number 2k + 1 (bytes 4k, 4k+1 / 4k+2, 4k+3).
+            let first = if b < 16 { 4 * k } else { 4 * k + 2 };
+            t[k][b] = (first + b % 2) as u8;
+            b += 1;
+        }
+        k += 1;
+    }
+    t
+};
+
+/// The byte shuffles of [`bcast16`], one per i16 of a lane.
+static BCAST16_CTRL: [[u8; 32]; 8] = {
+    let mut t = [[0u8; 32]; 8];
+    let mut k = 0;
+    while k < 8 {
+        let mut b = 0;
+        while b < 32 {
+            t[k][b] = (2 * k + b % 2) as u8;
+            b += 1;
+        }
+        k += 1;
+    }
+    t
+};
+
 /// For the formats with 16 groups of 16: `sc16` holds the 16 group scales as i16
 /// (groups 0-7 in the low lane, 8-15 in the high). Returns, for half `h` of the block and its
 /// 32-element chunk `k`, the scale of group `8h + 2k` in every i16 of the low lane and that of
 /// group `8h + 2k + 1` in the high lane: the two groups a 32-byte chunk of quants covers.
+/// (Equally, for `half_scales` holding 8 scales in both lanes, scales `2k` and `2k + 1`.)
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn chunk_scales(half_scales: __m256i, k: usize) -> __m256i {
-    // Lane 0 picks i16 number 2k, lane 1 number 2k + 1 (bytes 4k, 4k+1 / 4k+2, 4k+3).
-    let lo = (4 * k) as i8;
-    let hi = (4 * k + 2) as i8;
-    let ctrl = _mm256_setr_epi8(
-        lo,
-        lo + 1,
-        lo,
-        lo + 1,
-        lo,
-        lo + 1,
-        lo,
-        lo + 1,
-        lo,
-        lo + 1,
-        lo,
-        lo + 1,
-        lo,
-        lo + 1,
-        lo,
-        lo + 1,
-        hi,
-        hi + 1,
-        hi,
-        hi + 1,
-        hi,
-        hi + 1,
-        hi,
-        hi + 1,
-        hi,
-        hi + 1,
-        hi,
-        hi + 1,
-        hi,
-        hi + 1,
-        hi,
-        hi + 1,
-    );
-    _mm256_shuffle_epi8(half_scales, ctrl)
+    _mm256_shuffle_epi8(half_scales, load256(CHUNK_CTRL[k].as_ptr()))
 }
 
 /// The scales of half `h` (`sc16`'s low lane for 0, high for 1) in both lanes.
@@ -133,8 +130,7 @@ pub(super) unsafe fn half_scales(sc16: __m256i, h: usize) -> __m256i {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn bcast16(v: __m256i, k: usize) -> __m256i {
-    let ctrl = (((2 * k + 1) << 8) | (2 * k)) as i16;
-    _mm256_shuffle_epi8(v, _mm256_set1_epi16(ctrl))
+    _mm256_shuffle_epi8(v, load256(BCAST16_CTRL[k].as_ptr()))
 }
 
 /// The Q8_K blocks number `i` of `T` activation rows: pointers to their starts and their
@@ -150,19 +146,36 @@ pub(super) unsafe fn act_blocks<const T: usize>(
     (ptrs, ds)
 }
 
+/// Super-block number `i` of each of `R` weight rows of `row` bytes, back to back in `w`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn weight_blocks<const R: usize>(
+    w: &[u8],
+    row: usize,
+    bytes: usize,
+    i: usize,
+) -> [*const u8; R] {
+    std::array::from_fn(|r| w.as_ptr().add(r * row + i * bytes))
+}
+
 /// The safe entry points of a super-block format's kernel module, around its
-/// `dot_rows::<T>` and its block size `BYTES`: `vec_dot` (one token), `tile` ([`TILE`]
-/// tokens, each weight block unpacked once) and the length check both make first.
+/// `dot::<R, T>` (`R` weight rows back to back, each dotted with `T` activation rows; every
+/// (row, token) pair runs the same arithmetic whatever `R` and `T` are) and its block size
+/// `BYTES`: `vec_dot` (one row, one token), `tile` (one row, [`TILE`] tokens, each weight
+/// block unpacked once), `rows` ([`ROWS`] rows, one token, each activation block loaded once;
+/// run as `ROWS / $group` calls of `$group` rows, as many as the registers hold) and the
+/// length check they make first. All three return bit for bit what `vec_dot` does.
 ///
 /// [`TILE`]: crate::kernels::TILE
+/// [`ROWS`]: crate::kernels::ROWS
 macro_rules! entry_points {
-    ($format:literal) => {
+    ($format:literal, $group:literal) => {
         #[doc = concat!("The dot of a row of ", $format, " blocks with a row of Q8_K blocks.")]
         pub(super) fn vec_dot(w: &[u8], a: &[u8]) -> f32 {
             check(w, a);
             // SAFETY: reachable only through the AVX2 kernel table, handed out only when the
             // CPU has AVX2, FMA and F16C; `check` has confirmed whole, matching blocks.
-            unsafe { dot_rows::<1>(w, [a])[0] }
+            unsafe { dot::<1, 1>(w, [a])[0][0] }
         }
 
         #[doc = concat!("One row of ", $format, " blocks dotted with 4 tokens' Q8_K rows, each weight block unpacked once.")]
@@ -174,7 +187,26 @@ macro_rules! entry_points {
                 check(w, a);
             }
             // SAFETY: as in `vec_dot`.
-            unsafe { dot_rows(w, a) }
+            unsafe { dot::<1, { crate::kernels::TILE }>(w, a)[0] }
+        }
+
+        #[doc = concat!("8 rows of ", $format, " blocks, back to back, dotted with one token's Q8_K row.")]
+        pub(super) fn rows(w: &[u8], a: &[u8]) -> [f32; crate::kernels::ROWS] {
+            const ROWS: usize = crate::kernels::ROWS;
+            const GROUP: usize = $group;
+            const _: () = assert!(ROWS % GROUP == 0);
+            assert!(w.len() % ROWS == 0);
+            let row = w.len() / ROWS;
+            check(&w[..row], a);
+            let mut out = [0f32; ROWS];
+            for (g, part) in w.chunks_exact(GROUP * row).enumerate() {
+                // SAFETY: as in `vec_dot`; `part` is `GROUP` rows of the checked length.
+                let got = unsafe { dot::<GROUP, 1>(part, [a]) };
+                for (k, v) in got.into_iter().enumerate() {
+                    out[g * GROUP + k] = v[0];
+                }
+            }
+            out
         }
 
         fn check(w: &[u8], a: &[u8]) {

@@ -6,47 +6,55 @@ use std::arch::x86_64::*;
 
 const BYTES: usize = 84;
 
-entry_points!("Q2_K");
+entry_points!("Q2_K", 8);
 
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_rows<const T: usize>(w: &[u8], a: [&[u8]; T]) -> [f32; T] {
+unsafe fn dot<const R: usize, const T: usize>(w: &[u8], a: [&[u8]; T]) -> [[f32; T]; R] {
+    let row = w.len() / R;
     let m2 = _mm256_set1_epi8(3);
     let m4 = _mm_set1_epi8(0x0F);
-    let mut acc = [_mm256_setzero_ps(); T];
-    for i in 0..w.len() / BYTES {
-        let wb = w.as_ptr().add(i * BYTES);
+    let mut acc = [[_mm256_setzero_ps(); T]; R];
+    for i in 0..row / BYTES {
+        let wb = weight_blocks::<R>(w, row, BYTES, i);
         let (ab, da) = act_blocks(&a, i);
-        let d = f16_at(wb.add(80));
-        let dmin = f16_at(wb.add(82));
-        let packed = load128(wb);
-        let sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(packed, m4));
-        let mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16::<4>(packed), m4));
-        for t in 0..T {
-            let m = _mm256_madd_epi16(mins, bsums(ab[t]));
-            acc[t] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * da[t]), _mm256_cvtepi32_ps(m), acc[t]);
-        }
-        let mut sumi = [_mm256_setzero_si256(); T];
-        for h in 0..2 {
-            let hs = half_scales(sc16, h);
-            let mut low = load256(wb.add(16 + 32 * h));
-            for k in 0..4 {
-                let q = _mm256_and_si256(low, m2);
-                low = _mm256_srli_epi16::<2>(low);
-                let sc = chunk_scales(hs, k);
-                for t in 0..T {
-                    let qa = load256(ab[t].add(Q8K_QS + 128 * h + 32 * k));
-                    let p = _mm256_madd_epi16(sc, _mm256_maddubs_epi16(q, qa));
-                    sumi[t] = _mm256_add_epi32(sumi[t], p);
+        let bs: [__m256i; T] = std::array::from_fn(|t| bsums(ab[t]));
+        for r in 0..R {
+            let d = f16_at(wb[r].add(80));
+            let dmin = f16_at(wb[r].add(82));
+            let packed = load128(wb[r]);
+            let sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(packed, m4));
+            let mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16::<4>(packed), m4));
+            for t in 0..T {
+                let m = _mm256_madd_epi16(mins, bs[t]);
+                acc[r][t] = _mm256_fnmadd_ps(
+                    _mm256_set1_ps(dmin * da[t]),
+                    _mm256_cvtepi32_ps(m),
+                    acc[r][t],
+                );
+            }
+            let mut sumi = [_mm256_setzero_si256(); T];
+            for h in 0..2 {
+                let hs = half_scales(sc16, h);
+                let mut low = load256(wb[r].add(16 + 32 * h));
+                for k in 0..4 {
+                    let q = _mm256_and_si256(low, m2);
+                    low = _mm256_srli_epi16::<2>(low);
+                    let sc = chunk_scales(hs, k);
+                    for t in 0..T {
+                        let qa = load256(ab[t].add(Q8K_QS + 128 * h + 32 * k));
+                        let p = _mm256_madd_epi16(sc, _mm256_maddubs_epi16(q, qa));
+                        sumi[t] = _mm256_add_epi32(sumi[t], p);
+                    }
                 }
             }
-        }
-        for t in 0..T {
-            acc[t] = _mm256_fmadd_ps(
-                _mm256_set1_ps(d * da[t]),
-                _mm256_cvtepi32_ps(sumi[t]),
-                acc[t],
-            );
+            for t in 0..T {
+                acc[r][t] = _mm256_fmadd_ps(
+                    _mm256_set1_ps(d * da[t]),
+                    _mm256_cvtepi32_ps(sumi[t]),
+                    acc[r][t],
+                );
+            }
         }
     }
-    std::array::from_fn(|t| hsum256(acc[t]))
+    std::array::from_fn(|r| std::array::from_fn(|t| hsum256(acc[r][t])))
 }

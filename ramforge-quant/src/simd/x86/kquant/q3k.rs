@@ -6,7 +6,7 @@ use std::arch::x86_64::*;
 
 const BYTES: usize = 110;
 
-entry_points!("Q3_K");
+entry_points!("Q3_K", 1);
 
 /// The 16 signed 6-bit group scales as i16 (groups 0-7 in the low lane).
 #[inline]
@@ -31,48 +31,52 @@ unsafe fn scales(p: *const u8) -> __m256i {
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_rows<const T: usize>(w: &[u8], a: [&[u8]; T]) -> [f32; T] {
+unsafe fn dot<const R: usize, const T: usize>(w: &[u8], a: [&[u8]; T]) -> [[f32; T]; R] {
+    let row = w.len() / R;
     let m2 = _mm256_set1_epi8(3);
     let bit2 = _mm256_set1_epi8(4);
-    let mut acc = [_mm256_setzero_ps(); T];
-    for i in 0..w.len() / BYTES {
-        let wb = w.as_ptr().add(i * BYTES);
+    let mut acc = [[_mm256_setzero_ps(); T]; R];
+    for i in 0..row / BYTES {
+        let wb = weight_blocks::<R>(w, row, BYTES, i);
         let (ab, da) = act_blocks(&a, i);
-        let d = f16_at(wb.add(108));
-        let sc16 = scales(wb.add(96));
-        // Start from -4 * sum(scale * bsum): the quants below are stored + 4.
-        let mut sumi: [__m256i; T] = std::array::from_fn(|t| {
-            let off = _mm256_madd_epi16(sc16, bsums(ab[t]));
-            _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32::<2>(off))
-        });
-        // Chunk c = 4h + k of 32 elements takes bit c of hmask[l]; `high` is hmask shifted
-        // right by c (per 16-bit word: bit 0 of each byte stays its own).
-        let mut high = load256(wb);
-        for h in 0..2 {
-            let hs = half_scales(sc16, h);
-            let mut low = load256(wb.add(32 + 32 * h));
-            for k in 0..4 {
-                let q = _mm256_or_si256(
-                    _mm256_and_si256(low, m2),
-                    _mm256_and_si256(_mm256_slli_epi16::<2>(high), bit2),
-                );
-                low = _mm256_srli_epi16::<2>(low);
-                high = _mm256_srli_epi16::<1>(high);
-                let sc = chunk_scales(hs, k);
-                for t in 0..T {
-                    let qa = load256(ab[t].add(Q8K_QS + 128 * h + 32 * k));
-                    let p = _mm256_madd_epi16(sc, _mm256_maddubs_epi16(q, qa));
-                    sumi[t] = _mm256_add_epi32(sumi[t], p);
+        let bs: [__m256i; T] = std::array::from_fn(|t| bsums(ab[t]));
+        for r in 0..R {
+            let sc16 = scales(wb[r].add(96));
+            // Start from -4 * sum(scale * bsum): the quants below are stored + 4.
+            let mut sumi: [__m256i; T] = std::array::from_fn(|t| {
+                let off = _mm256_madd_epi16(sc16, bs[t]);
+                _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32::<2>(off))
+            });
+            // Chunk c = 4h + k of 32 elements takes bit c of hmask[l]; `high` is hmask shifted
+            // right by c (per 16-bit word: bit 0 of each byte stays its own).
+            let mut high = load256(wb[r]);
+            for h in 0..2 {
+                let hs = half_scales(sc16, h);
+                let mut low = load256(wb[r].add(32 + 32 * h));
+                for k in 0..4 {
+                    let q = _mm256_or_si256(
+                        _mm256_and_si256(low, m2),
+                        _mm256_and_si256(_mm256_slli_epi16::<2>(high), bit2),
+                    );
+                    low = _mm256_srli_epi16::<2>(low);
+                    high = _mm256_srli_epi16::<1>(high);
+                    let sc = chunk_scales(hs, k);
+                    for t in 0..T {
+                        let qa = load256(ab[t].add(Q8K_QS + 128 * h + 32 * k));
+                        let p = _mm256_madd_epi16(sc, _mm256_maddubs_epi16(q, qa));
+                        sumi[t] = _mm256_add_epi32(sumi[t], p);
+                    }
                 }
             }
-        }
-        for t in 0..T {
-            acc[t] = _mm256_fmadd_ps(
-                _mm256_set1_ps(d * da[t]),
-                _mm256_cvtepi32_ps(sumi[t]),
-                acc[t],
-            );
+            let d = f16_at(wb[r].add(108));
+            for t in 0..T {
+                acc[r][t] = _mm256_fmadd_ps(
+                    _mm256_set1_ps(d * da[t]),
+                    _mm256_cvtepi32_ps(sumi[t]),
+                    acc[r][t],
+                );
+            }
         }
     }
-    std::array::from_fn(|t| hsum256(acc[t]))
+    std::array::from_fn(|r| std::array::from_fn(|t| hsum256(acc[r][t])))
 }

@@ -6,57 +6,69 @@ use std::arch::x86_64::*;
 
 const BYTES: usize = 176;
 
-entry_points!("Q5_K");
+entry_points!("Q5_K", 1);
 
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_rows<const T: usize>(w: &[u8], a: [&[u8]; T]) -> [f32; T] {
+unsafe fn dot<const R: usize, const T: usize>(w: &[u8], a: [&[u8]; T]) -> [[f32; T]; R] {
+    let row = w.len() / R;
     let m4 = _mm256_set1_epi8(0x0F);
     let bit4 = _mm256_set1_epi8(0x10);
-    let mut acc = [_mm256_setzero_ps(); T];
-    for i in 0..w.len() / BYTES {
-        let wb = w.as_ptr().add(i * BYTES);
+    let mut acc = [[_mm256_setzero_ps(); T]; R];
+    for i in 0..row / BYTES {
+        let wb = weight_blocks::<R>(w, row, BYTES, i);
         let (ab, da) = act_blocks(&a, i);
-        let d = f16_at(wb);
-        let dmin = f16_at(wb.add(2));
-        let sm = scales_mins(wb.add(4));
-        let mins = _mm256_extracti128_si256::<1>(sm);
-        let sc = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(sm));
+        let sm: [__m256i; R] = std::array::from_fn(|r| scales_mins(wb[r].add(4)));
         // Bit 2j of qh[l] is the fifth bit of element 64j + l, bit 2j + 1 that of 64j + 32 + l;
         // `high` is qh shifted right by 2j (per 16-bit word: bits 0, 1 of each byte stay its own).
-        let mut high = load256(wb.add(16));
-        let mut sumi = [_mm256_setzero_si256(); T];
+        let mut high: [__m256i; R] = std::array::from_fn(|r| load256(wb[r].add(16)));
+        let mut sumi = [[_mm256_setzero_si256(); T]; R];
         for j in 0..4 {
-            let q = load256(wb.add(48 + 32 * j));
-            let lo = _mm256_or_si256(
-                _mm256_and_si256(q, m4),
-                _mm256_and_si256(_mm256_slli_epi16::<4>(high), bit4),
-            );
-            let hi = _mm256_or_si256(
-                _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4),
-                _mm256_and_si256(_mm256_slli_epi16::<3>(high), bit4),
-            );
-            high = _mm256_srli_epi16::<2>(high);
-            let s_lo = bcast16(sc, 2 * j);
-            let s_hi = bcast16(sc, 2 * j + 1);
-            for t in 0..T {
-                let qa = ab[t].add(Q8K_QS + 64 * j);
-                let p_lo = _mm256_maddubs_epi16(lo, load256(qa));
-                let p_hi = _mm256_maddubs_epi16(hi, load256(qa.add(32)));
-                let p =
-                    _mm256_add_epi32(_mm256_madd_epi16(s_lo, p_lo), _mm256_madd_epi16(s_hi, p_hi));
-                sumi[t] = _mm256_add_epi32(sumi[t], p);
+            let qa: [[__m256i; 2]; T] = std::array::from_fn(|t| {
+                let p = ab[t].add(Q8K_QS + 64 * j);
+                [load256(p), load256(p.add(32))]
+            });
+            for r in 0..R {
+                let q = load256(wb[r].add(48 + 32 * j));
+                let lo = _mm256_or_si256(
+                    _mm256_and_si256(q, m4),
+                    _mm256_and_si256(_mm256_slli_epi16::<4>(high[r]), bit4),
+                );
+                let hi = _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4),
+                    _mm256_and_si256(_mm256_slli_epi16::<3>(high[r]), bit4),
+                );
+                high[r] = _mm256_srli_epi16::<2>(high[r]);
+                let sc = _mm256_permute2x128_si256::<0x00>(sm[r], sm[r]);
+                let s_lo = bcast16(sc, 2 * j);
+                let s_hi = bcast16(sc, 2 * j + 1);
+                for t in 0..T {
+                    let p_lo = _mm256_maddubs_epi16(lo, qa[t][0]);
+                    let p_hi = _mm256_maddubs_epi16(hi, qa[t][1]);
+                    let p = _mm256_add_epi32(
+                        _mm256_madd_epi16(s_lo, p_lo),
+                        _mm256_madd_epi16(s_hi, p_hi),
+                    );
+                    sumi[r][t] = _mm256_add_epi32(sumi[r][t], p);
+                }
             }
         }
-        for t in 0..T {
-            // The mins' 4 sums ride in the low half of the accumulator.
-            let m = _mm256_zextsi128_si256(_mm_madd_epi16(mins, bsums32(ab[t])));
-            let sum = _mm256_fmadd_ps(
-                _mm256_set1_ps(d * da[t]),
-                _mm256_cvtepi32_ps(sumi[t]),
-                acc[t],
-            );
-            acc[t] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * da[t]), _mm256_cvtepi32_ps(m), sum);
+        let bs: [__m128i; T] = std::array::from_fn(|t| bsums32(ab[t]));
+        for r in 0..R {
+            let d = f16_at(wb[r]);
+            let dmin = f16_at(wb[r].add(2));
+            let mins = _mm256_extracti128_si256::<1>(sm[r]);
+            for t in 0..T {
+                // The mins' 4 sums ride in the low half of the accumulator.
+                let m = _mm256_zextsi128_si256(_mm_madd_epi16(mins, bs[t]));
+                let sum = _mm256_fmadd_ps(
+                    _mm256_set1_ps(d * da[t]),
+                    _mm256_cvtepi32_ps(sumi[r][t]),
+                    acc[r][t],
+                );
+                acc[r][t] =
+                    _mm256_fnmadd_ps(_mm256_set1_ps(dmin * da[t]), _mm256_cvtepi32_ps(m), sum);
+            }
         }
     }
-    std::array::from_fn(|t| hsum256(acc[t]))
+    std::array::from_fn(|r| std::array::from_fn(|t| hsum256(acc[r][t])))
 }

@@ -6,64 +6,68 @@ use std::arch::x86_64::*;
 
 const BYTES: usize = 210;
 
-entry_points!("Q6_K");
+entry_points!("Q6_K", 1);
 
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_rows<const T: usize>(w: &[u8], a: [&[u8]; T]) -> [f32; T] {
+unsafe fn dot<const R: usize, const T: usize>(w: &[u8], a: [&[u8]; T]) -> [[f32; T]; R] {
+    let row = w.len() / R;
     let m4 = _mm256_set1_epi8(0x0F);
     let top = _mm256_set1_epi8(0x30);
-    let mut acc = [_mm256_setzero_ps(); T];
-    for i in 0..w.len() / BYTES {
-        let wb = w.as_ptr().add(i * BYTES);
+    let mut acc = [[_mm256_setzero_ps(); T]; R];
+    for i in 0..row / BYTES {
+        let wb = weight_blocks::<R>(w, row, BYTES, i);
         let (ab, da) = act_blocks(&a, i);
-        let d = f16_at(wb.add(208));
-        let sc16 = _mm256_cvtepi8_epi16(load128(wb.add(192)));
-        // Start from -32 * sum(scale * bsum): the quants below are stored + 32.
-        let mut sumi: [__m256i; T] = std::array::from_fn(|t| {
-            let off = _mm256_madd_epi16(sc16, bsums(ab[t]));
-            _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32::<5>(off))
-        });
-        for h in 0..2 {
-            let hs = half_scales(sc16, h);
-            let ql0 = load256(wb.add(64 * h));
-            let ql1 = load256(wb.add(64 * h + 32));
-            let qh = load256(wb.add(128 + 32 * h));
-            // Chunk k (elements 32k..32k+32 of the half): low nibble from ql0 / ql1, low or
-            // high; top two bits from bits 2k, 2k+1 of qh, moved to bits 4, 5.
-            let q = [
-                _mm256_or_si256(
-                    _mm256_and_si256(ql0, m4),
-                    _mm256_and_si256(_mm256_slli_epi16::<4>(qh), top),
-                ),
-                _mm256_or_si256(
-                    _mm256_and_si256(ql1, m4),
-                    _mm256_and_si256(_mm256_slli_epi16::<2>(qh), top),
-                ),
-                _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4),
-                    _mm256_and_si256(qh, top),
-                ),
-                _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4),
-                    _mm256_and_si256(_mm256_srli_epi16::<2>(qh), top),
-                ),
-            ];
-            for (k, &qk) in q.iter().enumerate() {
-                let sc = chunk_scales(hs, k);
-                for t in 0..T {
-                    let qa = load256(ab[t].add(Q8K_QS + 128 * h + 32 * k));
-                    let p = _mm256_madd_epi16(sc, _mm256_maddubs_epi16(qk, qa));
-                    sumi[t] = _mm256_add_epi32(sumi[t], p);
+        let bs: [__m256i; T] = std::array::from_fn(|t| bsums(ab[t]));
+        for r in 0..R {
+            let sc16 = _mm256_cvtepi8_epi16(load128(wb[r].add(192)));
+            // Start from -32 * sum(scale * bsum): the quants below are stored + 32.
+            let mut sumi: [__m256i; T] = std::array::from_fn(|t| {
+                let off = _mm256_madd_epi16(sc16, bs[t]);
+                _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32::<5>(off))
+            });
+            for h in 0..2 {
+                let hs = half_scales(sc16, h);
+                let ql0 = load256(wb[r].add(64 * h));
+                let ql1 = load256(wb[r].add(64 * h + 32));
+                let qh = load256(wb[r].add(128 + 32 * h));
+                // Chunk k (elements 32k..32k+32 of the half): low nibble from ql0 / ql1, low
+                // or high; top two bits from bits 2k, 2k+1 of qh, moved to bits 4, 5.
+                let q = [
+                    _mm256_or_si256(
+                        _mm256_and_si256(ql0, m4),
+                        _mm256_and_si256(_mm256_slli_epi16::<4>(qh), top),
+                    ),
+                    _mm256_or_si256(
+                        _mm256_and_si256(ql1, m4),
+                        _mm256_and_si256(_mm256_slli_epi16::<2>(qh), top),
+                    ),
+                    _mm256_or_si256(
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4),
+                        _mm256_and_si256(qh, top),
+                    ),
+                    _mm256_or_si256(
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4),
+                        _mm256_and_si256(_mm256_srli_epi16::<2>(qh), top),
+                    ),
+                ];
+                for (k, &qk) in q.iter().enumerate() {
+                    let sc = chunk_scales(hs, k);
+                    for t in 0..T {
+                        let qa = load256(ab[t].add(Q8K_QS + 128 * h + 32 * k));
+                        let p = _mm256_madd_epi16(sc, _mm256_maddubs_epi16(qk, qa));
+                        sumi[t] = _mm256_add_epi32(sumi[t], p);
+                    }
                 }
             }
-        }
-        for t in 0..T {
-            acc[t] = _mm256_fmadd_ps(
-                _mm256_set1_ps(d * da[t]),
-                _mm256_cvtepi32_ps(sumi[t]),
-                acc[t],
-            );
+            let d = f16_at(wb[r].add(208));
+            for t in 0..T {
+                acc[r][t] = _mm256_fmadd_ps(
+                    _mm256_set1_ps(d * da[t]),
+                    _mm256_cvtepi32_ps(sumi[t]),
+                    acc[r][t],
+                );
+            }
         }
     }
-    std::array::from_fn(|t| hsum256(acc[t]))
+    std::array::from_fn(|r| std::array::from_fn(|t| hsum256(acc[r][t])))
 }

@@ -3,7 +3,7 @@
 
 use super::kernels;
 use crate::formats::{self, q8_k};
-use crate::kernels::{scalar_kernels, Dot, Kernels, Tile, TILE};
+use crate::kernels::{scalar_kernels, Dot, Kernels, Tile, ROWS, TILE};
 use crate::GgmlType;
 use proptest::prelude::*;
 
@@ -420,6 +420,155 @@ fn matmul_through_tiles_matches_the_reference() {
                     f.ty
                 );
             }
+        }
+    }
+}
+
+/// A Q8_K row of `blocks` blocks with scale `d` and quants `q(j)` (any i8, -128 included),
+/// its bsums consistent with them.
+fn q8k_row(blocks: usize, d: f32, q: &dyn Fn(usize) -> i8) -> Vec<u8> {
+    let mut out = vec![0u8; blocks * 292];
+    for (b, block) in out.chunks_exact_mut(292).enumerate() {
+        block[..4].copy_from_slice(&d.to_le_bytes());
+        for g in 0..16 {
+            let mut sum = 0i16;
+            for l in 0..16 {
+                let v = q(256 * b + 16 * g + l);
+                block[4 + 16 * g + l] = v as u8;
+                sum += v as i16;
+            }
+            block[260 + 2 * g..262 + 2 * g].copy_from_slice(&sum.to_le_bytes());
+        }
+    }
+    out
+}
+
+/// `ROWS` weight rows back to back through the type's `rows` kernel, each against its own
+/// `vec_dot`: the same bits (NaN and infinities included).
+fn assert_rows_equal_vec_dot(f: &Format, w: &[u8], a: &[u8], what: &str) {
+    let k = avx2(f.ty);
+    let rows = k.rows.unwrap_or_else(|| panic!("{}: no rows kernel", f.ty));
+    let out = rows(w, a);
+    let row = w.len() / ROWS;
+    for (o, got) in out.iter().enumerate() {
+        let want = vec_dot_of(k)(&w[o * row..(o + 1) * row], a);
+        assert_eq!(
+            got.to_bits(),
+            want.to_bits(),
+            "{} {what} row {o}: rows {got} vs vec_dot {want}",
+            f.ty
+        );
+    }
+}
+
+#[test]
+fn rows_equal_their_vec_dot_on_random_rows() {
+    let mut rng = Rng(7);
+    for f in &FORMATS {
+        for blocks in [1, 2, 6, 9] {
+            for round in 0..4 {
+                let w: Vec<u8> = (0..ROWS)
+                    .flat_map(|o| {
+                        if (o + round) % 2 == 0 {
+                            raw_row(f, blocks, &mut rng)
+                        } else {
+                            quantized_row(f.ty, blocks, 1.0 + o as f32, &mut rng)
+                        }
+                    })
+                    .collect();
+                let a = activations(blocks, 0.5 + round as f32, &mut rng);
+                assert_rows_equal_vec_dot(f, &w, &a, &format!("{blocks} blocks, round {round}"));
+            }
+        }
+    }
+}
+
+#[test]
+fn rows_equal_their_vec_dot_on_edge_values() {
+    let mut rng = Rng(8);
+    // f16 scales: largest finite, smallest subnormal, negative, zero.
+    let scales = [0x7BFFu16, 0x0001, 0xC000, 0x0000];
+    // Activations: all -128, all 127, alternating extremes, random bytes (-128 included).
+    let acts: [(&str, Vec<u8>); 4] = [
+        ("all -128", q8k_row(3, 1.0, &|_| -128)),
+        ("all 127", q8k_row(3, 3e38, &|_| 127)),
+        (
+            "alternating",
+            q8k_row(3, -1e-30, &|j| if j % 3 == 0 { -128 } else { 127 }),
+        ),
+        ("random", {
+            let q = rng.bytes(3 * 256);
+            q8k_row(3, 0.25, &|j| q[j] as i8)
+        }),
+    ];
+    for f in &FORMATS {
+        let size = f.ty.type_size();
+        for fill in [0x00u8, 0xFF, 0x80, 0x7F, 0x55] {
+            let mut w = vec![fill; ROWS * 3 * size];
+            for (n, b) in w.chunks_exact_mut(size).enumerate() {
+                for &o in f.f16_fields {
+                    b[o..o + 2].copy_from_slice(&scales[n % scales.len()].to_le_bytes());
+                }
+            }
+            for (what, a) in &acts {
+                assert_rows_equal_vec_dot(f, &w, a, &format!("bytes {fill:#x}, {what}"));
+            }
+        }
+    }
+}
+
+#[test]
+fn dots_of_minus_128_activations_match_the_reference() {
+    // Q8_K's quantizer never makes -128, but a block may hold it: every kernel multiplies it
+    // exactly (no sign flip of -128 wraps).
+    let mut rng = Rng(9);
+    for f in &FORMATS {
+        for blocks in [1, 4] {
+            let w = quantized_row(f.ty, blocks, 1.0, &mut rng);
+            let q = rng.bytes(blocks * 256);
+            for (what, a) in [
+                ("all -128", q8k_row(blocks, 0.01, &|_| -128)),
+                (
+                    "mixed",
+                    q8k_row(blocks, 0.01, &|j| if j % 2 == 0 { -128 } else { q[j] as i8 }),
+                ),
+            ] {
+                assert_dot_matches(f, &w, &a, &format!("{blocks} blocks, {what}"));
+                let Some(Tile::Quant(tile)) = avx2(f.ty).tile else {
+                    panic!("{}: no quantized tile", f.ty)
+                };
+                let out = tile(&w, [&a[..]; TILE]);
+                let want = vec_dot_of(avx2(f.ty))(&w, &a);
+                assert!(out.iter().all(|v| v.to_bits() == want.to_bits()), "{} tile {what}", f.ty);
+            }
+        }
+    }
+}
+
+/// The decode path of the matmul driver (one token, groups of `ROWS` rows and a remainder)
+/// against the generated reference, row by row.
+#[test]
+fn matvec_through_rows_matches_the_reference() {
+    let mut rng = Rng(10);
+    let (rows, cols) = (2 * ROWS + 3, 768);
+    for f in &FORMATS {
+        let w = quantized_row(f.ty, rows * cols / 256, 1.0, &mut rng);
+        let x = rng.floats(cols, 2.0);
+        let mut y = vec![0f32; rows];
+        crate::kernels::matvec(f.ty, &w, rows, cols, &x, &mut y).unwrap();
+        let a = quantize_q8k_reference(&x);
+        let row = cols / 256 * f.ty.type_size();
+        for (o, got) in y.iter().enumerate() {
+            let wr = &w[o * row..(o + 1) * row];
+            let fast = vec_dot_of(avx2(f.ty))(wr, &a);
+            assert_eq!(got.to_bits(), fast.to_bits(), "{} row {o}", f.ty);
+            let slow = vec_dot_of(scalar_kernels(f.ty).unwrap())(wr, &a);
+            let tol = 1e-5 * (f.abs_terms)(wr, &a) + 1e-30;
+            assert!(
+                ((got - slow) as f64).abs() <= tol,
+                "{} row {o}: {got} vs {slow}",
+                f.ty
+            );
         }
     }
 }

@@ -1,55 +1,52 @@
-//! Dots of the 32-element weight formats with their Q8_0 / Q8_1 activation blocks: one row
-//! (`vec_dot`) and one row with [`TILE`] tokens (`tile`, the prefill GEMM kernel).
+//! The 32-element weight formats and their exact integer dots with Q8_0 / Q8_1 activation
+//! blocks, eight (weight block, activation block) lanes at a time.
 //!
-//! The scheme of ggml's AVX2 path: weights unpacked to 32 bytes, multiplied with `maddubs`
-//! (unsigned x signed bytes; signed weights use the sign trick, moving the weight's sign onto
-//! the activation) and widened with `madd` to exact i32 partial sums, converted to f32 and
-//! added with one FMA by `dw * da` into an 8-lane f32 accumulator per token. Blocks go two
-//! at a time (their partial sums share one vector, see [`pair`]), with a lone last block on
-//! its own. The min term of Q4_1 / Q5_1 uses the exact integer sum of the activation quants
-//! (not Q8_1's `s`, which is rounded to f16). One horizontal sum ends the row. There is no per-block horizontal
-//! reduction, so results differ from the generated scalar reference (which reduces each
-//! block, then adds blocks in order) by f32 summation order only. `tile` runs the same
-//! operations per token as `vec_dot`, so the two agree bit for bit (matmul equals matvec).
+//! Every driver in [`super::dots`] is built on [`Weights::isums`]: lane k is the exact i32
+//! dot of weight block `w[k]` with activation block `a[k]`. The decode kernel gives the
+//! lanes eight weight rows and one shared activation block, the single-row dot eight
+//! consecutive blocks, the prefill tile four tokens times two blocks. Because the integer
+//! part is exact, every driver rounds only in the float steps, which are the same per lane.
+//!
+//! Two families:
+//! - 4- and 5-bit quants ([`Nibbles`]: Q4_0, Q4_1, Q5_0, Q5_1) are kept unsigned (0..=15 /
+//!   0..=31) so `maddubs` needs no sign trick; the offset of Q4_0 / Q5_0 is taken off
+//!   in i16 as `bias * (pair sums of the activations)`. Two lanes share one vector (lane p in
+//!   the low 128 bits, lane p + 4 in the high), first the 16 low-half elements of both, then
+//!   the 16 high-half ones, so a nibble block is unpacked with one load, one shift and two
+//!   masks, and the eight lanes are reduced mostly in i16 ([`tree16`]).
+//! - 8-bit quants ([`Bytes`]: Q8_0, Q8_1, IQ4_NL levels) are signed: `maddubs` with the sign
+//!   trick, widened to i32 per lane and reduced in i32 ([`tree32`]).
 //!
 //! Activation quants are at most 127 in magnitude (the quantizers never produce -128); the
-//! sign trick relies on it, as ggml's does.
+//! sign trick and the i16 bounds below rely on it, as ggml's kernels do.
 
-use super::common::{hsum_ps, read_u16, read_u32};
-use crate::kernels::TILE;
+use super::common::read_u32;
 use std::arch::x86_64::*;
+
+/// Lanes of one integer step.
+pub(super) const LANES: usize = 8;
 
 /// The activation block layout a weight format is dotted with.
 #[derive(Clone, Copy)]
 pub(super) struct Act {
-    bytes: usize,
+    pub bytes: usize,
     /// Offset of the 32 i8 quants (the f16 scale is at 0).
-    qs: usize,
+    pub qs: usize,
 }
 
 pub(super) const Q8_0_ACT: Act = Act { bytes: 34, qs: 2 };
 pub(super) const Q8_1_ACT: Act = Act { bytes: 36, qs: 4 };
 
-/// One 32-element weight format: how to unpack a block and dot it with activation quants.
-/// The f16 scale `d` is at offset 0 of every block; formats with a min keep it (f16) at 2.
+/// One 32-element weight format. The f16 scale `d` is at offset 0 of every block; formats
+/// with a min keep it (f16) at 2.
 pub(super) trait Weights {
     const BYTES: usize;
     const ACT: Act;
     const HAS_MIN: bool;
-    /// A block's quants, unpacked once and dotted with one or more activation blocks.
-    type Quants: Copy;
-    unsafe fn unpack(b: *const u8) -> Self::Quants;
-    /// Whether the quants have at most 5 bits, so that [`pair`] may add the `maddubs` pair
-    /// sums of two blocks in i16: the largest such sum, 8 products of Q5_1 (31 * 127 each),
-    /// is 31496, below `i16::MAX`.
-    const SMALL: bool;
-    /// The 16 i16 sums of adjacent pairs of `q[j] * a[j]` (`maddubs`).
-    unsafe fn pairs(q: Self::Quants, a: __m256i) -> __m256i;
-    /// The 8 i32 partial sums of `q[j] * a[j]`.
-    #[inline(always)]
-    unsafe fn dot(q: Self::Quants, a: __m256i) -> __m256i {
-        _mm256_madd_epi16(Self::pairs(q, a), ones_epi16())
-    }
+    /// Lane k: the exact dot of weight block `w[k]`'s quants with activation block `a[k]`'s
+    /// (first), and for formats with a min the exact sum of `a[k]`'s quants (second; zero
+    /// otherwise). Lanes may repeat a pointer; repeated loads are merged by the compiler.
+    unsafe fn isums(w: [*const u8; LANES], a: [*const u8; LANES]) -> (__m256i, __m256i);
 }
 
 #[inline(always)]
@@ -57,130 +54,214 @@ unsafe fn ones_epi16() -> __m256i {
     _mm256_set1_epi16(1)
 }
 
-/// Pair sums of unsigned `q` (each < 128) times signed `a`.
-#[inline(always)]
-unsafe fn pairs_unsigned(q: __m256i, a: __m256i) -> __m256i {
-    _mm256_maddubs_epi16(q, a)
+// ---------------------------------------------------------------------------------------
+// 4- and 5-bit formats
+// ---------------------------------------------------------------------------------------
+
+/// A 4- or 5-bit format: unsigned quants, value `q - BIAS` (times the scale, plus the min).
+pub(super) trait Nibbles: Weights {
+    /// The offset taken off every quant (8 for Q4_0, 16 for Q5_0, 0 with a min).
+    const BIAS: i8;
+    /// Whether a 16-product sum of `(q - BIAS) * a` may leave i16 (Q5_1: 16 * 31 * 127),
+    /// so the last reduction level runs in i32.
+    const WIDE: bool;
+    /// Blocks `x` and `y` as two vectors of unsigned quants: `[x 0..16 | y 0..16]` and
+    /// `[x 16..32 | y 16..32]`.
+    unsafe fn halves(x: *const u8, y: *const u8) -> [__m256i; 2];
 }
 
-/// Pair sums of signed `q` times signed `a`, given `q_abs = |q|` (sign trick; exact while
-/// `a` has no -128).
+/// The 16 bytes of nibbles at `x` and `y`, unpacked side by side (see [`Nibbles::halves`]):
+/// element j < 16 is the low nibble of byte j, element j + 16 the high nibble.
 #[inline(always)]
-unsafe fn pairs_signed(q_abs: __m256i, q: __m256i, a: __m256i) -> __m256i {
-    _mm256_maddubs_epi16(q_abs, _mm256_sign_epi8(a, q))
+unsafe fn nibble_halves(x: *const u8, y: *const u8) -> [__m256i; 2] {
+    let v = _mm256_loadu2_m128i(y.cast(), x.cast());
+    let mask = _mm256_set1_epi8(0x0F);
+    [
+        _mm256_and_si256(v, mask),
+        _mm256_and_si256(_mm256_srli_epi16::<4>(v), mask),
+    ]
 }
 
-/// Pair sums of the activation quants (for the min term of Q4_1 / Q5_1).
+/// `0x10` in every byte whose bit is set in the fifth-bit words `qx` (low 128 bits) and `qy`
+/// (high), split like [`Nibbles::halves`]: bits 0..16, then bits 16..32.
 #[inline(always)]
-unsafe fn pairs_act(a: __m256i) -> __m256i {
-    _mm256_maddubs_epi16(_mm256_set1_epi8(1), a)
-}
-
-/// 16 bytes of nibbles: element j < 16 is the low nibble of byte j, element j + 16 the high.
-#[inline(always)]
-unsafe fn nibbles(p: *const u8) -> __m256i {
-    let q = _mm_loadu_si128(p.cast());
-    let both = _mm256_set_m128i(_mm_srli_epi16::<4>(q), q);
-    _mm256_and_si256(both, _mm256_set1_epi8(0x0F))
-}
-
-/// `0x10` in byte j where bit j of `qh` is set (the fifth bit of Q5_0 / Q5_1 quants).
-#[inline(always)]
-unsafe fn fifth_bits(qh: u32) -> __m256i {
-    let spread = _mm256_shuffle_epi8(
-        _mm256_set1_epi32(qh as i32),
-        _mm256_setr_epi8(
+unsafe fn fifth_bit_halves(qx: u32, qy: u32) -> [__m256i; 2] {
+    let words = _mm256_set_m128i(_mm_set1_epi32(qy as i32), _mm_set1_epi32(qx as i32));
+    [
+        spread_bits(words, _mm256_setr_epi8(
             0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, //
+            0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+        )),
+        spread_bits(words, _mm256_setr_epi8(
+            2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3, //
             2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
-        ),
-    );
-    let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
-    let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
-    _mm256_and_si256(set, _mm256_set1_epi8(0x10))
+        )),
+    ]
 }
 
-/// Signed quants with their magnitudes, for the sign trick.
-#[derive(Clone, Copy)]
-pub(super) struct Signed {
-    abs: __m256i,
-    q: __m256i,
-}
-
+/// `0x10` in byte j where bit j % 8 of byte `bytes[j]` of `words` (per 128-bit half) is set.
 #[inline(always)]
-unsafe fn signed(q: __m256i) -> Signed {
-    Signed {
-        abs: _mm256_sign_epi8(q, q),
-        q,
+unsafe fn spread_bits(words: __m256i, bytes: __m256i) -> __m256i {
+    let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+    let b = _mm256_and_si256(_mm256_shuffle_epi8(words, bytes), bit);
+    _mm256_and_si256(_mm256_cmpeq_epi8(b, bit), _mm256_set1_epi8(0x10))
+}
+
+/// Q4 halves: nibbles at `NIBBLES`.
+#[inline(always)]
+unsafe fn q4_halves<const NIBBLES: usize>(x: *const u8, y: *const u8) -> [__m256i; 2] {
+    nibble_halves(x.add(NIBBLES), y.add(NIBBLES))
+}
+
+/// Q5 halves: nibbles at `NIBBLES`, the fifth bits (u32) at `QH`.
+#[inline(always)]
+unsafe fn q5_halves<const QH: usize, const NIBBLES: usize>(
+    x: *const u8,
+    y: *const u8,
+) -> [__m256i; 2] {
+    let [lo, hi] = nibble_halves(x.add(NIBBLES), y.add(NIBBLES));
+    let [fl, fh] = fifth_bit_halves(read_u32(x.add(QH)), read_u32(y.add(QH)));
+    [_mm256_or_si256(lo, fl), _mm256_or_si256(hi, fh)]
+}
+
+/// Reduces four two-lane vectors of i16 partial sums (8 per lane, see [`Nibbles::halves`])
+/// to one i32 per lane, lanes in order 0..8. Adds wrap, so only the final per-lane
+/// 16-product sums must fit in i16 (or, `wide`, the 8-product ones).
+#[inline(always)]
+unsafe fn tree16(v: [__m256i; 4], wide: bool) -> __m256i {
+    // Per 128-bit half: [lane p x4, lane p+1 x4] (low half lanes 0..4, high half 4..8).
+    let a0 = _mm256_hadd_epi16(v[0], v[1]);
+    let a1 = _mm256_hadd_epi16(v[2], v[3]);
+    if wide {
+        _mm256_hadd_epi32(
+            _mm256_madd_epi16(a0, ones_epi16()),
+            _mm256_madd_epi16(a1, ones_epi16()),
+        )
+    } else {
+        _mm256_madd_epi16(_mm256_hadd_epi16(a0, a1), ones_epi16())
     }
 }
 
-pub(super) struct Q4_0;
-impl Weights for Q4_0 {
-    const SMALL: bool = true;
-    const BYTES: usize = 18;
-    const ACT: Act = Q8_0_ACT;
-    const HAS_MIN: bool = false;
-    type Quants = Signed;
-    #[inline(always)]
-    unsafe fn unpack(b: *const u8) -> Signed {
-        signed(_mm256_sub_epi8(nibbles(b.add(2)), _mm256_set1_epi8(8)))
-    }
-    #[inline(always)]
-    unsafe fn pairs(q: Signed, a: __m256i) -> __m256i {
-        pairs_signed(q.abs, q.q, a)
-    }
+/// The i16 pair sums of the low halves `wl * al` plus those of the high halves `wh * ah`.
+#[inline(always)]
+unsafe fn pair_sums(wl: __m256i, wh: __m256i, al: __m256i, ah: __m256i) -> __m256i {
+    _mm256_add_epi16(_mm256_maddubs_epi16(wl, al), _mm256_maddubs_epi16(wh, ah))
 }
 
-pub(super) struct Q4_1;
-impl Weights for Q4_1 {
-    const SMALL: bool = true;
-    const BYTES: usize = 20;
-    const ACT: Act = Q8_1_ACT;
-    const HAS_MIN: bool = true;
-    type Quants = __m256i;
-    #[inline(always)]
-    unsafe fn unpack(b: *const u8) -> __m256i {
-        nibbles(b.add(4))
+/// [`Weights::isums`] of a [`Nibbles`] format. Per lane pair p: the i16 pair sums of the
+/// low and high halves added (4 products of at most 31 * 127 each), less `BIAS` times the
+/// activations' pair sums, then [`tree16`]. With a bias the 16-product sums are at most
+/// 16 * 16 * 127 = 32512 (Q5_0); without, 16 * 15 * 127 (Q4_1) or, `WIDE`, 8 * 31 * 127.
+#[inline(always)]
+unsafe fn nibble_isums<F: Nibbles>(
+    w: [*const u8; LANES],
+    a: [*const u8; LANES],
+) -> (__m256i, __m256i) {
+    let mut dots = [_mm256_setzero_si256(); 4];
+    let mut sums = [_mm256_setzero_si256(); 4];
+    for p in 0..4 {
+        let [wl, wh] = F::halves(w[p], w[p + 4]);
+        let (x, y) = (a[p].add(F::ACT.qs), a[p + 4].add(F::ACT.qs));
+        let al = _mm256_loadu2_m128i(y.cast(), x.cast());
+        let ah = _mm256_loadu2_m128i(y.add(16).cast(), x.add(16).cast());
+        let mut d = pair_sums(wl, wh, al, ah);
+        if F::BIAS != 0 {
+            let bias = _mm256_set1_epi8(F::BIAS);
+            d = _mm256_sub_epi16(d, pair_sums(bias, bias, al, ah));
+        }
+        dots[p] = d;
+        if F::HAS_MIN {
+            let one = _mm256_set1_epi8(1);
+            sums[p] = pair_sums(one, one, al, ah);
+        }
     }
-    #[inline(always)]
-    unsafe fn pairs(q: __m256i, a: __m256i) -> __m256i {
-        pairs_unsigned(q, a)
-    }
+    let isum = tree16(dots, F::WIDE);
+    let asum = if F::HAS_MIN {
+        tree16(sums, false)
+    } else {
+        _mm256_setzero_si256()
+    };
+    (isum, asum)
 }
 
-pub(super) struct Q5_0;
-impl Weights for Q5_0 {
-    const SMALL: bool = true;
-    const BYTES: usize = 22;
-    const ACT: Act = Q8_0_ACT;
-    const HAS_MIN: bool = false;
-    type Quants = Signed;
-    #[inline(always)]
-    unsafe fn unpack(b: *const u8) -> Signed {
-        let q = _mm256_or_si256(nibbles(b.add(6)), fifth_bits(read_u32(b.add(2))));
-        signed(_mm256_sub_epi8(q, _mm256_set1_epi8(16)))
-    }
-    #[inline(always)]
-    unsafe fn pairs(q: Signed, a: __m256i) -> __m256i {
-        pairs_signed(q.abs, q.q, a)
-    }
+macro_rules! nibble_format {
+    ($name:ident, bytes $bytes:expr, act $act:expr, min $min:expr, bias $bias:expr,
+     wide $wide:expr, halves $halves:path) => {
+        pub(super) struct $name;
+        impl Weights for $name {
+            const BYTES: usize = $bytes;
+            const ACT: Act = $act;
+            const HAS_MIN: bool = $min;
+            #[inline(always)]
+            unsafe fn isums(
+                w: [*const u8; LANES],
+                a: [*const u8; LANES],
+            ) -> (__m256i, __m256i) {
+                nibble_isums::<Self>(w, a)
+            }
+        }
+        impl Nibbles for $name {
+            const BIAS: i8 = $bias;
+            const WIDE: bool = $wide;
+            #[inline(always)]
+            unsafe fn halves(x: *const u8, y: *const u8) -> [__m256i; 2] {
+                $halves(x, y)
+            }
+        }
+    };
 }
 
-pub(super) struct Q5_1;
-impl Weights for Q5_1 {
-    const SMALL: bool = true;
-    const BYTES: usize = 24;
-    const ACT: Act = Q8_1_ACT;
-    const HAS_MIN: bool = true;
-    type Quants = __m256i;
-    #[inline(always)]
-    unsafe fn unpack(b: *const u8) -> __m256i {
-        _mm256_or_si256(nibbles(b.add(8)), fifth_bits(read_u32(b.add(4))))
+nibble_format!(Q4_0, bytes 18, act Q8_0_ACT, min false, bias 8, wide false,
+    halves q4_halves::<2>);
+nibble_format!(Q4_1, bytes 20, act Q8_1_ACT, min true, bias 0, wide false,
+    halves q4_halves::<4>);
+nibble_format!(Q5_0, bytes 22, act Q8_0_ACT, min false, bias 16, wide false,
+    halves q5_halves::<2, 6>);
+nibble_format!(Q5_1, bytes 24, act Q8_1_ACT, min true, bias 0, wide true,
+    halves q5_halves::<4, 8>);
+
+// ---------------------------------------------------------------------------------------
+// 8-bit formats
+// ---------------------------------------------------------------------------------------
+
+/// An 8-bit format: 32 signed quants per block (none of them matter as -128 only on the
+/// weight side, where the sign trick handles it: `|-128|` reads as 128 unsigned).
+pub(super) trait Bytes: Weights {
+    unsafe fn quants(b: *const u8) -> __m256i;
+}
+
+/// Reduces eight vectors of 8 i32 partial sums (one vector per lane) to one i32 per lane.
+#[inline(always)]
+unsafe fn tree32(p: [__m256i; LANES]) -> __m256i {
+    let h01 = _mm256_hadd_epi32(p[0], p[1]);
+    let h23 = _mm256_hadd_epi32(p[2], p[3]);
+    let h45 = _mm256_hadd_epi32(p[4], p[5]);
+    let h67 = _mm256_hadd_epi32(p[6], p[7]);
+    // [lanes 0..4 over their low 16 elements | the same over their high 16]; then 4..8.
+    let lo = _mm256_hadd_epi32(h01, h23);
+    let hi = _mm256_hadd_epi32(h45, h67);
+    _mm256_add_epi32(
+        _mm256_permute2x128_si256::<0x20>(lo, hi),
+        _mm256_permute2x128_si256::<0x31>(lo, hi),
+    )
+}
+
+/// [`Weights::isums`] of a [`Bytes`] format: the sign trick (`|q|` times `a` with q's sign),
+/// whose pair sums are at most 2 * 128 * 127 (no `maddubs` saturation), widened per lane.
+#[inline(always)]
+unsafe fn byte_isums<F: Bytes>(
+    w: [*const u8; LANES],
+    a: [*const u8; LANES],
+) -> (__m256i, __m256i) {
+    // A plain loop: intrinsics inside a closure (`array::from_fn`) may be left out of line.
+    let mut p = [_mm256_setzero_si256(); LANES];
+    for k in 0..LANES {
+        let q = F::quants(w[k]);
+        let aq = _mm256_loadu_si256(a[k].add(F::ACT.qs).cast());
+        let pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(aq, q));
+        p[k] = _mm256_madd_epi16(pairs, ones_epi16());
     }
-    #[inline(always)]
-    unsafe fn pairs(q: __m256i, a: __m256i) -> __m256i {
-        pairs_unsigned(q, a)
-    }
+    (tree32(p), _mm256_setzero_si256())
 }
 
 /// Q8_0 and Q8_1 weights: 32 i8 quants at `QS`.
@@ -188,197 +269,42 @@ pub(super) struct Q8<const BYTES: usize, const QS: usize>;
 pub(super) type Q8_0 = Q8<34, 2>;
 pub(super) type Q8_1 = Q8<36, 4>;
 impl<const BYTES: usize, const QS: usize> Weights for Q8<BYTES, QS> {
-    const SMALL: bool = false;
     const BYTES: usize = BYTES;
     const ACT: Act = Act {
         bytes: BYTES,
         qs: QS,
     };
     const HAS_MIN: bool = false;
-    type Quants = Signed;
     #[inline(always)]
-    unsafe fn unpack(b: *const u8) -> Signed {
-        signed(_mm256_loadu_si256(b.add(QS).cast()))
+    unsafe fn isums(w: [*const u8; LANES], a: [*const u8; LANES]) -> (__m256i, __m256i) {
+        byte_isums::<Self>(w, a)
     }
+}
+impl<const BYTES: usize, const QS: usize> Bytes for Q8<BYTES, QS> {
     #[inline(always)]
-    unsafe fn pairs(q: Signed, a: __m256i) -> __m256i {
-        pairs_signed(q.abs, q.q, a)
+    unsafe fn quants(b: *const u8) -> __m256i {
+        _mm256_loadu_si256(b.add(QS).cast())
     }
 }
 
-/// IQ4_NL: nibbles index a fixed table of int8 levels (none of them -128).
+/// IQ4_NL: nibbles index a fixed table of int8 levels.
 pub(super) struct Iq4Nl;
 impl Weights for Iq4Nl {
-    const SMALL: bool = false;
     const BYTES: usize = 18;
     const ACT: Act = Q8_0_ACT;
     const HAS_MIN: bool = false;
-    type Quants = Signed;
     #[inline(always)]
-    unsafe fn unpack(b: *const u8) -> Signed {
+    unsafe fn isums(w: [*const u8; LANES], a: [*const u8; LANES]) -> (__m256i, __m256i) {
+        byte_isums::<Self>(w, a)
+    }
+}
+impl Bytes for Iq4Nl {
+    #[inline(always)]
+    unsafe fn quants(b: *const u8) -> __m256i {
         let levels = _mm_loadu_si128(crate::formats::iq4_nl::KVALUES.as_ptr().cast());
-        let table = _mm256_set_m128i(levels, levels);
-        signed(_mm256_shuffle_epi8(table, nibbles(b.add(2))))
+        let q = _mm_loadu_si128(b.add(2).cast());
+        let both = _mm256_set_m128i(_mm_srli_epi16::<4>(q), q);
+        let idx = _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+        _mm256_shuffle_epi8(_mm256_set_m128i(levels, levels), idx)
     }
-    #[inline(always)]
-    unsafe fn pairs(q: Signed, a: __m256i) -> __m256i {
-        pairs_signed(q.abs, q.q, a)
-    }
-}
-
-/// One block's integer products with one activation block as 8 exact i32 lanes converted
-/// to f32. Without a min: 8 partial dot sums. With a min (Q4_1 / Q5_1): the i16 pair sums of
-/// the dot and of the activation quants are added pairwise by one `hadd` (at most
-/// 4 * 31 * 127 in magnitude: no i16 overflow) and widened, giving per 128-bit half two
-/// partial dot sums then two partial activation sums, matched by [`weight_scales`].
-#[inline(always)]
-unsafe fn block<F: Weights>(q: F::Quants, a: *const u8) -> __m256 {
-    let aq = _mm256_loadu_si256(a.add(F::ACT.qs).cast());
-    let sums = if F::HAS_MIN {
-        _mm256_madd_epi16(
-            _mm256_hadd_epi16(F::pairs(q, aq), pairs_act(aq)),
-            ones_epi16(),
-        )
-    } else {
-        F::dot(q, aq)
-    };
-    _mm256_cvtepi32_ps(sums)
-}
-
-/// The weight block's factors for the lanes of [`block`]: `dw` in every lane without a min;
-/// `[dw, dw, mw, mw, dw, dw, mw, mw]` with one.
-#[inline(always)]
-unsafe fn weight_scales<F: Weights>(wb: *const u8) -> __m256 {
-    if F::HAS_MIN {
-        let dm = read_u32(wb) as u64;
-        let (d, m) = (dm & 0xFFFF, dm >> 16);
-        let bits = (d | d << 16 | m << 32 | m << 48) as i64;
-        _mm256_cvtph_ps(_mm_set1_epi64x(bits))
-    } else {
-        _mm256_broadcastss_ps(f16_lane0(wb))
-    }
-}
-
-/// The f16 at `p` widened to f32 in lane 0. Loaded with one full-width `movd` of 4 bytes
-/// (every block has at least 4), so the conversion never waits on an unrelated register
-/// (a `pinsrw` would merge into one).
-#[inline(always)]
-unsafe fn f16_lane0(p: *const u8) -> __m128 {
-    _mm_cvtph_ps(_mm_cvtsi32_si128(read_u32(p) as i32))
-}
-
-/// `acc + (w * da) * v`, lane-wise: one block of one token added to that token's accumulator.
-#[inline(always)]
-unsafe fn accumulate(acc: __m256, v: __m256, w: __m256, ab: *const u8) -> __m256 {
-    let da = _mm256_broadcastss_ps(f16_lane0(ab));
-    _mm256_fmadd_ps(_mm256_mul_ps(w, da), v, acc)
-}
-
-/// Two consecutive blocks' integer products with their activation blocks as 8 exact i32
-/// lanes converted to f32, laid out per 128-bit half as `[d0, s0, d1, s1]` with a min (dot
-/// and activation sums of block 0, then block 1) and `[d0, d0, d1, d1]` without. Adding two
-/// blocks before widening halves the `madd`, convert and FMA work per block.
-#[inline(always)]
-unsafe fn pair<F: Weights>(q: [F::Quants; 2], a: [*const u8; 2]) -> __m256 {
-    let aq = a.map(|p| _mm256_loadu_si256(p.add(F::ACT.qs).cast()));
-    let sums = if F::HAS_MIN {
-        let h0 = _mm256_hadd_epi16(F::pairs(q[0], aq[0]), pairs_act(aq[0]));
-        let h1 = _mm256_hadd_epi16(F::pairs(q[1], aq[1]), pairs_act(aq[1]));
-        _mm256_madd_epi16(_mm256_hadd_epi16(h0, h1), ones_epi16())
-    } else if F::SMALL {
-        let h = _mm256_hadd_epi16(F::pairs(q[0], aq[0]), F::pairs(q[1], aq[1]));
-        _mm256_madd_epi16(h, ones_epi16())
-    } else {
-        _mm256_hadd_epi32(F::dot(q[0], aq[0]), F::dot(q[1], aq[1]))
-    };
-    _mm256_cvtepi32_ps(sums)
-}
-
-/// Four f16 values packed as bits (lane 0 lowest) widened to f32 and repeated over 8 lanes.
-#[inline(always)]
-unsafe fn f16x4_twice(packed: u64) -> __m256 {
-    _mm256_cvtph_ps(_mm_set1_epi64x(packed as i64))
-}
-
-/// The f16s at `p0` and `p1`, each doubled: `[x0, x0, x1, x1]` packed (one multiply copies
-/// each 16-bit value into the free slot above it).
-#[inline(always)]
-unsafe fn f16_doubled(p0: *const u8, p1: *const u8) -> u64 {
-    (read_u16(p0) as u64 | (read_u16(p1) as u64) << 32) * 0x1_0001
-}
-
-/// The weight factors for the lanes of [`pair`]: `[dw0, mw0, dw1, mw1]` with a min,
-/// `[dw0, dw0, dw1, dw1]` without (repeated in both halves).
-#[inline(always)]
-unsafe fn pair_weight_scales<F: Weights>(w: [*const u8; 2]) -> __m256 {
-    let [p0, p1] = w;
-    if F::HAS_MIN {
-        f16x4_twice(read_u32(p0) as u64 | (read_u32(p1) as u64) << 32)
-    } else {
-        f16x4_twice(f16_doubled(p0, p1))
-    }
-}
-
-/// `acc + (w * [da0, da0, da1, da1]) * v`: two blocks of one token added to its accumulator.
-#[inline(always)]
-unsafe fn accumulate_pair(acc: __m256, v: __m256, w: __m256, a: [*const u8; 2]) -> __m256 {
-    let da = f16x4_twice(f16_doubled(a[0], a[1]));
-    _mm256_fmadd_ps(_mm256_mul_ps(w, da), v, acc)
-}
-
-/// One weight row dotted with one activation row: blocks two at a time, then a last odd one.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn vec_dot<F: Weights>(w: &[u8], a: &[u8]) -> f32 {
-    let nb = (w.len() / F::BYTES).min(a.len() / F::ACT.bytes);
-    let (wp, ap) = (w.as_ptr(), a.as_ptr());
-    let mut acc = _mm256_setzero_ps();
-    let mut i = 0;
-    while i + 2 <= nb {
-        let wb = [wp.add(i * F::BYTES), wp.add((i + 1) * F::BYTES)];
-        let ab = [ap.add(i * F::ACT.bytes), ap.add((i + 1) * F::ACT.bytes)];
-        let v = pair::<F>(wb.map(|p| F::unpack(p)), ab);
-        acc = accumulate_pair(acc, v, pair_weight_scales::<F>(wb), ab);
-        i += 2;
-    }
-    if i < nb {
-        let (wb, ab) = (wp.add(i * F::BYTES), ap.add(i * F::ACT.bytes));
-        let v = block::<F>(F::unpack(wb), ab);
-        acc = accumulate(acc, v, weight_scales::<F>(wb), ab);
-    }
-    hsum_ps(acc)
-}
-
-/// One weight row dotted with [`TILE`] activation rows: each weight block is unpacked once
-/// and added into one accumulator per token with the same operations as [`vec_dot`], so
-/// token t's result equals `vec_dot(w, a[t])` bit for bit.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn tile<F: Weights>(w: &[u8], a: [&[u8]; TILE]) -> [f32; TILE] {
-    let nb = a
-        .iter()
-        .fold(w.len() / F::BYTES, |n, r| n.min(r.len() / F::ACT.bytes));
-    let wp = w.as_ptr();
-    let ap = a.map(|r| r.as_ptr());
-    let mut acc = [_mm256_setzero_ps(); TILE];
-    let mut i = 0;
-    while i + 2 <= nb {
-        let wb = [wp.add(i * F::BYTES), wp.add((i + 1) * F::BYTES)];
-        let (q, ws) = (wb.map(|p| F::unpack(p)), pair_weight_scales::<F>(wb));
-        for t in 0..TILE {
-            let ab = [
-                ap[t].add(i * F::ACT.bytes),
-                ap[t].add((i + 1) * F::ACT.bytes),
-            ];
-            acc[t] = accumulate_pair(acc[t], pair::<F>(q, ab), ws, ab);
-        }
-        i += 2;
-    }
-    if i < nb {
-        let wb = wp.add(i * F::BYTES);
-        let (q, ws) = (F::unpack(wb), weight_scales::<F>(wb));
-        for t in 0..TILE {
-            let ab = ap[t].add(i * F::ACT.bytes);
-            acc[t] = accumulate(acc[t], block::<F>(q, ab), ws, ab);
-        }
-    }
-    acc.map(|v| hsum_ps(v))
 }

@@ -1,9 +1,10 @@
 //! The AVX2 kernels against the generated scalar reference: the activation quantizers bit
 //! for bit, the block and float dots to f32 summation tolerance (they sum in a different
-//! order than the reference), and every tile bit for bit against its own single-token dot.
+//! order than the reference), and every tile and rows kernel bit for bit against its own
+//! single-row, single-token dot.
 
 use crate::isa::Isa;
-use crate::kernels::{scalar_kernels, Dot, Kernels, Tile, TILE};
+use crate::kernels::{scalar_kernels, Dot, Kernels, Rows, Tile, ROWS, TILE};
 use crate::GgmlType;
 use half::f16;
 use proptest::prelude::*;
@@ -53,6 +54,10 @@ fn quant_tile(k: &Kernels) -> QuantTile {
         Some(Tile::Quant(f)) => f,
         _ => panic!("a block format has a quantized tile"),
     }
+}
+
+fn quant_rows(k: &Kernels) -> Rows {
+    k.rows.expect("a block format has a rows kernel")
 }
 
 /// splitmix64: a small deterministic generator (the crate has no `rand` dependency).
@@ -200,6 +205,80 @@ fn check_block_rows(ty: GgmlType, w: &[u8], acts: [&[u8]; TILE], what: &str) {
             (got as f64 - exact).abs() <= tol,
             "{ty} {what}: {got} vs exact {exact} (tol {tol})"
         );
+    }
+}
+
+/// The rows kernel on [`ROWS`] weight rows (`rows[r]`, equally long) and activation row
+/// `a`: row r's result equals `vec_dot(rows[r], a)` bit for bit, and lies within summation
+/// tolerance of the reference.
+fn check_rows_kernel(ty: GgmlType, rows: &[Vec<u8>], a: &[u8], what: &str) {
+    assert_eq!(rows.len(), ROWS);
+    let (act, fast_dot) = quant_dot(fast(ty));
+    let ref_dot = quant_dot(scalar(ty)).1;
+    let packed: Vec<u8> = rows.concat();
+    let got = quant_rows(fast(ty))(&packed, a);
+    for (r, w) in rows.iter().enumerate() {
+        assert_eq!(
+            got[r].to_bits(),
+            fast_dot(w, a).to_bits(),
+            "{ty} {what}: rows lane {r} vs vec_dot"
+        );
+        let want = ref_dot(w, a);
+        let tol = 1e-5 * abs_terms(ty, act, w, a) + 1e-30;
+        assert!(
+            (got[r] as f64 - want as f64).abs() <= tol,
+            "{ty} {what}: rows lane {r}: {} vs reference {want} (tol {tol})",
+            got[r]
+        );
+    }
+}
+
+#[test]
+fn rows_kernels_equal_vec_dot_and_match_the_reference() {
+    if !avx2() {
+        return;
+    }
+    let mut rng = Rng(19);
+    for ty in BLOCK_TYPES {
+        let act = quant_dot(fast(ty)).0;
+        for nb in BLOCK_COUNTS {
+            let n = nb * 32;
+            let quantized_w: Vec<Vec<u8>> =
+                (0..ROWS).map(|_| quantized(ty, &rng.values(n))).collect();
+            let raw_w: Vec<Vec<u8>> = (0..ROWS)
+                .map(|_| raw_blocks(&mut rng, ty, nb, false))
+                .collect();
+            let quantized_a = quantized(act, &rng.values(n));
+            let raw_a = raw_blocks(&mut rng, act, nb, true);
+            for (w, wname) in [(&quantized_w, "quantized"), (&raw_w, "raw")] {
+                for (a, aname) in [(&quantized_a, "quantized"), (&raw_a, "raw")] {
+                    let what = format!("{nb} blocks, {wname} w, {aname} a");
+                    check_rows_kernel(ty, w, a, &what);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn rows_kernels_at_extreme_quants() {
+    if !avx2() {
+        return;
+    }
+    // Every row a different extreme pattern, so each lane sees its own worst case.
+    let fills = [0x00u8, 0xFF, 0x80, 0x7F, 0x88, 0x77, 0x0F, 0xF0];
+    for ty in BLOCK_TYPES {
+        let act = quant_dot(fast(ty)).0;
+        for nb in [1, 2, 9] {
+            let rows: Vec<Vec<u8>> = fills
+                .iter()
+                .map(|&f| filled_blocks(ty, nb, f, 1.5))
+                .collect();
+            for afill in [0x7Fu8, 0x81, 0x01, 0xFF] {
+                let a = filled_blocks(act, nb, afill, 0.25);
+                check_rows_kernel(ty, &rows, &a, &format!("{nb} blocks, a {afill:#04x}"));
+            }
+        }
     }
 }
 
@@ -487,6 +566,18 @@ proptest! {
             let w = raw_blocks(&mut rng, ty, nb, false);
             let a: Vec<Vec<u8>> = (0..TILE).map(|_| raw_blocks(&mut rng, act, nb, true)).collect();
             check_block_rows(ty, &w, std::array::from_fn(|t| a[t].as_slice()), "proptest");
+        }
+    }
+
+    #[test]
+    fn rows_kernels_equal_vec_dot_on_raw_blocks(seed in any::<u64>(), nb in 1usize..24, t in 0usize..7) {
+        if avx2() {
+            let ty = BLOCK_TYPES[t];
+            let act = quant_dot(fast(ty)).0;
+            let mut rng = Rng(seed);
+            let rows: Vec<Vec<u8>> = (0..ROWS).map(|_| raw_blocks(&mut rng, ty, nb, false)).collect();
+            let a = raw_blocks(&mut rng, act, nb, true);
+            check_rows_kernel(ty, &rows, &a, "proptest");
         }
     }
 }

@@ -1,0 +1,83 @@
+//! The prefetch depth at run time: the plan gives the ring as many buffers as the budget
+//! allows for the speeds assumed at load; while generating, the read and compute times are
+//! measured over windows of passes, and after each window the depth is set to what
+//! [`prefetch_depth`] says for them (never deeper than the plan's ring).
+//!
+//! Each window is measured on its own, so the depth follows the workload (a long prompt's
+//! batches compute far longer per layer than decoded tokens). The measured read time is the
+//! reader's own time per byte, so it does not depend on the depth in use, and a decision does
+//! not feed on itself.
+
+use crate::plan::MemoryPlan;
+use crate::residency::{prefetch_depth, Timing};
+use crate::weights::ResidencyStats;
+
+/// Passes over the streamed layers measured before each decision.
+pub const WINDOW_PASSES: u64 = 4;
+
+/// One decision: the speeds measured over a window, and the depth they call for.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DepthDecision {
+    pub timing: Timing,
+    pub depth: usize,
+}
+
+/// Decides the depth from windows of measurements, unless it was fixed.
+#[derive(Clone, Debug)]
+pub struct DepthControl {
+    /// The stats when the current window began.
+    window_start: ResidencyStats,
+    fixed: Option<usize>,
+    last: Option<DepthDecision>,
+}
+
+impl DepthControl {
+    /// Starts the first window at `stats`.
+    pub fn new(stats: &ResidencyStats) -> DepthControl {
+        DepthControl {
+            window_start: *stats,
+            fixed: None,
+            last: None,
+        }
+    }
+
+    /// Fixes the depth (`Some`) or lets it adapt again from a fresh window at `stats`.
+    pub fn fix(&mut self, depth: Option<usize>, stats: &ResidencyStats) {
+        self.fixed = depth;
+        self.window_start = *stats;
+    }
+
+    /// The depth fixed by [`DepthControl::fix`], if any.
+    pub fn fixed(&self) -> Option<usize> {
+        self.fixed
+    }
+
+    /// The last decision made from measurements.
+    pub fn last(&self) -> Option<DepthDecision> {
+        self.last
+    }
+
+    /// Called at the start of a pass: the depth to use from now on when the window holds
+    /// [`WINDOW_PASSES`] passes over the streamed layers (a new window starts then), else
+    /// `None`. Always `None` when the depth is fixed or nothing is streamed.
+    pub fn at_pass_start(&mut self, plan: &MemoryPlan, stats: &ResidencyStats) -> Option<usize> {
+        let streamed = plan.streamed_layers() as u64;
+        if plan.stream_buffers == 0 || streamed == 0 || self.fixed.is_some() {
+            return None;
+        }
+        let window = stats.since(&self.window_start);
+        if window.layers_loaded < WINDOW_PASSES * streamed {
+            return None;
+        }
+        self.window_start = *stats;
+        let timing = window.measured_timing()?;
+        let depth = prefetch_depth(
+            &plan.pinned,
+            &plan.layer_bytes,
+            plan.stream_buffers,
+            &timing,
+        );
+        self.last = Some(DepthDecision { timing, depth });
+        Some(depth)
+    }
+}

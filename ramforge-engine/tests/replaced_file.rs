@@ -1,0 +1,205 @@
+//! A model file replaced by rename while an engine streams from it: the engine's handles still
+//! read the old file, so nothing fails on its own; the engine sees the path name another file
+//! and ends the generation with an error naming the file and the tensor and offset it was about
+//! to read, releases every charge of that generation, and runs again once the loaded file is
+//! back at the path.
+
+mod common;
+
+use common::model;
+use ramforge_engine::{Engine, EngineOptions, GenerationStats, SamplingParams};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+
+/// A budget under which most layers stream.
+const RAM: u64 = 24 << 20;
+const PROMPT: &str = "The capital of France is";
+
+fn generate(
+    e: &mut Engine,
+    on_token: &mut dyn FnMut(u32, &str),
+) -> Result<GenerationStats, ramforge_engine::EngineError> {
+    let prompt = e.model().tokenizer.encode(PROMPT, true, true);
+    e.generate(
+        &prompt,
+        &SamplingParams::greedy(8),
+        on_token,
+        &AtomicBool::new(false),
+    )
+}
+
+/// A scratch directory with a copy of the model, removed when dropped.
+struct Scratch {
+    dir: PathBuf,
+}
+
+impl Scratch {
+    fn new() -> Scratch {
+        let dir = std::env::temp_dir().join(format!("ramforge-replaced-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch { dir }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        std::fs::remove_dir_all(&self.dir).ok();
+    }
+}
+
+/// Moves a new file over `path`: `bytes` written under another name, then renamed.
+fn replace_with(path: &Path, bytes: &[u8]) {
+    let tmp = path.with_extension("new");
+    std::fs::write(&tmp, bytes).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+/// Moves the loaded file back to `path` (through a fresh link to it, `kept`).
+fn move_back(kept: &Path, path: &Path) {
+    let tmp = path.with_extension("back");
+    std::fs::hard_link(kept, &tmp).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+/// Checks that `err` names `path`, says it was replaced, and names a tensor of the model
+/// with a file offset inside that tensor.
+fn assert_names_the_file_and_a_tensor(err: &str, e: &Engine, path: &Path) {
+    assert!(
+        err.contains(&path.display().to_string()) && err.contains("was replaced"),
+        "{err}"
+    );
+    let name = err
+        .split("tensor \"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or_else(|| panic!("no tensor named: {err}"));
+    let offset: u64 = err
+        .split("at file offset ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no offset: {err}"));
+    let file = &e.model().file;
+    let t = file
+        .header()
+        .tensors
+        .iter()
+        .find(|t| t.name == name)
+        .unwrap_or_else(|| panic!("{name} is not a tensor of the model: {err}"));
+    let start = file.absolute_offset(t);
+    assert!(
+        (start..start + t.n_bytes).contains(&offset),
+        "offset {offset} is outside {name} ({start}, {} bytes)",
+        t.n_bytes
+    );
+}
+
+#[test]
+fn a_file_replaced_by_rename_ends_generation_with_an_error_and_the_engine_recovers() {
+    let scratch = Scratch::new();
+    let path = scratch.path("model.gguf");
+    let kept = scratch.path("loaded.gguf");
+    let bytes = std::fs::read(model()).unwrap();
+    std::fs::write(&path, &bytes).unwrap();
+    // A second name for the loaded file, to move it back later.
+    std::fs::hard_link(&path, &kept).unwrap();
+
+    let mut e = Engine::load(&path, &options()).unwrap();
+    assert!(e.plan().streamed_layers() > 0, "the test budget streams");
+    let held_after_load = e.budget().held();
+    let baseline = generate(&mut e, &mut |_, _| {}).unwrap();
+
+    // A modified copy: the streamed layers' matrices zeroed (whatever it holds, it is not
+    // the loaded file).
+    let mut modified = bytes.clone();
+    {
+        let file = &e.model().file;
+        for (l, _) in e
+            .model()
+            .tensors
+            .layers
+            .iter()
+            .zip(&e.plan().pinned)
+            .filter(|(_, &p)| !p)
+        {
+            for t in l.matrices() {
+                let at = file.absolute_offset(t) as usize;
+                modified[at..at + t.n_bytes as usize].fill(0);
+            }
+        }
+    }
+
+    // Replaced between generations: the next one fails before reading anything.
+    replace_with(&path, &modified);
+    let err = match generate(&mut e, &mut |_, _| {}) {
+        Ok(s) => panic!("generation over a replaced file succeeded: {:?}", s.tokens),
+        Err(err) => err.to_string(),
+    };
+    assert!(!err.contains('\n'), "one line: {err}");
+    assert_names_the_file_and_a_tensor(&err, &e, &path);
+    assert_eq!(
+        e.budget().held(),
+        held_after_load,
+        "every charge is released"
+    );
+    assert_eq!(e.n_past(), 0, "the context was reset");
+
+    // Moved back, the same engine generates the same tokens.
+    move_back(&kept, &path);
+    assert_eq!(
+        generate(&mut e, &mut |_, _| {}).unwrap().tokens,
+        baseline.tokens
+    );
+
+    // Replaced mid-generation, after the third token: the generation ends at the next pass.
+    let mut seen = Vec::new();
+    let result = generate(&mut e, &mut |id, _| {
+        seen.push(id);
+        if seen.len() == 3 {
+            replace_with(&path, &modified);
+        }
+    });
+    let err = match result {
+        Ok(s) => panic!("generation over a replaced file succeeded: {:?}", s.tokens),
+        Err(err) => err.to_string(),
+    };
+    assert_eq!(
+        seen,
+        baseline.tokens[..3],
+        "it ended at the pass after the swap"
+    );
+    assert_names_the_file_and_a_tensor(&err, &e, &path);
+    assert_eq!(e.budget().held(), held_after_load);
+    assert_eq!(e.n_past(), 0);
+
+    move_back(&kept, &path);
+    let again = generate(&mut e, &mut |_, _| {}).unwrap();
+    assert_eq!(again.tokens, baseline.tokens);
+    assert!(again.residency.layers_loaded > 0);
+
+    // Removed: the same, with the path gone.
+    std::fs::remove_file(&path).unwrap();
+    let err = generate(&mut e, &mut |_, _| {}).unwrap_err().to_string();
+    assert!(
+        err.contains("is gone") && err.contains("tensor \""),
+        "{err}"
+    );
+    move_back(&kept, &path);
+    assert_eq!(
+        generate(&mut e, &mut |_, _| {}).unwrap().tokens,
+        baseline.tokens
+    );
+}
+
+fn options() -> EngineOptions {
+    EngineOptions {
+        ram: Some(RAM),
+        ctx: Some(64),
+        threads: 2,
+        ..Default::default()
+    }
+}

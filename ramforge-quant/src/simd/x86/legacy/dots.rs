@@ -1,0 +1,156 @@
+//! The three block-dot drivers over [`Weights::isums`]: eight weight rows with one token
+//! (`rows`, the decode kernel), one row with one token (`vec_dot`) and one row with [`TILE`]
+//! tokens (`tile`, the prefill GEMM kernel).
+//!
+//! All three round the same way, per row and token, block by block in order:
+//! - without a min: `acc = fma(isum, dw * da, acc)`;
+//! - with a min (Q4_1 / Q5_1): `acc = fma(fma(isum, dw, asum * mw), da, acc)`;
+//!
+//! where `isum` is the exact integer dot of the block's quants, `asum` the exact sum of the
+//! activation quants (not Q8_1's `s`, which is rounded to f16), and `dw * da` and
+//! `asum * mw` are exact in f32 (11-bit by 11-bit and 12-bit by 11-bit significands). So the
+//! drivers agree bit for bit (decode equals single-row equals batched results, however the
+//! rows are grouped), and differ from the generated scalar reference (which reduces each
+//! block, then adds blocks in order) by f32 rounding order only.
+
+use super::blocks::{Weights, LANES};
+use super::common::{f16_to_f32, read_u16};
+use crate::kernels::{ROWS, TILE};
+use std::arch::x86_64::*;
+
+const _: () = assert!(ROWS == LANES && 2 * TILE == LANES);
+
+/// The f16s at the eight pointers widened to f32, lane k from `p[k]`.
+#[inline(always)]
+unsafe fn f16x8(p: [*const u8; LANES]) -> __m256 {
+    let mut packed = [0u64; 2];
+    for (k, q) in p.iter().enumerate() {
+        packed[k / 4] |= (read_u16(*q) as u64) << (16 * (k % 4));
+    }
+    _mm256_cvtph_ps(_mm_set_epi64x(packed[1] as i64, packed[0] as i64))
+}
+
+/// The two factors `(x, y)` of each lane's step `acc = fma(x, y, acc)` (see the module
+/// note), from the lanes' integer sums, weight blocks and activation scales `da`.
+#[inline(always)]
+unsafe fn factors<F: Weights>(
+    sums: (__m256i, __m256i),
+    w: [*const u8; LANES],
+    da: __m256,
+) -> (__m256, __m256) {
+    let isum = _mm256_cvtepi32_ps(sums.0);
+    let dw = f16x8(w);
+    if F::HAS_MIN {
+        let mut m = w;
+        for p in &mut m {
+            *p = p.add(2);
+        }
+        let mw = f16x8(m);
+        let min = _mm256_mul_ps(_mm256_cvtepi32_ps(sums.1), mw);
+        (_mm256_fmadd_ps(isum, dw, min), da)
+    } else {
+        (isum, _mm256_mul_ps(dw, da))
+    }
+}
+
+/// Prefetches (into L2) step `i`'s share of the [`ROWS`] rows that follow this call's, as
+/// one linear stream: `ROWS * BYTES` bytes from `next + i * ROWS * BYTES`, so that over the
+/// call's `nb` steps the whole next group arrives. Without it, this kernel's eight short
+/// interleaved row streams (one row is a few cache lines) leave the hardware stream
+/// prefetcher untrained, and a single thread streams weights from DRAM at about half the
+/// bandwidth the sequential single-row dot reached. Prefetches never fault, so reaching past
+/// the matrix (after its last group) only wastes one group's worth of reads.
+#[inline(always)]
+unsafe fn prefetch_next_group<F: Weights>(next: *const u8, i: usize) {
+    let from = next.wrapping_add(i * ROWS * F::BYTES);
+    let mut off = 0;
+    while off < ROWS * F::BYTES {
+        _mm_prefetch::<_MM_HINT_T1>(from.wrapping_add(off).cast());
+        off += 64;
+    }
+}
+
+/// [`ROWS`] weight rows (back to back in `w`) dotted with one activation row: lane r is row
+/// r, so each activation block is loaded and its scale converted once for all rows. Each
+/// step also prefetches part of the next group ([`prefetch_next_group`]).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn rows<F: Weights>(w: &[u8], a: &[u8]) -> [f32; ROWS] {
+    let row = w.len() / ROWS;
+    let nb = (row / F::BYTES).min(a.len() / F::ACT.bytes);
+    let (wp, ap) = (w.as_ptr(), a.as_ptr());
+    let mut acc = _mm256_setzero_ps();
+    for i in 0..nb {
+        let mut wb = [wp; LANES];
+        for (r, p) in wb.iter_mut().enumerate() {
+            *p = wp.add(r * row + i * F::BYTES);
+        }
+        prefetch_next_group::<F>(wp.wrapping_add(w.len()), i);
+        let ab = ap.add(i * F::ACT.bytes);
+        let da = _mm256_set1_ps(f16_to_f32(read_u16(ab)));
+        let (x, y) = factors::<F>(F::isums(wb, [ab; LANES]), wb, da);
+        acc = _mm256_fmadd_ps(x, y, acc);
+    }
+    std::mem::transmute::<__m256, [f32; ROWS]>(acc)
+}
+
+/// One weight row dotted with one activation row: eight blocks per integer step (a shorter
+/// last step repeats its last block in the unused lanes), then the lanes' steps in order.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn vec_dot<F: Weights>(w: &[u8], a: &[u8]) -> f32 {
+    let nb = (w.len() / F::BYTES).min(a.len() / F::ACT.bytes);
+    let (wp, ap) = (w.as_ptr(), a.as_ptr());
+    let mut acc = 0f32;
+    let mut i = 0;
+    while i < nb {
+        let n = (nb - i).min(LANES);
+        let (mut wb, mut ab) = ([wp; LANES], [ap; LANES]);
+        for k in 0..LANES {
+            let b = i + k.min(n - 1);
+            wb[k] = wp.add(b * F::BYTES);
+            ab[k] = ap.add(b * F::ACT.bytes);
+        }
+        let (x, y) = factors::<F>(F::isums(wb, ab), wb, f16x8(ab));
+        let x = std::mem::transmute::<__m256, [f32; LANES]>(x);
+        let y = std::mem::transmute::<__m256, [f32; LANES]>(y);
+        for k in 0..n {
+            acc = x[k].mul_add(y[k], acc);
+        }
+        i += n;
+    }
+    acc
+}
+
+/// One weight row dotted with [`TILE`] activation rows: two blocks per integer step, lane
+/// t the first block of token t, lane t + 4 the second (a lone last block fills both), so
+/// each weight block is unpacked once for all tokens. Token t's result equals
+/// `vec_dot(w, a[t])` bit for bit.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn tile<F: Weights>(w: &[u8], a: [&[u8]; TILE]) -> [f32; TILE] {
+    let nb = a
+        .iter()
+        .fold(w.len() / F::BYTES, |n, r| n.min(r.len() / F::ACT.bytes));
+    let wp = w.as_ptr();
+    let ap = a.map(|r| r.as_ptr());
+    let mut acc = _mm_setzero_ps();
+    let mut i = 0;
+    while i < nb {
+        let j = (i + 1).min(nb - 1);
+        let (mut wb, mut ab) = ([wp; LANES], [wp; LANES]);
+        for k in 0..LANES {
+            let b = if k < TILE { i } else { j };
+            wb[k] = wp.add(b * F::BYTES);
+            ab[k] = ap[k % TILE].add(b * F::ACT.bytes);
+        }
+        let (x, y) = factors::<F>(F::isums(wb, ab), wb, f16x8(ab));
+        acc = _mm_fmadd_ps(_mm256_castps256_ps128(x), _mm256_castps256_ps128(y), acc);
+        if j > i {
+            let (xh, yh) = (
+                _mm256_extractf128_ps::<1>(x),
+                _mm256_extractf128_ps::<1>(y),
+            );
+            acc = _mm_fmadd_ps(xh, yh, acc);
+        }
+        i += 2;
+    }
+    std::mem::transmute::<__m128, [f32; TILE]>(acc)
+}
