@@ -186,21 +186,22 @@ impl LayerLayout {
         }
     }
 
-    /// The error for a failure at file offset `at` of a file that still holds the layer, or
-    /// the short read where it ends now (`size`) if it does not.
+    /// The short read of a file that ends at `size`, if that is before the layer's end: at
+    /// the first segment the file does not hold whole, as [`LayerLayout::read_into`] reports.
+    fn ends_short(&self, size: u64) -> Option<GgufError> {
+        let s = self.segments.iter().find(|s| s.needed_end > size)?;
+        Some(self.short_read(size.max(s.file_start)))
+    }
+
+    /// The error for a failure at file offset `at`: a short read where the file ends now
+    /// (`size`) if it no longer holds the layer, else `source` at `at`.
     fn failed_at(&self, at: u64, size: Option<u64>, source: std::io::Error) -> GgufError {
-        let end = self.segments.iter().map(|s| s.needed_end).max().unwrap_or(0);
-        match size {
-            Some(size) if size < end => {
-                let start = self.segments.iter().map(|s| s.file_start).min().unwrap_or(0);
-                self.short_read(size.max(start))
-            }
-            _ => GgufError::ReadFailed {
+        size.and_then(|size| self.ends_short(size))
+            .unwrap_or_else(|| GgufError::ReadFailed {
                 tensor: self.matrix_at(at).name.clone(),
                 offset: at,
                 source,
-            },
-        }
+            })
     }
 
     /// The seven matrices' bytes (in [`LayerTensors::matrices`] order) in a buffer filled by
@@ -225,15 +226,17 @@ impl LayerLayout {
     /// The file size is checked first, so a file cut short fails here (a short read naming
     /// the tensor and where the file ends) rather than faulting later.
     pub fn map(&self, file: &File) -> Result<MappedLayer, MapError> {
-        let size = file.metadata().map(|m| m.len());
         let first = self.segments.first().map_or(0, |s| s.file_start);
+        let size = file.metadata().map(|m| m.len());
         let size = size.map_err(|e| MapError::Failed(self.failed_at(first, None, e)))?;
-        if let Some(s) = self.segments.iter().find(|s| s.needed_end > size) {
-            return Err(MapError::Failed(self.short_read(size.max(s.file_start))));
+        if let Some(e) = self.ends_short(size) {
+            return Err(MapError::Failed(e));
         }
         let mut windows = Vec::with_capacity(self.segments.len());
         for s in &self.segments {
-            windows.push(Window::map(file, s.file_start, s.len as usize).map_err(MapError::Unsupported)?);
+            windows.push(
+                Window::map(file, s.file_start, s.len as usize).map_err(MapError::Unsupported)?,
+            );
         }
         for (w, s) in windows.iter().zip(&self.segments) {
             if let Err(e) = w.populate() {
@@ -245,15 +248,24 @@ impl LayerLayout {
     }
 
     /// After the compute used `mapped`: fails if a read found a page missing (the file was
-    /// cut, or storage failed) and so saw zeros; `file` tells where it ends now.
+    /// cut, or storage failed) and so saw zeros, or if the file no longer holds the layer
+    /// (a cut that left the pages the compute read mapped, zero-filled past the end).
     pub fn check(&self, mapped: &MappedLayer, file: &File) -> Result<(), GgufError> {
+        let first = self.segments.first().map_or(0, |s| s.file_start);
+        let size = file
+            .metadata()
+            .map_err(|e| self.failed_at(first, None, e))?
+            .len();
+        if let Some(e) = self.ends_short(size) {
+            return Err(e);
+        }
         match mapped.windows.iter().filter_map(Window::fault).min() {
             None => Ok(()),
-            Some(at) => {
-                let size = file.metadata().map(|m| m.len()).ok();
-                let bus_error = std::io::Error::other("bus error reading the mapped model file");
-                Err(self.failed_at(at, size, bus_error))
-            }
+            Some(at) => Err(self.failed_at(
+                at,
+                None,
+                std::io::Error::other("bus error reading the mapped model file"),
+            )),
         }
     }
 
@@ -267,19 +279,9 @@ impl LayerLayout {
                 .read_segment(s.file_start, dst, needed)
                 .map_err(|(got, e)| {
                     let at = s.file_start + got;
-                    let m = self.matrix_at(at);
                     match e {
-                        None => GgufError::ShortRead {
-                            tensor: m.name.clone(),
-                            offset: at,
-                            wanted: m.len,
-                            got: at.saturating_sub(m.file_start).min(m.len),
-                        },
-                        Some(source) => GgufError::ReadFailed {
-                            tensor: m.name.clone(),
-                            offset: at,
-                            source,
-                        },
+                        None => self.short_read(at),
+                        Some(source) => self.failed_at(at, None, source),
                     }
                 })?;
         }
@@ -484,7 +486,9 @@ impl AlignedBuf {
 
     /// The bytes (empty until [`AlignedBuf::bytes_mut`] allocated them).
     pub fn bytes(&self) -> &[u8] {
-        self.data.get(self.start..self.start + self.len).unwrap_or(&[])
+        self.data
+            .get(self.start..self.start + self.len)
+            .unwrap_or(&[])
     }
 
     pub fn bytes_mut(&mut self) -> &mut [u8] {

@@ -133,7 +133,10 @@ impl Window {
     pub fn map(file: &File, file_start: u64, len: usize) -> io::Result<Window> {
         let map = Mapping::new(file, file_start, len)?;
         let registration = Registration::new(map.base, map.len).ok_or_else(|| {
-            io::Error::new(io::ErrorKind::Unsupported, "every mapped-window slot is taken")
+            io::Error::new(
+                io::ErrorKind::Unsupported,
+                "every mapped-window slot is taken",
+            )
         })?;
         Ok(Window {
             registration,
@@ -198,12 +201,24 @@ mod tests {
         let bytes = w.bytes();
         // SAFETY: reads inside the live mapping; volatile, so each access really happens.
         let read = |i: usize| unsafe { std::ptr::read_volatile(bytes.as_ptr().add(i)) };
-        assert_eq!(read(page + 10), data[2 * page + 10], "the page holding the end reads");
-        assert_eq!(read(page + 200), 0, "the cut-off tail of that page reads as zeros");
+        assert_eq!(
+            read(page + 10),
+            data[2 * page + 10],
+            "the page holding the end reads"
+        );
+        assert_eq!(
+            read(page + 200),
+            0,
+            "the cut-off tail of that page reads as zeros"
+        );
         assert_eq!(w.fault(), None);
         assert_eq!(read(2 * page + 5), 0, "the page past the end faults");
         assert_eq!(w.fault(), Some(3 * page as u64));
-        assert_eq!(read(page + 10), data[2 * page + 10], "other pages are untouched");
+        assert_eq!(
+            read(page + 10),
+            data[2 * page + 10],
+            "other pages are untouched"
+        );
 
         // A window mapped after the cut fails to populate, without a signal.
         let late = Window::map(&file, page as u64, 3 * page).unwrap();

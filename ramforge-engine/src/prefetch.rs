@@ -224,14 +224,10 @@ impl Prefetcher {
         while let Some(buf) = self.free.pop() {
             let layer = self.order[self.next];
             let retire = self.retiring.pop();
-            let sent = self.requests.as_ref().is_some_and(|tx| {
-                tx.send(Request {
-                    layer,
-                    retire,
-                    buf,
-                })
-                .is_ok()
-            });
+            let sent = self
+                .requests
+                .as_ref()
+                .is_some_and(|tx| tx.send(Request { layer, retire, buf }).is_ok());
             if !sent {
                 return Err(stopped());
             }

@@ -1,6 +1,7 @@
 //! Out-of-core streaming on the real model: the prefetch ring reads only what is not pinned,
-//! gives the all-resident tokens, and a file truncated mid-generation ends that generation with
-//! an error naming the tensor and offset, releases every charge, and leaves the engine usable.
+//! gives the all-resident tokens (copied with O_DIRECT from a cold file, used in place from a
+//! warm one), and a file truncated mid-generation ends that generation with an error naming
+//! the tensor and offset, releases every charge, and leaves the engine usable.
 
 mod common;
 
@@ -92,14 +93,52 @@ fn restore(path: &Path, bytes: &[u8]) {
 }
 
 #[test]
-fn a_file_truncated_mid_generation_fails_names_the_tensor_and_releases_every_charge() {
-    // Cold: the copy is evicted from the page cache, so layers stream with O_DIRECT (where
-    // the file system has it); warm: the cache holds the copy, so they stream buffered.
-    truncate_mid_generation("cold", true);
-    truncate_mid_generation("warm", false);
+fn a_warm_file_streams_in_place_and_gives_the_resident_tokens() {
+    let path = warm_copy("in-place");
+    let resident = greedy(&mut Engine::load(&path, &options(None)).unwrap(), 12);
+    let mut e = Engine::load(&path, &options(Some(24 << 20))).unwrap();
+    assert!(e.residency().mapped_io, "a warm file is mapped, not copied");
+    let streamed = greedy(&mut e, 12);
+    assert_eq!(streamed.tokens, resident.tokens);
+    assert!(streamed.residency.layers_loaded > 0);
+    assert!(streamed.residency.mapped_io);
+    assert!(e.budget().peak() <= 24 << 20);
+    drop(e);
+    std::fs::remove_dir_all(path.parent().unwrap()).ok();
 }
 
-fn truncate_mid_generation(tag: &str, evict: bool) {
+/// A copy of the model in its own directory, whole in the page cache (just written).
+fn warm_copy(tag: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("ramforge-ooc-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("model.gguf");
+    std::fs::write(&path, std::fs::read(model()).unwrap()).unwrap();
+    path
+}
+
+/// Where a test cuts the file.
+#[derive(Clone, Copy, Debug)]
+enum Cut {
+    /// Into the streamed matrix that lies last in the file: its layer is read (or mapped)
+    /// after the cut.
+    LastInFile,
+    /// Into the first streamed layer: it is read ahead (or mapped and filled) before the
+    /// cut, so a mapped one is found cut while the compute reads it.
+    FirstStreamed,
+}
+
+#[test]
+fn a_file_truncated_mid_generation_fails_names_the_tensor_and_releases_every_charge() {
+    // Cold: the copy is evicted from the page cache, so layers stream with O_DIRECT (where
+    // the file system has it); warm: the cache holds the copy, so layers are mapped in place.
+    truncate_mid_generation("cold", true, Cut::LastInFile);
+    truncate_mid_generation("warm", false, Cut::LastInFile);
+    // A layer copied before the cut holds good bytes (the copy path fails at the next read);
+    // a mapped one has lost its pages, so it must fail itself.
+    truncate_mid_generation("warm", false, Cut::FirstStreamed);
+}
+
+fn truncate_mid_generation(tag: &str, evict: bool, cut_at: Cut) {
     let dir = std::env::temp_dir().join(format!("ramforge-ooc-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("model.gguf");
@@ -112,27 +151,38 @@ fn truncate_mid_generation(tag: &str, evict: bool) {
     }
 
     let mut e = Engine::load(&path, &options(Some(24 << 20))).unwrap();
-    eprintln!("{tag}: streamed with O_DIRECT: {}", e.residency().direct_io);
+    eprintln!(
+        "{tag}, cut {cut_at:?}: streamed with O_DIRECT: {}, mapped: {}",
+        e.residency().direct_io,
+        e.residency().mapped_io
+    );
     if !evict {
-        assert!(!e.residency().direct_io, "a warm file streams buffered");
+        assert!(e.residency().mapped_io, "a warm file is mapped in place");
     }
     let held_after_load = e.budget().held();
     let baseline = greedy(&mut e, 10);
 
-    // Cut the file 1000 bytes into the streamed matrix that lies last in the file (layers are
-    // not stored in numeric order: blk.9 may follow blk.29), after the third generated token.
+    // Cut the file 1000 bytes into the chosen matrix (layers are not stored in numeric
+    // order: blk.9 may follow blk.29), after the third generated token.
     let plan = e.plan().clone();
-    let first = e
+    let mut streamed = e
         .model()
         .tensors
         .layers
         .iter()
         .zip(&plan.pinned)
         .filter(|(_, &pinned)| !pinned)
-        .flat_map(|(l, _)| l.matrices())
-        .max_by_key(|t| t.offset)
-        .unwrap()
-        .clone();
+        .map(|(l, _)| l.matrices());
+    let first = match cut_at {
+        Cut::LastInFile => streamed.flatten().max_by_key(|t| t.offset),
+        Cut::FirstStreamed => streamed
+            .next()
+            .unwrap()
+            .into_iter()
+            .min_by_key(|t| t.offset),
+    }
+    .unwrap()
+    .clone();
     let cut = e.model().file.absolute_offset(&first) + 1000;
     let prompt = e.model().tokenizer.encode(PROMPT, true, true);
     let mut seen = 0;

@@ -74,6 +74,11 @@ fn honours_a_budget_smaller_than_the_model() {
     assert!(v["budget_peak_bytes"].as_u64().unwrap() <= ram);
     assert!(v["streamed_layers"].as_u64().unwrap() > 0, "{v}");
     assert!(v["bytes_read_per_token"].as_f64().unwrap() > 0.0, "{v}");
+    let depth = v["prefetch_depth"].as_u64().unwrap();
+    assert!(
+        depth >= 1 && depth <= v["stream_buffers"].as_u64().unwrap(),
+        "{v}"
+    );
     let rss = v["peak_rss_bytes"].as_u64().unwrap();
     assert!(
         rss <= ram + (16 << 20),

@@ -91,6 +91,11 @@ fn out_of_core_40m_generates_the_1g_tokens_within_budget_plus_16_mib() {
     // It really streamed: layers were read while generating, far more than the file once.
     assert!(small["streamed_layers"].as_u64().unwrap() > 0);
     assert!(small["bytes_read"].as_u64().unwrap() > file_len);
+    // The prefetch depth in use is adapted within the plan's ring; nothing streams under 1G.
+    let ring = small["stream_buffers"].as_u64().unwrap();
+    let depth = small["prefetch_depth"].as_u64().unwrap();
+    assert!(depth >= 1 && depth <= ring, "depth {depth}, ring {ring}");
+    assert_eq!(big["prefetch_depth"], 0);
     assert_eq!(
         big["bytes_read"].as_u64().unwrap(),
         0,

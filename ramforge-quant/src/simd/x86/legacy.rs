@@ -136,8 +136,24 @@ block_static!(
     tile_q5_1,
     rows_q5_1
 );
-block_static!(Q8_0, q8_0, quantize_q8_0, Q8_0, vec_dot_q8_0, tile_q8_0, rows_q8_0);
-block_static!(Q8_1, q8_1, quantize_q8_1, Q8_1, vec_dot_q8_1, tile_q8_1, rows_q8_1);
+block_static!(
+    Q8_0,
+    q8_0,
+    quantize_q8_0,
+    Q8_0,
+    vec_dot_q8_0,
+    tile_q8_0,
+    rows_q8_0
+);
+block_static!(
+    Q8_1,
+    q8_1,
+    quantize_q8_1,
+    Q8_1,
+    vec_dot_q8_1,
+    tile_q8_1,
+    rows_q8_1
+);
 block_static!(
     IQ4_NL,
     iq4_nl,

@@ -158,6 +158,25 @@ pub(super) unsafe fn weight_blocks<const R: usize>(
     std::array::from_fn(|r| w.as_ptr().add(r * row + i * bytes))
 }
 
+/// Prefetches the `i`-th of `blocks` slices of the `w.len()` bytes that follow `w`: over a
+/// multi-row call's block loop, the next group of rows. The rows of a group are read a block of
+/// each at a time, 8 short strided streams the hardware prefetchers barely learn before they
+/// end, where a row at a time was one long sequential stream; this keeps the next group on
+/// its way from memory while this one is computed. A hint only: the addresses may run past
+/// the matrix (prefetches never fault), and nothing is read through them.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn prefetch_next(w: &[u8], i: usize, blocks: usize) {
+    let next = w.as_ptr().wrapping_add(w.len());
+    let per = w.len().div_ceil(blocks);
+    let end = ((i + 1) * per).min(w.len());
+    let mut off = i * per;
+    while off < end {
+        _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(off).cast::<i8>());
+        off += 64;
+    }
+}
+
 /// The safe entry points of a super-block format's kernel module, around its
 /// `dot::<R, T>` (`R` weight rows back to back, each dotted with `T` activation rows; every
 /// (row, token) pair runs the same arithmetic whatever `R` and `T` are) and its block size

@@ -45,6 +45,9 @@ unsafe fn dot<const R: usize, const T: usize>(w: &[u8], a: [&[u8]; T]) -> [[f32;
         let wb = weight_blocks::<R>(w, row, BYTES, i);
         let (ab, da) = act_blocks(&a, i);
         let sc: [__m256i; R] = std::array::from_fn(|r| scales(wb[r]));
+        if R > 1 {
+            prefetch_next(w, i, row / BYTES);
+        }
         let mut sumi = [[_mm256_setzero_si256(); T]; R];
         for p in 0..4 {
             // 32 bytes of quants hold groups 2p, 2p + 1 in the two lanes, each lane's low
@@ -70,7 +73,8 @@ unsafe fn dot<const R: usize, const T: usize>(w: &[u8], a: [&[u8]; T]) -> [[f32;
                 for t in 0..T {
                     let p_lo = _mm256_maddubs_epi16(mag[t][0], _mm256_sign_epi8(lo, x[t][0]));
                     let p_hi = _mm256_maddubs_epi16(mag[t][1], _mm256_sign_epi8(hi, x[t][1]));
-                    let p = _mm256_add_epi32(_mm256_madd_epi16(s, p_lo), _mm256_madd_epi16(s, p_hi));
+                    let p =
+                        _mm256_add_epi32(_mm256_madd_epi16(s, p_lo), _mm256_madd_epi16(s, p_hi));
                     sumi[r][t] = _mm256_add_epi32(sumi[r][t], p);
                 }
             }

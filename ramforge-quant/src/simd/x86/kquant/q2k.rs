@@ -18,6 +18,9 @@ unsafe fn dot<const R: usize, const T: usize>(w: &[u8], a: [&[u8]; T]) -> [[f32;
         let wb = weight_blocks::<R>(w, row, BYTES, i);
         let (ab, da) = act_blocks(&a, i);
         let bs: [__m256i; T] = std::array::from_fn(|t| bsums(ab[t]));
+        if R > 1 {
+            prefetch_next(w, i, row / BYTES);
+        }
         for r in 0..R {
             let d = f16_at(wb[r].add(80));
             let dmin = f16_at(wb[r].add(82));

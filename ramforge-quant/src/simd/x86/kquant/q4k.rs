@@ -48,6 +48,9 @@ unsafe fn dot<const R: usize, const T: usize>(w: &[u8], a: [&[u8]; T]) -> [[f32;
         let wb = weight_blocks::<R>(w, row, BYTES, i);
         let (ab, da) = act_blocks(&a, i);
         let sm: [__m256i; R] = std::array::from_fn(|r| scales_mins(wb[r].add(4)));
+        if R > 1 {
+            prefetch_next(w, i, row / BYTES);
+        }
         let mut sumi = [[_mm256_setzero_si256(); T]; R];
         for j in 0..4 {
             let qa: [[__m256i; 2]; T] = std::array::from_fn(|t| {

@@ -530,7 +530,13 @@ fn dots_of_minus_128_activations_match_the_reference() {
                 ("all -128", q8k_row(blocks, 0.01, &|_| -128)),
                 (
                     "mixed",
-                    q8k_row(blocks, 0.01, &|j| if j % 2 == 0 { -128 } else { q[j] as i8 }),
+                    q8k_row(blocks, 0.01, &|j| {
+                        if j % 2 == 0 {
+                            -128
+                        } else {
+                            q[j] as i8
+                        }
+                    }),
                 ),
             ] {
                 assert_dot_matches(f, &w, &a, &format!("{blocks} blocks, {what}"));
@@ -539,7 +545,11 @@ fn dots_of_minus_128_activations_match_the_reference() {
                 };
                 let out = tile(&w, [&a[..]; TILE]);
                 let want = vec_dot_of(avx2(f.ty))(&w, &a);
-                assert!(out.iter().all(|v| v.to_bits() == want.to_bits()), "{} tile {what}", f.ty);
+                assert!(
+                    out.iter().all(|v| v.to_bits() == want.to_bits()),
+                    "{} tile {what}",
+                    f.ty
+                );
             }
         }
     }

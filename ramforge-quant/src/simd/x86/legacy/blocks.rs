@@ -88,14 +88,20 @@ unsafe fn nibble_halves(x: *const u8, y: *const u8) -> [__m256i; 2] {
 unsafe fn fifth_bit_halves(qx: u32, qy: u32) -> [__m256i; 2] {
     let words = _mm256_set_m128i(_mm_set1_epi32(qy as i32), _mm_set1_epi32(qx as i32));
     [
-        spread_bits(words, _mm256_setr_epi8(
-            0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, //
-            0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
-        )),
-        spread_bits(words, _mm256_setr_epi8(
-            2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3, //
-            2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
-        )),
+        spread_bits(
+            words,
+            _mm256_setr_epi8(
+                0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, //
+                0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+            ),
+        ),
+        spread_bits(
+            words,
+            _mm256_setr_epi8(
+                2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3, //
+                2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
+            ),
+        ),
     ]
 }
 
@@ -193,10 +199,7 @@ macro_rules! nibble_format {
             const ACT: Act = $act;
             const HAS_MIN: bool = $min;
             #[inline(always)]
-            unsafe fn isums(
-                w: [*const u8; LANES],
-                a: [*const u8; LANES],
-            ) -> (__m256i, __m256i) {
+            unsafe fn isums(w: [*const u8; LANES], a: [*const u8; LANES]) -> (__m256i, __m256i) {
                 nibble_isums::<Self>(w, a)
             }
         }
@@ -249,10 +252,7 @@ unsafe fn tree32(p: [__m256i; LANES]) -> __m256i {
 /// [`Weights::isums`] of a [`Bytes`] format: the sign trick (`|q|` times `a` with q's sign),
 /// whose pair sums are at most 2 * 128 * 127 (no `maddubs` saturation), widened per lane.
 #[inline(always)]
-unsafe fn byte_isums<F: Bytes>(
-    w: [*const u8; LANES],
-    a: [*const u8; LANES],
-) -> (__m256i, __m256i) {
+unsafe fn byte_isums<F: Bytes>(w: [*const u8; LANES], a: [*const u8; LANES]) -> (__m256i, __m256i) {
     // A plain loop: intrinsics inside a closure (`array::from_fn`) may be left out of line.
     let mut p = [_mm256_setzero_si256(); LANES];
     for k in 0..LANES {

@@ -144,10 +144,7 @@ pub(super) unsafe fn tile<F: Weights>(w: &[u8], a: [&[u8]; TILE]) -> [f32; TILE]
         let (x, y) = factors::<F>(F::isums(wb, ab), wb, f16x8(ab));
         acc = _mm_fmadd_ps(_mm256_castps256_ps128(x), _mm256_castps256_ps128(y), acc);
         if j > i {
-            let (xh, yh) = (
-                _mm256_extractf128_ps::<1>(x),
-                _mm256_extractf128_ps::<1>(y),
-            );
+            let (xh, yh) = (_mm256_extractf128_ps::<1>(x), _mm256_extractf128_ps::<1>(y));
             acc = _mm_fmadd_ps(xh, yh, acc);
         }
         i += 2;
