@@ -158,16 +158,17 @@ pub(super) unsafe fn weight_blocks<const R: usize>(
     std::array::from_fn(|r| w.as_ptr().add(r * row + i * bytes))
 }
 
-/// Prefetches the `i`-th of `blocks` slices of the `w.len()` bytes that follow `w`: over a
-/// multi-row call's block loop, the next group of rows. The rows of a group are read a block of
-/// each at a time, 8 short strided streams the hardware prefetchers barely learn before they
-/// end, where a row at a time was one long sequential stream; this keeps the next group on
-/// its way from memory while this one is computed. A hint only: the addresses may run past
-/// the matrix (prefetches never fault), and nothing is read through them.
+/// Prefetches the `i`-th of `blocks` slices of the `w.len()` bytes that start one group past
+/// the end of `w`: over a multi-row call's block loop, the group of rows after the next. A
+/// group's rows are read a block of each at a time, short strided streams the hardware
+/// prefetchers barely learn before they end (a row at a time was one long sequential
+/// stream), so the groups ahead are fetched by hand while this one is computed; two groups
+/// ahead measured faster than one. A hint only: the addresses may run past the matrix
+/// (prefetches never fault) and nothing is read through them.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn prefetch_next(w: &[u8], i: usize, blocks: usize) {
-    let next = w.as_ptr().wrapping_add(w.len());
+    let next = w.as_ptr().wrapping_add(2 * w.len());
     let per = w.len().div_ceil(blocks);
     let end = ((i + 1) * per).min(w.len());
     let mut off = i * per;
@@ -182,8 +183,9 @@ pub(super) unsafe fn prefetch_next(w: &[u8], i: usize, blocks: usize) {
 /// (row, token) pair runs the same arithmetic whatever `R` and `T` are) and its block size
 /// `BYTES`: `vec_dot` (one row, one token), `tile` (one row, [`TILE`] tokens, each weight
 /// block unpacked once), `rows` ([`ROWS`] rows, one token, each activation block loaded once;
-/// run as `ROWS / $group` calls of `$group` rows, as many as the registers hold) and the
-/// length check they make first. All three return bit for bit what `vec_dot` does.
+/// run as `ROWS / $group` calls of `$group` rows: 8 where that measured faster, 1, a plain
+/// loop of single rows, where the wider kernel spilled and measured slower) and the length
+/// check they make first. All three return bit for bit what `vec_dot` does.
 ///
 /// [`TILE`]: crate::kernels::TILE
 /// [`ROWS`]: crate::kernels::ROWS
@@ -213,7 +215,7 @@ macro_rules! entry_points {
         pub(super) fn rows(w: &[u8], a: &[u8]) -> [f32; crate::kernels::ROWS] {
             const ROWS: usize = crate::kernels::ROWS;
             const GROUP: usize = $group;
-            const _: () = assert!(ROWS % GROUP == 0);
+            const _: () = assert!(GROUP > 0 && ROWS / GROUP * GROUP == ROWS);
             assert!(w.len() % ROWS == 0);
             let row = w.len() / ROWS;
             check(&w[..row], a);

@@ -227,8 +227,9 @@ nibble_format!(Q5_1, bytes 24, act Q8_1_ACT, min true, bias 0, wide true,
 // 8-bit formats
 // ---------------------------------------------------------------------------------------
 
-/// An 8-bit format: 32 signed quants per block (none of them matter as -128 only on the
-/// weight side, where the sign trick handles it: `|-128|` reads as 128 unsigned).
+/// An 8-bit format: 32 signed quants per block. A weight quant may be -128: the sign trick
+/// takes `|q|` with `sign_epi8(q, q)`, which leaves -128 as the byte 0x80, read by `maddubs`
+/// as the unsigned 128.
 pub(super) trait Bytes: Weights {
     unsafe fn quants(b: *const u8) -> __m256i;
 }
