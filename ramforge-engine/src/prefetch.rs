@@ -155,11 +155,6 @@ impl Prefetcher {
         self.free.len() + self.in_flight.len() + usize::from(self.current.is_some())
     }
 
-    /// The layout of streamed layer `i`.
-    pub fn layout(&self, i: usize) -> Option<&LayerLayout> {
-        self.layouts[i].as_ref()
-    }
-
     /// Marks the compute done with the current layer and keeps the reader busy. Fails if
     /// the layer was mapped and a page of it went missing while the compute read it (the
     /// compute saw zeros there); the ring then restarts, like after a failed read.
