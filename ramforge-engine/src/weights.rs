@@ -85,6 +85,18 @@ pub struct ResidencyStats {
 }
 
 impl ResidencyStats {
+    /// How streamed layers reach the compute, as the tools print it: `mapped` (in place from
+    /// the page cache), `O_DIRECT` (read around it) or `buffered` (copied out of it).
+    pub fn read_path(&self) -> &'static str {
+        if self.mapped_io {
+            "mapped"
+        } else if self.direct_io {
+            "O_DIRECT"
+        } else {
+            "buffered"
+        }
+    }
+
     /// The traffic since `before` (a snapshot of the same engine's stats); the layout
     /// figures (peak resident, layer counts, load bytes) are kept as they are.
     pub fn since(&self, before: &ResidencyStats) -> ResidencyStats {

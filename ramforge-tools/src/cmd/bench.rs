@@ -175,6 +175,7 @@ fn report(
             "streamed_layer_bytes": stats.streamed_bytes,
             "stream_buffers": stats.stream_buffers,
             "direct_io": stats.direct_io,
+            "mapped_io": stats.mapped_io,
             "peak_rss_bytes": mem.peak_rss,
             "cancelled": m.cancelled,
         });
@@ -207,11 +208,7 @@ fn report(
         stats.streamed_layers,
         human_bytes(stats.streamed_bytes),
         stats.stream_buffers,
-        if stats.direct_io {
-            "O_DIRECT"
-        } else {
-            "buffered"
-        }
+        stats.read_path()
     );
     println!("threads    {}", engine.threads());
     println!("load       {:.2} s", engine.load_secs());

@@ -236,6 +236,7 @@ fn json_report(
         "streamed_layer_bytes": r.streamed_bytes,
         "stream_buffers": r.stream_buffers,
         "direct_io": r.direct_io,
+        "mapped_io": r.mapped_io,
     })
 }
 
@@ -291,7 +292,7 @@ fn text_report(
         if plan.output_resident { "resident" } else { "streamed" },
         r.stream_buffers,
         r.prefetch_depth,
-        if r.direct_io { "O_DIRECT" } else { "buffered" },
+        r.read_path(),
         r.prefetch_hits,
         r.prefetch_late,
         r.io_wait_secs,
