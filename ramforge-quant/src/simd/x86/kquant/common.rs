@@ -146,6 +146,42 @@ pub(super) unsafe fn act_blocks<const T: usize>(
     (ptrs, ds)
 }
 
+/// One 32-quant chunk `c` (0..8) of a weight block, `q` as unsigned bytes with its 16-element
+/// group scales `sc` (i16), against every token's Q8_K block: `sumi[t] += sc . (q x a_t)`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn add_scaled_chunk<const T: usize>(
+    sumi: &mut [__m256i; T],
+    q: __m256i,
+    sc: __m256i,
+    ab: &[*const u8; T],
+    c: usize,
+) {
+    for t in 0..T {
+        let qa = load256(ab[t].add(Q8K_QS + 32 * c));
+        let p = _mm256_madd_epi16(sc, _mm256_maddubs_epi16(q, qa));
+        sumi[t] = _mm256_add_epi32(sumi[t], p);
+    }
+}
+
+/// A weight block's integer sums into its row's f32 lanes: `acc[t] += (d * da[t]) * sumi[t]`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn add_block<const T: usize>(
+    acc: &mut [__m256; T],
+    d: f32,
+    da: &[f32; T],
+    sumi: &[__m256i; T],
+) {
+    for t in 0..T {
+        acc[t] = _mm256_fmadd_ps(
+            _mm256_set1_ps(d * da[t]),
+            _mm256_cvtepi32_ps(sumi[t]),
+            acc[t],
+        );
+    }
+}
+
 /// Super-block number `i` of each of `R` weight rows of `row` bytes, back to back in `w`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]

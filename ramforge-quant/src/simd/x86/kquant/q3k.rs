@@ -61,21 +61,11 @@ unsafe fn dot<const R: usize, const T: usize>(w: &[u8], a: [&[u8]; T]) -> [[f32;
                     low = _mm256_srli_epi16::<2>(low);
                     high = _mm256_srli_epi16::<1>(high);
                     let sc = chunk_scales(hs, k);
-                    for t in 0..T {
-                        let qa = load256(ab[t].add(Q8K_QS + 128 * h + 32 * k));
-                        let p = _mm256_madd_epi16(sc, _mm256_maddubs_epi16(q, qa));
-                        sumi[t] = _mm256_add_epi32(sumi[t], p);
-                    }
+                    add_scaled_chunk(&mut sumi, q, sc, &ab, 4 * h + k);
                 }
             }
             let d = f16_at(wb[r].add(108));
-            for t in 0..T {
-                acc[r][t] = _mm256_fmadd_ps(
-                    _mm256_set1_ps(d * da[t]),
-                    _mm256_cvtepi32_ps(sumi[t]),
-                    acc[r][t],
-                );
-            }
+            add_block(&mut acc[r], d, &da, &sumi);
         }
     }
     std::array::from_fn(|r| std::array::from_fn(|t| hsum256(acc[r][t])))

@@ -39,6 +39,57 @@ pub(super) unsafe fn bsums32(ab: *const u8) -> __m128i {
     )
 }
 
+/// Chunk pair `j` (elements 64j..64j+64) of a Q4_K/Q5_K block, its low and high quants as
+/// unsigned bytes, against every token's activations `qa[t]`, each half scaled by its group
+/// scale from `sm` (see [`scales_mins`]).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn add_scaled_pair<const T: usize>(
+    sumi: &mut [__m256i; T],
+    lo: __m256i,
+    hi: __m256i,
+    sm: __m256i,
+    j: usize,
+    qa: &[[__m256i; 2]; T],
+) {
+    let sc = _mm256_permute2x128_si256::<0x00>(sm, sm);
+    let s_lo = bcast16(sc, 2 * j);
+    let s_hi = bcast16(sc, 2 * j + 1);
+    for t in 0..T {
+        let p_lo = _mm256_maddubs_epi16(lo, qa[t][0]);
+        let p_hi = _mm256_maddubs_epi16(hi, qa[t][1]);
+        let p = _mm256_add_epi32(_mm256_madd_epi16(s_lo, p_lo), _mm256_madd_epi16(s_hi, p_hi));
+        sumi[t] = _mm256_add_epi32(sumi[t], p);
+    }
+}
+
+/// A Q4_K/Q5_K block (at `wb`: f16 `d`, f16 `dmin`, scales and mins `sm`) into its row's f32
+/// lanes: `acc[t] += d * da[t] * sumi[t] - dmin * da[t] * (mins . bsums[t])`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn add_block_with_mins<const T: usize>(
+    acc: &mut [__m256; T],
+    wb: *const u8,
+    sm: __m256i,
+    da: &[f32; T],
+    bs: &[__m128i; T],
+    sumi: &[__m256i; T],
+) {
+    let d = f16_at(wb);
+    let dmin = f16_at(wb.add(2));
+    let mins = _mm256_extracti128_si256::<1>(sm);
+    for t in 0..T {
+        // The mins' 4 sums ride in the low half of the accumulator.
+        let m = _mm256_zextsi128_si256(_mm_madd_epi16(mins, bs[t]));
+        let sum = _mm256_fmadd_ps(
+            _mm256_set1_ps(d * da[t]),
+            _mm256_cvtepi32_ps(sumi[t]),
+            acc[t],
+        );
+        acc[t] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * da[t]), _mm256_cvtepi32_ps(m), sum);
+    }
+}
+
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot<const R: usize, const T: usize>(w: &[u8], a: [&[u8]; T]) -> [[f32; T]; R] {
     let row = w.len() / R;
@@ -61,36 +112,12 @@ unsafe fn dot<const R: usize, const T: usize>(w: &[u8], a: [&[u8]; T]) -> [[f32;
                 let q = load256(wb[r].add(16 + 32 * j));
                 let lo = _mm256_and_si256(q, m4);
                 let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
-                let sc = _mm256_permute2x128_si256::<0x00>(sm[r], sm[r]);
-                let s_lo = bcast16(sc, 2 * j);
-                let s_hi = bcast16(sc, 2 * j + 1);
-                for t in 0..T {
-                    let p_lo = _mm256_maddubs_epi16(lo, qa[t][0]);
-                    let p_hi = _mm256_maddubs_epi16(hi, qa[t][1]);
-                    let p = _mm256_add_epi32(
-                        _mm256_madd_epi16(s_lo, p_lo),
-                        _mm256_madd_epi16(s_hi, p_hi),
-                    );
-                    sumi[r][t] = _mm256_add_epi32(sumi[r][t], p);
-                }
+                add_scaled_pair(&mut sumi[r], lo, hi, sm[r], j, &qa);
             }
         }
         let bs: [__m128i; T] = std::array::from_fn(|t| bsums32(ab[t]));
         for r in 0..R {
-            let d = f16_at(wb[r]);
-            let dmin = f16_at(wb[r].add(2));
-            let mins = _mm256_extracti128_si256::<1>(sm[r]);
-            for t in 0..T {
-                // The mins' 4 sums ride in the low half of the accumulator.
-                let m = _mm256_zextsi128_si256(_mm_madd_epi16(mins, bs[t]));
-                let sum = _mm256_fmadd_ps(
-                    _mm256_set1_ps(d * da[t]),
-                    _mm256_cvtepi32_ps(sumi[r][t]),
-                    acc[r][t],
-                );
-                acc[r][t] =
-                    _mm256_fnmadd_ps(_mm256_set1_ps(dmin * da[t]), _mm256_cvtepi32_ps(m), sum);
-            }
+            add_block_with_mins(&mut acc[r], wb[r], sm[r], &da, &bs, &sumi[r]);
         }
     }
     std::array::from_fn(|r| std::array::from_fn(|t| hsum256(acc[r][t])))

@@ -1,7 +1,7 @@
 //! Q5_K x Q8_K: Q4_K's kernel with the fifth bit of each quant or-ed in from `qh`.
 
 use super::common::*;
-use super::q4k::{bsums32, scales_mins};
+use super::q4k::{add_block_with_mins, add_scaled_pair, bsums32, scales_mins};
 use std::arch::x86_64::*;
 
 const BYTES: usize = 176;
@@ -38,36 +38,12 @@ unsafe fn dot<const R: usize, const T: usize>(w: &[u8], a: [&[u8]; T]) -> [[f32;
                     _mm256_and_si256(_mm256_slli_epi16::<3>(high[r]), bit4),
                 );
                 high[r] = _mm256_srli_epi16::<2>(high[r]);
-                let sc = _mm256_permute2x128_si256::<0x00>(sm[r], sm[r]);
-                let s_lo = bcast16(sc, 2 * j);
-                let s_hi = bcast16(sc, 2 * j + 1);
-                for t in 0..T {
-                    let p_lo = _mm256_maddubs_epi16(lo, qa[t][0]);
-                    let p_hi = _mm256_maddubs_epi16(hi, qa[t][1]);
-                    let p = _mm256_add_epi32(
-                        _mm256_madd_epi16(s_lo, p_lo),
-                        _mm256_madd_epi16(s_hi, p_hi),
-                    );
-                    sumi[r][t] = _mm256_add_epi32(sumi[r][t], p);
-                }
+                add_scaled_pair(&mut sumi[r], lo, hi, sm[r], j, &qa);
             }
         }
         let bs: [__m128i; T] = std::array::from_fn(|t| bsums32(ab[t]));
         for r in 0..R {
-            let d = f16_at(wb[r]);
-            let dmin = f16_at(wb[r].add(2));
-            let mins = _mm256_extracti128_si256::<1>(sm[r]);
-            for t in 0..T {
-                // The mins' 4 sums ride in the low half of the accumulator.
-                let m = _mm256_zextsi128_si256(_mm_madd_epi16(mins, bs[t]));
-                let sum = _mm256_fmadd_ps(
-                    _mm256_set1_ps(d * da[t]),
-                    _mm256_cvtepi32_ps(sumi[r][t]),
-                    acc[r][t],
-                );
-                acc[r][t] =
-                    _mm256_fnmadd_ps(_mm256_set1_ps(dmin * da[t]), _mm256_cvtepi32_ps(m), sum);
-            }
+            add_block_with_mins(&mut acc[r], wb[r], sm[r], &da, &bs, &sumi[r]);
         }
     }
     std::array::from_fn(|r| std::array::from_fn(|t| hsum256(acc[r][t])))
