@@ -5,37 +5,15 @@
 
 mod common;
 
-use common::model;
+use common::{greedy, model, options};
 use ramforge_engine::adaptive_depth::WINDOW_PASSES;
 use ramforge_engine::direct_io::aligned_buf_charge;
 use ramforge_engine::residency::prefetch_depth;
-use ramforge_engine::{Engine, EngineOptions, GenerationStats, SamplingParams};
-use std::sync::atomic::AtomicBool;
+use ramforge_engine::Engine;
 
 /// A budget under which the model streams through a ring of more than one buffer.
 const RAM: u64 = 32 << 20;
-const PROMPT: &str = "The capital of France is";
 const TOKENS: usize = 16;
-
-fn options(ram: Option<u64>) -> EngineOptions {
-    EngineOptions {
-        ram,
-        ctx: Some(64),
-        threads: 2,
-        ..Default::default()
-    }
-}
-
-fn greedy(e: &mut Engine, n: usize) -> GenerationStats {
-    let prompt = e.model().tokenizer.encode(PROMPT, true, true);
-    e.generate(
-        &prompt,
-        &SamplingParams::greedy(n),
-        &mut |_, _| {},
-        &AtomicBool::new(false),
-    )
-    .unwrap()
-}
 
 /// The streaming engine, checked to have a ring deep enough to adapt.
 fn streaming_engine() -> Engine {

@@ -5,33 +5,11 @@
 
 mod common;
 
-use common::model;
-use ramforge_engine::{Engine, EngineOptions, SamplingParams};
+use common::{greedy, model, options, PROMPT};
+use ramforge_engine::{Engine, SamplingParams};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
-
-fn options(ram: Option<u64>) -> EngineOptions {
-    EngineOptions {
-        ram,
-        ctx: Some(64),
-        threads: 2,
-        ..Default::default()
-    }
-}
-
-const PROMPT: &str = "The capital of France is";
-
-fn greedy(e: &mut Engine, n: usize) -> ramforge_engine::GenerationStats {
-    let prompt = e.model().tokenizer.encode(PROMPT, true, true);
-    e.generate(
-        &prompt,
-        &SamplingParams::greedy(n),
-        &mut |_, _| {},
-        &AtomicBool::new(false),
-    )
-    .unwrap()
-}
 
 #[test]
 fn streaming_reads_only_the_unpinned_layers_and_gives_the_resident_tokens() {

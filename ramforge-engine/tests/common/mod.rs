@@ -1,7 +1,36 @@
-//! What the engine's integration tests share: where the real model file is. A missing one
-//! fails the test with what to do.
+//! What the engine's integration tests share: where the real model file is (a missing one
+//! fails the test with what to do), and the streaming tests' options and greedy run.
+// Each test binary compiles this module and uses a part of it.
+#![allow(dead_code)]
 
+use ramforge_engine::{Engine, EngineOptions, GenerationStats, SamplingParams};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+
+/// The prompt of the streaming tests.
+pub const PROMPT: &str = "The capital of France is";
+
+/// A 64-token context on 2 threads under `ram` (None: unlimited).
+pub fn options(ram: Option<u64>) -> EngineOptions {
+    EngineOptions {
+        ram,
+        ctx: Some(64),
+        threads: 2,
+        ..Default::default()
+    }
+}
+
+/// `n` greedy tokens after [`PROMPT`].
+pub fn greedy(e: &mut Engine, n: usize) -> GenerationStats {
+    let prompt = e.model().tokenizer.encode(PROMPT, true, true);
+    e.generate(
+        &prompt,
+        &SamplingParams::greedy(n),
+        &mut |_, _| {},
+        &AtomicBool::new(false),
+    )
+    .unwrap()
+}
 
 /// SmolLM2-135M-Instruct Q4_1 under `RAMFORGE_MODELS` (default `<workspace root>/models`).
 pub fn model() -> PathBuf {
