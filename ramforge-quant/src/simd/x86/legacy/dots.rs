@@ -4,14 +4,16 @@
 //!
 //! All three round the same way, per row and token, block by block in order:
 //! - without a min: `acc = fma(isum, dw * da, acc)`;
-//! - with a min (Q4_1 / Q5_1): `acc = fma(fma(isum, dw, asum * mw), da, acc)`;
+//! - with a min (Q4_1 / Q5_1): `acc += da * (dw * isum + mw * asum)`, each operation rounded
+//!   on its own, no fma: exactly the generated scalar reference's steps, so these two formats
+//!   equal it bit for bit (an fma form measured further from llama.cpp on the Q5_K_M golden);
 //!
 //! where `isum` is the exact integer dot of the block's quants, `asum` the exact sum of the
-//! activation quants (not Q8_1's `s`, which is rounded to f16), and `dw * da` and
-//! `asum * mw` are exact in f32 (11-bit by 11-bit and 12-bit by 11-bit significands). So the
-//! drivers agree bit for bit (decode equals single-row equals batched results, however the
-//! rows are grouped), and differ from the generated scalar reference (which reduces each
-//! block, then adds blocks in order) by f32 rounding order only.
+//! activation quants (not Q8_1's `s`, which is rounded to f16), and `dw * da` is exact in
+//! f32 (11-bit by 11-bit significands). So the drivers agree bit for bit (decode equals
+//! single-row equals batched results, however the rows are grouped); without a min they
+//! differ from the generated scalar reference (which reduces each block, then adds blocks
+//! in order) by f32 rounding order only.
 
 use super::blocks::{Weights, LANES};
 use super::common::{f16_to_f32, read_u16};
@@ -30,8 +32,9 @@ unsafe fn f16x8(p: [*const u8; LANES]) -> __m256 {
     _mm256_cvtph_ps(_mm_set_epi64x(packed[1] as i64, packed[0] as i64))
 }
 
-/// The two factors `(x, y)` of each lane's step `acc = fma(x, y, acc)` (see the module
-/// note), from the lanes' integer sums, weight blocks and activation scales `da`.
+/// The two factors `(x, y)` of each lane's step ([`step`]: `acc = fma(x, y, acc)`, or with a
+/// min `acc = acc + x * y`; see the module note), from the lanes' integer sums, weight
+/// blocks and activation scales `da`.
 #[inline(always)]
 unsafe fn factors<F: Weights>(
     sums: (__m256i, __m256i),
@@ -46,10 +49,20 @@ unsafe fn factors<F: Weights>(
             *p = p.add(2);
         }
         let mw = f16x8(m);
-        let min = _mm256_mul_ps(_mm256_cvtepi32_ps(sums.1), mw);
-        (_mm256_fmadd_ps(isum, dw, min), da)
+        let min = _mm256_mul_ps(mw, _mm256_cvtepi32_ps(sums.1));
+        (_mm256_add_ps(_mm256_mul_ps(dw, isum), min), da)
     } else {
         (isum, _mm256_mul_ps(dw, da))
+    }
+}
+
+/// One block step of every lane (see [`factors`]).
+#[inline(always)]
+unsafe fn step<F: Weights>(x: __m256, y: __m256, acc: __m256) -> __m256 {
+    if F::HAS_MIN {
+        _mm256_add_ps(acc, _mm256_mul_ps(y, x))
+    } else {
+        _mm256_fmadd_ps(x, y, acc)
     }
 }
 
@@ -88,7 +101,7 @@ pub(super) unsafe fn rows<F: Weights>(w: &[u8], a: &[u8]) -> [f32; ROWS] {
         let ab = ap.add(i * F::ACT.bytes);
         let da = _mm256_set1_ps(f16_to_f32(read_u16(ab)));
         let (x, y) = factors::<F>(F::isums(wb, [ab; LANES]), wb, da);
-        acc = _mm256_fmadd_ps(x, y, acc);
+        acc = step::<F>(x, y, acc);
     }
     std::mem::transmute::<__m256, [f32; ROWS]>(acc)
 }
@@ -113,7 +126,11 @@ pub(super) unsafe fn vec_dot<F: Weights>(w: &[u8], a: &[u8]) -> f32 {
         let x = std::mem::transmute::<__m256, [f32; LANES]>(x);
         let y = std::mem::transmute::<__m256, [f32; LANES]>(y);
         for k in 0..n {
-            acc = x[k].mul_add(y[k], acc);
+            acc = if F::HAS_MIN {
+                acc + y[k] * x[k]
+            } else {
+                x[k].mul_add(y[k], acc)
+            };
         }
         i += n;
     }
@@ -142,10 +159,17 @@ pub(super) unsafe fn tile<F: Weights>(w: &[u8], a: [&[u8]; TILE]) -> [f32; TILE]
             ab[k] = ap[k % TILE].add(b * F::ACT.bytes);
         }
         let (x, y) = factors::<F>(F::isums(wb, ab), wb, f16x8(ab));
-        acc = _mm_fmadd_ps(_mm256_castps256_ps128(x), _mm256_castps256_ps128(y), acc);
+        let step4 = |x: __m128, y: __m128, acc: __m128| {
+            if F::HAS_MIN {
+                _mm_add_ps(acc, _mm_mul_ps(y, x))
+            } else {
+                _mm_fmadd_ps(x, y, acc)
+            }
+        };
+        acc = step4(_mm256_castps256_ps128(x), _mm256_castps256_ps128(y), acc);
         if j > i {
             let (xh, yh) = (_mm256_extractf128_ps::<1>(x), _mm256_extractf128_ps::<1>(y));
-            acc = _mm_fmadd_ps(xh, yh, acc);
+            acc = step4(xh, yh, acc);
         }
         i += 2;
     }
