@@ -47,11 +47,6 @@ impl DepthControl {
         self.window_start = *stats;
     }
 
-    /// The depth fixed by [`DepthControl::fix`], if any.
-    pub fn fixed(&self) -> Option<usize> {
-        self.fixed
-    }
-
     /// The last decision made from measurements.
     pub fn last(&self) -> Option<DepthDecision> {
         self.last

@@ -157,15 +157,6 @@ impl LayerLayout {
         self.segments.iter().map(|s| s.len).sum()
     }
 
-    /// Offsets of the seven matrices in the buffer, in [`LayerTensors::matrices`] order.
-    pub fn matrix_offsets(&self) -> [usize; 7] {
-        let mut at = [0usize; 7];
-        for (slot, p) in at.iter_mut().zip(&self.placed) {
-            *slot = p.buf_start;
-        }
-        at
-    }
-
     /// The matrix that holds file offset `offset` (or the last one before it), for errors.
     fn matrix_at(&self, offset: u64) -> &Placed {
         self.placed
