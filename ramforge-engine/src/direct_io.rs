@@ -23,6 +23,8 @@ use std::path::Path;
 /// Alignment of `O_DIRECT` offsets, lengths and buffer addresses (covers 512 B and 4 KiB
 /// logical blocks).
 pub const ALIGN: u64 = 4096;
+/// Buffered streaming reads drop what they read from the page cache every this many bytes.
+const DROP_CHUNK: usize = 4 << 20;
 /// Matrices closer than this in the file are read as one segment (what lies between them, the
 /// norms, is read and ignored).
 pub const MERGE_GAP: u64 = 256 << 10;
@@ -473,18 +475,32 @@ impl StreamFile {
                 other => return other,
             }
         }
-        let r = read_at_least(&self.buffered, &mut dst[..needed], offset, needed);
-        if self.drop_cached {
-            // Streamed bytes are not wanted in the page cache: they are read again next pass,
-            // long after a cache under memory pressure would have kept them.
+        if !self.drop_cached {
+            return read_at_least(&self.buffered, &mut dst[..needed], offset, needed);
+        }
+        // Streamed bytes are not wanted in the page cache: they are read again next pass, long
+        // after a cache under memory pressure would have kept them. Dropping them chunk by
+        // chunk keeps the cache's share to a chunk plus the readahead window; a whole segment
+        // at once can overrun a memory limit's headroom and make every read reclaim.
+        let mut done = 0usize;
+        while done < needed {
+            let end = (done + DROP_CHUNK).min(needed);
+            let r = read_at_least(
+                &self.buffered,
+                &mut dst[done..end],
+                offset + done as u64,
+                end - done,
+            );
             advise(
                 &self.buffered,
-                offset,
-                needed as u64,
+                offset + done as u64,
+                (end - done) as u64,
                 libc::POSIX_FADV_DONTNEED,
             );
+            r.map_err(|(got, e)| (done as u64 + got, e))?;
+            done = end;
         }
-        r
+        Ok(done as u64)
     }
 }
 
@@ -583,6 +599,43 @@ mod tests {
             bytes: mib << 20,
             secs,
         }
+    }
+
+    /// A file of `len` bytes where byte `i` is `(i * 7 + i / 4093) as u8` (no period that
+    /// a chunk or page size would hide).
+    fn patterned_file(tag: &str, len: usize) -> (std::path::PathBuf, Vec<u8>) {
+        let bytes: Vec<u8> = (0..len).map(|i| (i * 7 + i / 4093) as u8).collect();
+        let path = std::env::temp_dir().join(format!("ramforge-dio-{tag}-{}", std::process::id()));
+        std::fs::write(&path, &bytes).unwrap();
+        (path, bytes)
+    }
+
+    #[test]
+    fn buffered_reads_across_drop_chunks_return_every_byte_in_place() {
+        let len = 2 * DROP_CHUNK + 3 * ALIGN as usize + 123;
+        let (path, bytes) = patterned_file("chunks", len);
+        let file = File::open(&path).unwrap();
+        let mut stream = StreamFile::open(&path, &file, ReadMode::Direct).unwrap();
+        stream.use_direct = false;
+        // A segment from an aligned offset to past the end of the file: the last chunk is
+        // short, and the end of the file after `needed` bytes is fine.
+        let offset = ALIGN;
+        let needed = len - offset as usize;
+        let mut dst = vec![0u8; round_up(len as u64) as usize];
+        let got = stream.read_segment(offset, &mut dst, needed).unwrap();
+        assert_eq!(got, needed as u64);
+        assert!(dst[..needed] == bytes[offset as usize..]);
+
+        // A file cut inside the second chunk: the error counts exactly the bytes read.
+        let cut = DROP_CHUNK + 5000;
+        std::fs::write(&path, &bytes[..cut]).unwrap();
+        let file = File::open(&path).unwrap();
+        let mut stream = StreamFile::open(&path, &file, ReadMode::Direct).unwrap();
+        stream.use_direct = false;
+        let (got, err) = stream.read_segment(0, &mut dst, len).unwrap_err();
+        assert_eq!(got, cut as u64);
+        assert!(err.is_none(), "the end of the file is not an I/O error");
+        std::fs::remove_file(&path).unwrap();
     }
 
     #[test]
