@@ -25,6 +25,9 @@ use std::path::Path;
 pub const ALIGN: u64 = 4096;
 /// Buffered streaming reads drop what they read from the page cache every this many bytes.
 const DROP_CHUNK: usize = 4 << 20;
+/// The largest page-cache folio (a PMD on x86-64 and 4 KiB-page arm64): page-cache folios
+/// are naturally aligned, so dropping from a multiple of this never splits one.
+const FOLIO: u64 = 2 << 20;
 /// Matrices closer than this in the file are read as one segment (what lies between them, the
 /// norms, is read and ignored).
 pub const MERGE_GAP: u64 = 256 << 10;
@@ -371,8 +374,9 @@ impl StreamFile {
     /// Opens `path` for streaming; `buffered` is a handle on the same file (duplicated, so the
     /// engine's reads and these share the file even if the path is replaced later).
     pub fn open(path: &Path, buffered: &File, mode: ReadMode) -> std::io::Result<StreamFile> {
+        // The kernel's default readahead, not POSIX_FADV_SEQUENTIAL's doubled window: what it
+        // reads ahead sits in the page cache, under a memory limit that counts it.
         let buffered = buffered.try_clone()?;
-        advise(&buffered, 0, 0, libc::POSIX_FADV_SEQUENTIAL);
         let direct = match mode {
             ReadMode::Direct => OpenOptions::new()
                 .read(true)
@@ -481,8 +485,11 @@ impl StreamFile {
         // Streamed bytes are not wanted in the page cache: they are read again next pass, long
         // after a cache under memory pressure would have kept them. Dropping them chunk by
         // chunk keeps the cache's share to a chunk plus the readahead window; a whole segment
-        // at once can overrun a memory limit's headroom and make every read reclaim.
+        // at once can overrun a memory limit's headroom and make every read reclaim. The
+        // kernel drops only whole folios inside the range, so each drop starts at the folio
+        // boundary where the last one stopped: a folio split by a chunk's end goes next time.
         let mut done = 0usize;
+        let mut dropped = offset / FOLIO * FOLIO;
         while done < needed {
             let end = (done + DROP_CHUNK).min(needed);
             let r = read_at_least(
@@ -491,12 +498,14 @@ impl StreamFile {
                 offset + done as u64,
                 end - done,
             );
+            let read_to = offset + end as u64;
             advise(
                 &self.buffered,
-                offset + done as u64,
-                (end - done) as u64,
+                dropped,
+                read_to - dropped,
                 libc::POSIX_FADV_DONTNEED,
             );
+            dropped = read_to / FOLIO * FOLIO;
             r.map_err(|(got, e)| (done as u64 + got, e))?;
             done = end;
         }
@@ -602,40 +611,103 @@ mod tests {
     }
 
     /// A file of `len` bytes where byte `i` is `(i * 7 + i / 4093) as u8` (no period that
-    /// a chunk or page size would hide).
+    /// a chunk or page size would hide), next to the test binary: on disk, where the page
+    /// cache can drop it (unlike tmpfs, a common temp dir).
     fn patterned_file(tag: &str, len: usize) -> (std::path::PathBuf, Vec<u8>) {
         let bytes: Vec<u8> = (0..len).map(|i| (i * 7 + i / 4093) as u8).collect();
-        let path = std::env::temp_dir().join(format!("ramforge-dio-{tag}-{}", std::process::id()));
+        let exe = std::env::current_exe().unwrap();
+        let path = exe.with_file_name(format!("ramforge-dio-{tag}-{}", std::process::id()));
         std::fs::write(&path, &bytes).unwrap();
         (path, bytes)
+    }
+
+    /// A stream on `path` that reads buffered, dropping what it read from the page cache.
+    fn buffered_stream(path: &Path) -> StreamFile {
+        let file = File::open(path).unwrap();
+        let mut stream = StreamFile::open(path, &file, ReadMode::Direct).unwrap();
+        stream.use_direct = false;
+        stream
+    }
+
+    /// Pages of `file` in `range` that the page cache holds.
+    fn cached_pages(file: &File, range: std::ops::Range<u64>) -> usize {
+        let len = (range.end - range.start) as usize;
+        // SAFETY: a fresh shared read-only mapping of an open file, unmapped below; mincore
+        // writes one byte per page of it into `vec`, which has that many.
+        unsafe {
+            let at = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                range.start as libc::off_t,
+            );
+            assert_ne!(at, libc::MAP_FAILED);
+            let mut vec = vec![0u8; len.div_ceil(4096)];
+            assert_eq!(libc::mincore(at, len, vec.as_mut_ptr()), 0);
+            libc::munmap(at, len);
+            vec.iter().filter(|&&b| b & 1 != 0).count()
+        }
     }
 
     #[test]
     fn buffered_reads_across_drop_chunks_return_every_byte_in_place() {
         let len = 2 * DROP_CHUNK + 3 * ALIGN as usize + 123;
         let (path, bytes) = patterned_file("chunks", len);
-        let file = File::open(&path).unwrap();
-        let mut stream = StreamFile::open(&path, &file, ReadMode::Direct).unwrap();
-        stream.use_direct = false;
         // A segment from an aligned offset to past the end of the file: the last chunk is
         // short, and the end of the file after `needed` bytes is fine.
         let offset = ALIGN;
         let needed = len - offset as usize;
         let mut dst = vec![0u8; round_up(len as u64) as usize];
-        let got = stream.read_segment(offset, &mut dst, needed).unwrap();
+        let got = buffered_stream(&path)
+            .read_segment(offset, &mut dst, needed)
+            .unwrap();
         assert_eq!(got, needed as u64);
         assert!(dst[..needed] == bytes[offset as usize..]);
 
         // A file cut inside the second chunk: the error counts exactly the bytes read.
         let cut = DROP_CHUNK + 5000;
         std::fs::write(&path, &bytes[..cut]).unwrap();
-        let file = File::open(&path).unwrap();
-        let mut stream = StreamFile::open(&path, &file, ReadMode::Direct).unwrap();
-        stream.use_direct = false;
-        let (got, err) = stream.read_segment(0, &mut dst, len).unwrap_err();
+        let (got, err) = buffered_stream(&path)
+            .read_segment(0, &mut dst, len)
+            .unwrap_err();
         assert_eq!(got, cut as u64);
         assert!(err.is_none(), "the end of the file is not an I/O error");
         std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn buffered_reads_leave_nothing_they_read_in_the_page_cache() {
+        // Segments that start and end off the folio grid, as layers do: every whole folio
+        // they covered is dropped, including the ones split by a chunk's end.
+        // Long enough for readahead to ramp up to folios of FOLIO bytes.
+        let len = 20 * FOLIO as usize;
+        let (path, _) = patterned_file("dropped", len);
+        let file = File::open(&path).unwrap();
+        // Written pages are dirty, and only clean ones can be dropped.
+        file.sync_all().unwrap();
+        advise(&file, 0, 0, libc::POSIX_FADV_DONTNEED);
+        assert_eq!(
+            cached_pages(&file, 0..len as u64),
+            0,
+            "evicted before the reads"
+        );
+        let mut stream = buffered_stream(&path);
+        let mut dst = vec![0u8; len];
+        let first = (ALIGN, 2 * FOLIO + 5 * ALIGN);
+        let second = (first.1, 19 * FOLIO + 3 * ALIGN);
+        for (start, end) in [first, second] {
+            let needed = (end - start) as usize;
+            stream
+                .read_segment(start, &mut dst[..needed], needed)
+                .unwrap();
+        }
+        // Everything read, from the first folio to the last one the reads finished.
+        let dropped = 0..second.1 / FOLIO * FOLIO;
+        let cached = cached_pages(&file, dropped.clone());
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(cached, 0, "pages of {dropped:?} still cached");
     }
 
     #[test]
