@@ -259,20 +259,11 @@ impl Engine {
         }
     }
 
-    /// Before a pass that starts with `token`: fails if the model file was replaced (see
-    /// [`crate::file_identity`]), then adapts the prefetch depth when a window of
-    /// measurements is complete.
+    /// Before a pass that starts with `token`: fails if the model file was replaced or
+    /// written to (see [`crate::file_identity`]), then adapts the prefetch depth when a window
+    /// of measurements is complete.
     fn before_pass(&mut self, token: u32) -> Result<(), EngineError> {
-        if let Some((tensor, offset)) = self.first_file_read(token) {
-            if let Err(change) = self.identity.check() {
-                return Err(EngineError::ModelFileChanged {
-                    path: self.identity.path().display().to_string(),
-                    change: change.to_string(),
-                    tensor: tensor.name.clone(),
-                    offset,
-                });
-            }
-        }
+        self.check_file(token, "stopped before reading")?;
         if let Some(depth) = self
             .depth_control
             .at_pass_start(&self.plan, &self.weights.matrices.stats)
@@ -280,6 +271,23 @@ impl Engine {
             self.apply_prefetch_depth(depth);
         }
         Ok(())
+    }
+
+    /// Fails if a pass starting with `token` reads from the model file and the file is no
+    /// longer the one loaded; `stopped` says what became of the pass.
+    fn check_file(&self, token: u32, stopped: &'static str) -> Result<(), EngineError> {
+        let Some((tensor, offset)) = self.first_file_read(token) else {
+            return Ok(());
+        };
+        self.identity
+            .check()
+            .map_err(|change| EngineError::ModelFileChanged {
+                path: self.identity.path().display().to_string(),
+                change: change.to_string(),
+                stopped,
+                tensor: tensor.name.clone(),
+                offset,
+            })
     }
 
     /// The tensor, and the file offset in it, that a pass starting with `token` reads from
@@ -475,6 +483,8 @@ impl Engine {
         self.weights
             .matrices
             .logits(file, tensors, &self.scratch.xn[..e], &mut self.logits)?;
+        // A file written to during the pass may have given it a mix of old and new weights.
+        self.check_file(tokens[0], "discarded the pass that started reading")?;
         Ok(true)
     }
 }

@@ -32,12 +32,14 @@ pub enum EngineError {
         needed: usize,
         ctx: usize,
     },
-    /// The model file's path no longer names the file the engine reads (replaced or removed
-    /// while running; see [`crate::file_identity`]).
-    #[error("the model file {path} {change} while running; stopped before reading tensor \"{tensor}\" at file offset {offset} (load the model again)")]
+    /// The model file's path no longer names the file the engine loaded, as it was (replaced,
+    /// removed or written to while running; see [`crate::file_identity`]). `stopped` says
+    /// whether the pass that reads `tensor` first was not started or was discarded.
+    #[error("the model file {path} {change} while running; {stopped} tensor \"{tensor}\" at file offset {offset} (load the model again)")]
     ModelFileChanged {
         path: String,
         change: String,
+        stopped: &'static str,
         tensor: String,
         offset: u64,
     },

@@ -1,26 +1,32 @@
-//! Whether the model file's path still names the file the engine reads.
+//! Whether the model file's path still names the file the engine loaded, unchanged.
 //!
 //! The engine reads streamed layers, embedding rows and output chunks through handles opened
 //! at load. A file truncated in place shows up as a short read; a file replaced by rename (a
 //! new download moved over it, `cp` to a temporary name and `mv`) does not: the handles keep
 //! reading the old file, which stays whole, so generation would quietly go on with weights
-//! that are no longer at the path. That is refused: before each pass that reads from the
-//! file, the engine compares the path's (device, inode) with the open handle's (one `stat`
-//! per pass, nothing next to a layer read) and stops with an error naming the file and what it
-//! was about to read. The engine stays usable: it runs again once the path names the loaded
-//! file again (moved back), and a new engine loads the new file.
+//! that are no longer at the path. A file rewritten in place (`cp` over it, a download tool
+//! writing into it) changes under the handles, so a pass could mix old and new weights. Both
+//! are refused: before each pass that reads from the file, and after it, the engine compares
+//! the path's (device, inode, size, modification time) with what it loaded (one `stat` each,
+//! nothing next to a layer read) and stops with an error naming the file and the tensor the
+//! pass reads first. The engine stays usable: after a rename it runs again once the path names
+//! the loaded file again (moved back); a new engine loads the new file.
 
 use std::fmt;
 use std::fs::File;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-/// The file an engine reads, by path and by (device, inode) of its open handle.
+/// The file an engine reads: its path, and the (device, inode) and the size and
+/// modification time its open handle had at load.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FileIdentity {
     path: PathBuf,
     dev: u64,
     ino: u64,
+    len: u64,
+    /// Modification time, seconds and nanoseconds.
+    mtime: (i64, i64),
 }
 
 /// How the path stopped naming the open file.
@@ -28,6 +34,8 @@ pub struct FileIdentity {
 pub enum FileChange {
     /// The path names another file now.
     Replaced,
+    /// The loaded file was written to (its size or modification time changed).
+    Modified,
     /// Nothing can be found at the path (removed, renamed away, unreadable directory).
     Gone(std::io::Error),
 }
@@ -36,6 +44,7 @@ impl fmt::Display for FileChange {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             FileChange::Replaced => write!(f, "was replaced by another file"),
+            FileChange::Modified => write!(f, "was modified in place"),
             FileChange::Gone(e) => write!(f, "is gone ({e})"),
         }
     }
@@ -49,6 +58,8 @@ impl FileIdentity {
             path: path.to_path_buf(),
             dev: m.dev(),
             ino: m.ino(),
+            len: m.len(),
+            mtime: (m.mtime(), m.mtime_nsec()),
         })
     }
 
@@ -56,13 +67,15 @@ impl FileIdentity {
         &self.path
     }
 
-    /// `Ok` while the path still names the open file.
+    /// `Ok` while the path still names the open file, as it was at load.
     pub fn check(&self) -> Result<(), FileChange> {
         let m = std::fs::metadata(&self.path).map_err(FileChange::Gone)?;
-        if (m.dev(), m.ino()) == (self.dev, self.ino) {
-            Ok(())
-        } else {
+        if (m.dev(), m.ino()) != (self.dev, self.ino) {
             Err(FileChange::Replaced)
+        } else if (m.len(), (m.mtime(), m.mtime_nsec())) != (self.len, self.mtime) {
+            Err(FileChange::Modified)
+        } else {
+            Ok(())
         }
     }
 }
@@ -81,10 +94,6 @@ mod tests {
         let id = FileIdentity::of(&path, &open).unwrap();
         assert!(id.check().is_ok());
 
-        // Writing in place keeps the file (truncation is the reader's business).
-        std::fs::write(&path, b"first, rewritten").unwrap();
-        assert!(id.check().is_ok());
-
         let kept = dir.join("kept.gguf");
         std::fs::hard_link(&path, &kept).unwrap();
         let other = dir.join("other.gguf");
@@ -100,6 +109,38 @@ mod tests {
 
         std::fs::rename(&kept, &path).unwrap();
         assert!(id.check().is_ok(), "the loaded file is back at the path");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn writing_into_the_file_shows_in_its_size_or_modification_time() {
+        let dir = std::env::temp_dir().join(format!("ramforge-written-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("model.gguf");
+        std::fs::write(&path, b"first").unwrap();
+        let open = File::open(&path).unwrap();
+        let id = FileIdentity::of(&path, &open).unwrap();
+        let loaded_mtime = open.metadata().unwrap().modified().unwrap();
+
+        // Same size, new bytes: the modification time tells.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(loaded_mtime + std::time::Duration::from_millis(1))
+            .unwrap();
+        assert!(matches!(id.check(), Err(FileChange::Modified)));
+        // Back to the loaded time but longer: the size tells.
+        std::fs::write(&path, b"first, rewritten").unwrap();
+        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        f.set_modified(loaded_mtime).unwrap();
+        let err = id.check().unwrap_err();
+        assert!(matches!(err, FileChange::Modified), "{err}");
+        assert_eq!(err.to_string(), "was modified in place");
+        // Both as loaded again: the file cannot tell (nor can anything short of reading it).
+        f.set_len(5).unwrap();
+        f.set_modified(loaded_mtime).unwrap();
+        assert!(id.check().is_ok());
         std::fs::remove_dir_all(&dir).ok();
     }
 }

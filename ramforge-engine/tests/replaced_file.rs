@@ -2,7 +2,8 @@
 //! read the old file, so nothing fails on its own; the engine sees the path name another file
 //! and ends the generation with an error naming the file and the tensor and offset it was about
 //! to read, releases every charge of that generation, and runs again once the loaded file is
-//! back at the path.
+//! back at the path. A file written in place ends generation the same way, between passes or
+//! during one (whose result is then discarded).
 
 mod common;
 
@@ -34,8 +35,8 @@ struct Scratch {
 }
 
 impl Scratch {
-    fn new() -> Scratch {
-        let dir = std::env::temp_dir().join(format!("ramforge-replaced-{}", std::process::id()));
+    fn new(tag: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("ramforge-{tag}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         Scratch { dir }
     }
@@ -65,13 +66,10 @@ fn move_back(kept: &Path, path: &Path) {
     std::fs::rename(&tmp, path).unwrap();
 }
 
-/// Checks that `err` names `path`, says it was replaced, and names a tensor of the model
-/// with a file offset inside that tensor.
+/// Checks that `err` names `path` and a tensor of the model with a file offset inside that
+/// tensor.
 fn assert_names_the_file_and_a_tensor(err: &str, e: &Engine, path: &Path) {
-    assert!(
-        err.contains(&path.display().to_string()) && err.contains("was replaced"),
-        "{err}"
-    );
+    assert!(err.contains(&path.display().to_string()), "{err}");
     let name = err
         .split("tensor \"")
         .nth(1)
@@ -100,7 +98,7 @@ fn assert_names_the_file_and_a_tensor(err: &str, e: &Engine, path: &Path) {
 
 #[test]
 fn a_file_replaced_by_rename_ends_generation_with_an_error_and_the_engine_recovers() {
-    let scratch = Scratch::new();
+    let scratch = Scratch::new("replaced");
     let path = scratch.path("model.gguf");
     let kept = scratch.path("loaded.gguf");
     let bytes = std::fs::read(model()).unwrap();
@@ -140,6 +138,7 @@ fn a_file_replaced_by_rename_ends_generation_with_an_error_and_the_engine_recove
         Err(err) => err.to_string(),
     };
     assert!(!err.contains('\n'), "one line: {err}");
+    assert!(err.contains("was replaced"), "{err}");
     assert_names_the_file_and_a_tensor(&err, &e, &path);
     assert_eq!(
         e.budget().held(),
@@ -172,6 +171,7 @@ fn a_file_replaced_by_rename_ends_generation_with_an_error_and_the_engine_recove
         baseline.tokens[..3],
         "it ended at the pass after the swap"
     );
+    assert!(err.contains("was replaced"), "{err}");
     assert_names_the_file_and_a_tensor(&err, &e, &path);
     assert_eq!(e.budget().held(), held_after_load);
     assert_eq!(e.n_past(), 0);
@@ -193,6 +193,93 @@ fn a_file_replaced_by_rename_ends_generation_with_an_error_and_the_engine_recove
         generate(&mut e, &mut |_, _| {}).unwrap().tokens,
         baseline.tokens
     );
+}
+
+/// The file range (offset, length) of the first matrix of the first streamed layer.
+fn first_streamed_matrix(e: &Engine) -> (u64, usize) {
+    let (layer, _) = e
+        .model()
+        .tensors
+        .layers
+        .iter()
+        .zip(&e.plan().pinned)
+        .find(|(_, &p)| !p)
+        .expect("a streamed layer");
+    let t = layer.matrices()[0];
+    (e.model().file.absolute_offset(t), t.n_bytes as usize)
+}
+
+/// Writes zeros over `range` of the file at `path`, in place (the same file, the same size).
+fn zero_in_place(path: &Path, (offset, len): (u64, usize)) {
+    use std::io::{Seek, SeekFrom, Write};
+    let mut f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    f.seek(SeekFrom::Start(offset)).unwrap();
+    f.write_all(&vec![0u8; len]).unwrap();
+}
+
+#[test]
+fn a_file_written_in_place_ends_generation_between_passes_or_after_the_pass_it_changed_under() {
+    let scratch = Scratch::new("written");
+    let path = scratch.path("model.gguf");
+    std::fs::copy(model(), &path).unwrap();
+
+    // Between passes: written after the third token, the next pass does not start.
+    let mut e = Engine::load(&path, &options()).unwrap();
+    assert!(e.plan().streamed_layers() > 0, "the test budget streams");
+    let held_after_load = e.budget().held();
+    let matrix = first_streamed_matrix(&e);
+    let baseline = generate(&mut e, &mut |_, _| {}).unwrap();
+    let mut seen = Vec::new();
+    let err = generate(&mut e, &mut |id, _| {
+        seen.push(id);
+        if seen.len() == 3 {
+            zero_in_place(&path, matrix);
+        }
+    })
+    .unwrap_err()
+    .to_string();
+    assert_eq!(seen, baseline.tokens[..3], "it ended at the next pass");
+    assert!(!err.contains('\n'), "one line: {err}");
+    assert!(
+        err.contains("was modified in place") && err.contains("stopped before reading"),
+        "{err}"
+    );
+    assert_names_the_file_and_a_tensor(&err, &e, &path);
+    assert_eq!(
+        e.budget().held(),
+        held_after_load,
+        "every charge is released"
+    );
+    assert_eq!(e.n_past(), 0, "the context was reset");
+    // It stays refused: the loaded weights and the file differ for good.
+    let err = generate(&mut e, &mut |_, _| {}).unwrap_err().to_string();
+    assert!(err.contains("was modified in place"), "{err}");
+
+    // During a pass (the prompt's, from its progress callback, called between layers): that
+    // pass's logits are discarded and no token comes out.
+    std::fs::copy(model(), &path).unwrap();
+    let mut e = Engine::load(&path, &options()).unwrap();
+    let written_path = path.clone();
+    let mut written = false;
+    e.set_prompt_progress(Some(Box::new(move |_, _| {
+        if !written {
+            written = true;
+            zero_in_place(&written_path, matrix);
+        }
+    })));
+    let mut seen = Vec::new();
+    let err = generate(&mut e, &mut |id, _| seen.push(id))
+        .unwrap_err()
+        .to_string();
+    assert!(seen.is_empty(), "no token from the changed pass: {seen:?}");
+    assert!(
+        err.contains("was modified in place")
+            && err.contains("discarded the pass that started reading"),
+        "{err}"
+    );
+    assert_names_the_file_and_a_tensor(&err, &e, &path);
+    assert_eq!(e.budget().held(), held_after_load);
+    assert_eq!(e.n_past(), 0);
 }
 
 fn options() -> EngineOptions {
