@@ -25,6 +25,9 @@ use std::path::Path;
 pub const ALIGN: u64 = 4096;
 /// Buffered streaming reads drop what they read from the page cache every this many bytes.
 const DROP_CHUNK: usize = 4 << 20;
+/// How far past a read the kernel's readahead may have gone (twice a large 8 MiB window,
+/// asynchronous readahead included): dropped when the stream jumps elsewhere.
+const READAHEAD_TAIL: u64 = 32 << 20;
 /// The largest page-cache folio (a PMD on x86-64 and 4 KiB-page arm64): page-cache folios
 /// are naturally aligned, so dropping from a multiple of this never splits one.
 const FOLIO: u64 = 2 << 20;
@@ -368,6 +371,8 @@ pub struct StreamFile {
     /// While `Some`, the first layer reads compare the two paths; then the slower one is
     /// dropped (see [`keep_direct`]).
     probe: Option<ReadProbe>,
+    /// Where the last buffered read that dropped its pages ended.
+    read_end: Option<u64>,
 }
 
 impl StreamFile {
@@ -395,6 +400,7 @@ impl StreamFile {
             mapped: mode == ReadMode::Cached,
             use_direct: true,
             probe,
+            read_end: None,
         })
     }
 
@@ -488,6 +494,7 @@ impl StreamFile {
         // at once can overrun a memory limit's headroom and make every read reclaim. The
         // kernel drops only whole folios inside the range, so each drop starts at the folio
         // boundary where the last one stopped: a folio split by a chunk's end goes next time.
+        let stale = self.stale_readahead(offset);
         let mut done = 0usize;
         let mut dropped = offset / FOLIO * FOLIO;
         while done < needed {
@@ -509,7 +516,35 @@ impl StreamFile {
             r.map_err(|(got, e)| (done as u64 + got, e))?;
             done = end;
         }
+        self.read_end = Some(offset + needed as u64);
+        if let Some(range) = stale {
+            // Dropped only now: at the jump the readahead there was still in flight, and
+            // pages under I/O are not dropped.
+            advise(
+                &self.buffered,
+                range.start,
+                range.end - range.start,
+                libc::POSIX_FADV_DONTNEED,
+            );
+        }
         Ok(done as u64)
+    }
+
+    /// What the kernel read ahead past the last read, when a read at `offset` does not
+    /// continue it (the stream skips pinned layers, or starts the next pass): that will not
+    /// be read next, and would sit in the page cache until reclaimed.
+    fn stale_readahead(&self, offset: u64) -> Option<std::ops::Range<u64>> {
+        let end = self.read_end.filter(|&end| end != offset)?;
+        // The folio holding `end` was read up to there; a read further on stops the range
+        // at its own folio.
+        let start = end / FOLIO * FOLIO;
+        let stop = if offset > end {
+            offset / FOLIO * FOLIO
+        } else {
+            u64::MAX
+        };
+        let range = start..(end + READAHEAD_TAIL).min(stop);
+        (range.end > range.start).then_some(range)
     }
 }
 
@@ -708,6 +743,41 @@ mod tests {
         let cached = cached_pages(&file, dropped.clone());
         std::fs::remove_file(&path).unwrap();
         assert_eq!(cached, 0, "pages of {dropped:?} still cached");
+    }
+
+    #[test]
+    fn a_jump_drops_what_the_kernel_read_ahead_past_the_last_read() {
+        let len = 20 * FOLIO as usize;
+        let (path, _) = patterned_file("tail", len);
+        let file = File::open(&path).unwrap();
+        file.sync_all().unwrap();
+        advise(&file, 0, 0, libc::POSIX_FADV_DONTNEED);
+        let mut stream = buffered_stream(&path);
+        let mut dst = vec![0u8; len];
+        // Each read, then time for the readahead past it to land (as a layer's compute
+        // gives it): pages still under I/O are not dropped.
+        let mut read = |(start, end): (u64, u64)| {
+            let needed = (end - start) as usize;
+            stream
+                .read_segment(start, &mut dst[..needed], needed)
+                .unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        };
+        // A long sequential read (readahead runs past its end), then one back at the start
+        // (the next pass), then one further on (past pinned layers).
+        let first = (2 * FOLIO + ALIGN, 8 * FOLIO + 3 * ALIGN);
+        let back = (0, FOLIO);
+        let ahead = (16 * FOLIO, 17 * FOLIO);
+        read(first);
+        read(back);
+        let past_first = first.1 / FOLIO * FOLIO..len as u64;
+        let cached = cached_pages(&file, past_first.clone());
+        assert_eq!(cached, 0, "pages of {past_first:?} still cached");
+        read(ahead);
+        let between = back.1..ahead.0;
+        let cached = cached_pages(&file, between.clone());
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(cached, 0, "pages of {between:?} still cached");
     }
 
     #[test]
