@@ -656,6 +656,17 @@ mod tests {
         (path, bytes)
     }
 
+    /// A [`patterned_file`] none of whose pages the page cache holds, and a handle on it.
+    fn evicted_file(tag: &str, len: usize) -> (std::path::PathBuf, File) {
+        let (path, _) = patterned_file(tag, len);
+        let file = File::open(&path).unwrap();
+        // Written pages are dirty, and only clean ones can be dropped.
+        file.sync_all().unwrap();
+        advise(&file, 0, 0, libc::POSIX_FADV_DONTNEED);
+        assert_eq!(cached_pages(&file, 0..len as u64), 0, "evicted");
+        (path, file)
+    }
+
     /// A stream on `path` that reads buffered, dropping what it read from the page cache.
     fn buffered_stream(path: &Path) -> StreamFile {
         let file = File::open(path).unwrap();
@@ -718,16 +729,7 @@ mod tests {
         // they covered is dropped, including the ones split by a chunk's end.
         // Long enough for readahead to ramp up to folios of FOLIO bytes.
         let len = 20 * FOLIO as usize;
-        let (path, _) = patterned_file("dropped", len);
-        let file = File::open(&path).unwrap();
-        // Written pages are dirty, and only clean ones can be dropped.
-        file.sync_all().unwrap();
-        advise(&file, 0, 0, libc::POSIX_FADV_DONTNEED);
-        assert_eq!(
-            cached_pages(&file, 0..len as u64),
-            0,
-            "evicted before the reads"
-        );
+        let (path, file) = evicted_file("dropped", len);
         let mut stream = buffered_stream(&path);
         let mut dst = vec![0u8; len];
         let first = (ALIGN, 2 * FOLIO + 5 * ALIGN);
@@ -748,10 +750,7 @@ mod tests {
     #[test]
     fn a_jump_drops_what_the_kernel_read_ahead_past_the_last_read() {
         let len = 20 * FOLIO as usize;
-        let (path, _) = patterned_file("tail", len);
-        let file = File::open(&path).unwrap();
-        file.sync_all().unwrap();
-        advise(&file, 0, 0, libc::POSIX_FADV_DONTNEED);
+        let (path, file) = evicted_file("tail", len);
         let mut stream = buffered_stream(&path);
         let mut dst = vec![0u8; len];
         // Each read, then time for the readahead past it to land (as a layer's compute

@@ -66,6 +66,20 @@ fn move_back(kept: &Path, path: &Path) {
     std::fs::rename(&tmp, path).unwrap();
 }
 
+/// Checks that a generation over a changed file failed as it should: a one-line `err` that
+/// names `path` and a tensor, every charge of the generation released (the budget holds
+/// `held_after_load` again) and the context reset.
+fn assert_failed_cleanly(err: &str, e: &Engine, path: &Path, held_after_load: u64) {
+    assert!(!err.contains('\n'), "one line: {err}");
+    assert_names_the_file_and_a_tensor(err, e, path);
+    assert_eq!(
+        e.budget().held(),
+        held_after_load,
+        "every charge is released"
+    );
+    assert_eq!(e.n_past(), 0, "the context was reset");
+}
+
 /// Checks that `err` names `path` and a tensor of the model with a file offset inside that
 /// tensor.
 fn assert_names_the_file_and_a_tensor(err: &str, e: &Engine, path: &Path) {
@@ -137,15 +151,8 @@ fn a_file_replaced_by_rename_ends_generation_with_an_error_and_the_engine_recove
         Ok(s) => panic!("generation over a replaced file succeeded: {:?}", s.tokens),
         Err(err) => err.to_string(),
     };
-    assert!(!err.contains('\n'), "one line: {err}");
     assert!(err.contains("was replaced"), "{err}");
-    assert_names_the_file_and_a_tensor(&err, &e, &path);
-    assert_eq!(
-        e.budget().held(),
-        held_after_load,
-        "every charge is released"
-    );
-    assert_eq!(e.n_past(), 0, "the context was reset");
+    assert_failed_cleanly(&err, &e, &path, held_after_load);
 
     // Moved back, the same engine generates the same tokens.
     move_back(&kept, &path);
@@ -172,9 +179,7 @@ fn a_file_replaced_by_rename_ends_generation_with_an_error_and_the_engine_recove
         "it ended at the pass after the swap"
     );
     assert!(err.contains("was replaced"), "{err}");
-    assert_names_the_file_and_a_tensor(&err, &e, &path);
-    assert_eq!(e.budget().held(), held_after_load);
-    assert_eq!(e.n_past(), 0);
+    assert_failed_cleanly(&err, &e, &path, held_after_load);
 
     move_back(&kept, &path);
     let again = generate(&mut e, &mut |_, _| {}).unwrap();
@@ -239,18 +244,11 @@ fn a_file_written_in_place_ends_generation_between_passes_or_after_the_pass_it_c
     .unwrap_err()
     .to_string();
     assert_eq!(seen, baseline.tokens[..3], "it ended at the next pass");
-    assert!(!err.contains('\n'), "one line: {err}");
     assert!(
         err.contains("was modified in place") && err.contains("stopped before reading"),
         "{err}"
     );
-    assert_names_the_file_and_a_tensor(&err, &e, &path);
-    assert_eq!(
-        e.budget().held(),
-        held_after_load,
-        "every charge is released"
-    );
-    assert_eq!(e.n_past(), 0, "the context was reset");
+    assert_failed_cleanly(&err, &e, &path, held_after_load);
     // It stays refused: the loaded weights and the file differ for good.
     let err = generate(&mut e, &mut |_, _| {}).unwrap_err().to_string();
     assert!(err.contains("was modified in place"), "{err}");
@@ -277,9 +275,7 @@ fn a_file_written_in_place_ends_generation_between_passes_or_after_the_pass_it_c
             && err.contains("discarded the pass that started reading"),
         "{err}"
     );
-    assert_names_the_file_and_a_tensor(&err, &e, &path);
-    assert_eq!(e.budget().held(), held_after_load);
-    assert_eq!(e.n_past(), 0);
+    assert_failed_cleanly(&err, &e, &path, held_after_load);
 }
 
 fn options() -> EngineOptions {
