@@ -491,12 +491,9 @@ impl StreamFile {
         // Streamed bytes are not wanted in the page cache: they are read again next pass, long
         // after a cache under memory pressure would have kept them. Dropping them chunk by
         // chunk keeps the cache's share to a chunk plus the readahead window; a whole segment
-        // at once can overrun a memory limit's headroom and make every read reclaim. The
-        // kernel drops only whole folios inside the range, so each drop starts at the folio
-        // boundary where the last one stopped: a folio split by a chunk's end goes next time.
+        // at once can overrun a memory limit's headroom and make every read reclaim.
         let stale = self.stale_readahead(offset);
         let mut done = 0usize;
-        let mut dropped = offset / FOLIO * FOLIO;
         while done < needed {
             let end = (done + DROP_CHUNK).min(needed);
             let r = read_at_least(
@@ -505,14 +502,7 @@ impl StreamFile {
                 offset + done as u64,
                 end - done,
             );
-            let read_to = offset + end as u64;
-            advise(
-                &self.buffered,
-                dropped,
-                read_to - dropped,
-                libc::POSIX_FADV_DONTNEED,
-            );
-            dropped = read_to / FOLIO * FOLIO;
+            drop_read(&self.buffered, offset + done as u64, offset + end as u64);
             r.map_err(|(got, e)| (done as u64 + got, e))?;
             done = end;
         }
@@ -575,6 +565,15 @@ fn same_file(a: &File, b: &File) -> bool {
         (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
         _ => false,
     }
+}
+
+/// Drops bytes `from..to` of `file`, just read, from the page cache. The kernel drops only
+/// whole folios inside the range, so the drop starts at the folio boundary at or before
+/// `from`: a folio that the previous read's drop left because it ran past that read's end
+/// goes now, and successive reads drop everything they read.
+pub fn drop_read(file: &File, from: u64, to: u64) {
+    let start = from / FOLIO * FOLIO;
+    advise(file, start, to - start, libc::POSIX_FADV_DONTNEED);
 }
 
 /// A `posix_fadvise` hint; hints are advice, so a refusal is ignored.

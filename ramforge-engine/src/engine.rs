@@ -9,7 +9,7 @@ use crate::budget::{tie_allocator_to_budget, ChargedVec, MemoryBudget};
 use crate::config::ModelConfig;
 use crate::direct_io::AlignedBuf;
 use crate::error::EngineError;
-use crate::file_identity::FileIdentity;
+use crate::file_identity::{FileChange, FileIdentity};
 use crate::forward::{block, rms_norm, rope_table, Scratch};
 use crate::kv::{KvCache, KvType};
 use crate::plan::{MemoryPlan, PlanRequest};
@@ -279,15 +279,23 @@ impl Engine {
         let Some((tensor, offset)) = self.first_file_read(token) else {
             return Ok(());
         };
-        self.identity
-            .check()
-            .map_err(|change| EngineError::ModelFileChanged {
-                path: self.identity.path().display().to_string(),
-                change: change.to_string(),
-                stopped,
-                tensor: tensor.name.clone(),
-                offset,
-            })
+        let change = match self.identity.check() {
+            Ok(()) => return Ok(()),
+            Err(change) => change,
+        };
+        if let FileChange::Truncated { len } = change {
+            // Said as a read would find it: the first tensor the file no longer holds.
+            if let Some(e) = self.model.file.short_read_at(len) {
+                return Err(e.into());
+            }
+        }
+        Err(EngineError::ModelFileChanged {
+            path: self.identity.path().display().to_string(),
+            change: change.to_string(),
+            stopped,
+            tensor: tensor.name.clone(),
+            offset,
+        })
     }
 
     /// The tensor, and the file offset in it, that a pass starting with `token` reads from

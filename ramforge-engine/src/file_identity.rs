@@ -34,6 +34,8 @@ pub struct FileIdentity {
 pub enum FileChange {
     /// The path names another file now.
     Replaced,
+    /// The loaded file was cut to `len` bytes, shorter than at load.
+    Truncated { len: u64 },
     /// The loaded file was written to (its size or modification time changed).
     Modified,
     /// Nothing can be found at the path (removed, renamed away, unreadable directory).
@@ -44,6 +46,7 @@ impl fmt::Display for FileChange {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             FileChange::Replaced => write!(f, "was replaced by another file"),
+            FileChange::Truncated { len } => write!(f, "was cut to {len} bytes"),
             FileChange::Modified => write!(f, "was modified in place"),
             FileChange::Gone(e) => write!(f, "is gone ({e})"),
         }
@@ -72,6 +75,8 @@ impl FileIdentity {
         let m = std::fs::metadata(&self.path).map_err(FileChange::Gone)?;
         if (m.dev(), m.ino()) != (self.dev, self.ino) {
             Err(FileChange::Replaced)
+        } else if m.len() < self.len {
+            Err(FileChange::Truncated { len: m.len() })
         } else if (m.len(), (m.mtime(), m.mtime_nsec())) != (self.len, self.mtime) {
             Err(FileChange::Modified)
         } else {
@@ -137,6 +142,11 @@ mod tests {
         let err = id.check().unwrap_err();
         assert!(matches!(err, FileChange::Modified), "{err}");
         assert_eq!(err.to_string(), "was modified in place");
+        // Shorter than at load: cut.
+        f.set_len(3).unwrap();
+        let err = id.check().unwrap_err();
+        assert!(matches!(err, FileChange::Truncated { len: 3 }), "{err}");
+        assert_eq!(err.to_string(), "was cut to 3 bytes");
         // Both as loaded again: the file cannot tell (nor can anything short of reading it).
         f.set_len(5).unwrap();
         f.set_modified(loaded_mtime).unwrap();

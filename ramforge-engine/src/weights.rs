@@ -3,7 +3,7 @@
 //! charged to the budget before it is allocated; layers stay in their quantized form.
 
 use crate::budget::{Charge, ChargedVec, MemoryBudget};
-use crate::direct_io::{advise, AlignedBuf, LayerLayout, ReadMode, StreamFile, WARM_FRACTION};
+use crate::direct_io::{drop_read, AlignedBuf, LayerLayout, ReadMode, StreamFile, WARM_FRACTION};
 use crate::error::EngineError;
 use crate::plan::MemoryPlan;
 use crate::prefetch::Prefetcher;
@@ -185,7 +185,7 @@ fn read_vector(file: &GgufFile, t: &TensorInfo) -> Result<Vec<f32>, EngineError>
 }
 
 /// Reads the seven matrices of a layer back to back into `buf` (buffered: a pinned layer is
-/// read once), then, with `drop_cached`, tells the page cache it may drop them.
+/// read once), then, with `drop_cached`, drops them from the page cache.
 fn read_layer(
     file: &GgufFile,
     layer: &LayerTensors,
@@ -198,7 +198,7 @@ fn read_layer(
         file.read_tensor_into(t, &mut buf[at..at + n])?;
         if drop_cached {
             let offset = file.absolute_offset(t);
-            advise(file.file(), offset, t.n_bytes, libc::POSIX_FADV_DONTNEED);
+            drop_read(file.file(), offset, offset + t.n_bytes);
         }
         at += n;
     }
@@ -288,6 +288,10 @@ impl Weights {
             let mut buf =
                 ChargedVec::zeroed(budget, "output projection", plan.output_bytes as usize)?;
             file.read_tensor_into(&tensors.output, &mut buf)?;
+            if mode == ReadMode::Direct {
+                let offset = file.absolute_offset(&tensors.output);
+                drop_read(file.file(), offset, offset + tensors.output.n_bytes);
+            }
             stats.load_bytes += plan.output_bytes;
             progress(stats.load_bytes, to_load);
             Output::Resident(buf)

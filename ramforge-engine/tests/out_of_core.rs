@@ -63,10 +63,12 @@ fn streaming_reads_only_the_unpinned_layers_and_gives_the_resident_tokens() {
     assert!(replanned.stream_buffers >= 1 && replanned.total_bytes() <= 40 << 20);
 }
 
-/// Sets the file back to `bytes`, in place (the engine's open handles see it).
-fn restore(path: &Path, bytes: &[u8]) {
+/// Sets the file back to `bytes`, in place (the engine's open handles see it), with the
+/// modification time it had at load (`loaded`): the file as the engine loaded it.
+fn restore(path: &Path, bytes: &[u8], loaded: std::time::SystemTime) {
     let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
     f.write_all_at(bytes, 0).unwrap();
+    f.set_modified(loaded).unwrap();
     f.sync_all().unwrap();
 }
 
@@ -94,6 +96,44 @@ fn warm_copy(tag: &str) -> std::path::PathBuf {
     path
 }
 
+/// A copy of the model in its own directory, none of it in the page cache.
+fn cold_copy(tag: &str) -> std::path::PathBuf {
+    let path = warm_copy(tag);
+    let f = std::fs::File::open(&path).unwrap();
+    // Written pages are dirty, and only clean ones can be dropped.
+    f.sync_all().unwrap();
+    ramforge_engine::direct_io::advise(&f, 0, 0, libc::POSIX_FADV_DONTNEED);
+    path
+}
+
+#[test]
+fn a_cold_load_leaves_the_weights_it_pinned_out_of_the_page_cache() {
+    // Under a memory limit that counts the page cache, a second copy of the pinned weights
+    // there would only press on the limit until reclaimed.
+    let path = cold_copy("pinned");
+    let e = Engine::load(&path, &options(Some(40 << 20))).unwrap();
+    let plan = e.plan();
+    assert!(
+        plan.pinned.iter().any(|&p| p) && plan.output_resident,
+        "{plan:?}"
+    );
+    let (file, tensors) = (&e.model().file, &e.model().tensors);
+    let pinned = tensors.layers.iter().zip(&plan.pinned).filter(|(_, &p)| p);
+    let loaded: Vec<_> = pinned
+        .flat_map(|(l, _)| l.matrices())
+        .chain([&tensors.output])
+        .collect();
+    let total: u64 = loaded.iter().map(|t| t.n_bytes).sum();
+    let cached: u64 = loaded.iter().map(|t| file.cached_bytes(t).unwrap()).sum();
+    // At most the 2 MiB folio where the last pinned layer meets the first streamed one.
+    assert!(
+        cached <= 2 << 20,
+        "{cached} of the {total} loaded bytes are still in the page cache"
+    );
+    drop(e);
+    std::fs::remove_dir_all(path.parent().unwrap()).ok();
+}
+
 /// Where a test cuts the file.
 #[derive(Clone, Copy, Debug)]
 enum Cut {
@@ -117,16 +157,14 @@ fn a_file_truncated_mid_generation_fails_names_the_tensor_and_releases_every_cha
 }
 
 fn truncate_mid_generation(tag: &str, evict: bool, cut_at: Cut) {
-    let dir = std::env::temp_dir().join(format!("ramforge-ooc-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("model.gguf");
+    let path = if evict {
+        cold_copy(tag)
+    } else {
+        warm_copy(tag)
+    };
+    let dir = path.parent().unwrap().to_path_buf();
     let bytes = std::fs::read(model()).unwrap();
-    std::fs::write(&path, &bytes).unwrap();
-    if evict {
-        let f = std::fs::File::open(&path).unwrap();
-        f.sync_all().unwrap();
-        ramforge_engine::direct_io::advise(&f, 0, 0, libc::POSIX_FADV_DONTNEED);
-    }
+    let loaded = std::fs::metadata(&path).unwrap().modified().unwrap();
 
     let mut e = Engine::load(&path, &options(Some(24 << 20))).unwrap();
     eprintln!(
@@ -141,7 +179,7 @@ fn truncate_mid_generation(tag: &str, evict: bool, cut_at: Cut) {
     let baseline = greedy(&mut e, 10);
 
     // Cut the file 1000 bytes into the chosen matrix (layers are not stored in numeric
-    // order: blk.9 may follow blk.29), after the third generated token.
+    // order: blk.9 may follow blk.29).
     let plan = e.plan().clone();
     let mut streamed = e
         .model()
@@ -162,25 +200,36 @@ fn truncate_mid_generation(tag: &str, evict: bool, cut_at: Cut) {
     .unwrap()
     .clone();
     let cut = e.model().file.absolute_offset(&first) + 1000;
+    // Cut during a pass, after its first layer (the prompt's progress callback runs between
+    // layers), so that the reads, or the mapped layer the reader prepared before the cut,
+    // find it (between passes the engine sees the shorter file before reading anything).
     let prompt = e.model().tokenizer.encode(PROMPT, true, true);
-    let mut seen = 0;
+    let was_cut = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (cut_path, cut_flag) = (path.clone(), std::sync::Arc::clone(&was_cut));
+    e.set_prompt_progress(Some(Box::new(move |_, _| {
+        if !cut_flag.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&cut_path)
+                .unwrap();
+            f.set_len(cut).unwrap();
+        }
+    })));
     let result = e.generate(
         &prompt,
         &SamplingParams::greedy(10),
-        &mut |_, _| {
-            seen += 1;
-            if seen == 3 {
-                let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
-                f.set_len(cut).unwrap();
-            }
-        },
+        &mut |_, _| {},
         &AtomicBool::new(false),
     );
+    e.set_prompt_progress(None);
     let err = match result {
         Ok(s) => panic!("generation over a truncated file succeeded: {:?}", s.tokens),
         Err(e) => e.to_string(),
     };
-    assert!(seen >= 3, "the file was cut during generation");
+    assert!(
+        was_cut.load(std::sync::atomic::Ordering::Relaxed),
+        "the file was cut during generation"
+    );
     assert!(
         err.contains(&format!("\"{}\"", first.name))
             && err.contains(&format!("short read at file offset {cut}")),
@@ -194,7 +243,7 @@ fn truncate_mid_generation(tag: &str, evict: bool, cut_at: Cut) {
     assert_eq!(e.n_past(), 0, "the context was reset");
 
     // The file restored, the same engine generates the same tokens again.
-    restore(&path, &bytes);
+    restore(&path, &bytes, loaded);
     let again = greedy(&mut e, 10);
     assert_eq!(again.tokens, baseline.tokens);
     assert!(again.residency.layers_loaded > 0);

@@ -123,6 +123,25 @@ impl GgufFile {
         })
     }
 
+    /// The error a read finds in a file cut to `len` bytes: a short read of the first tensor
+    /// (in file order) the file no longer holds whole, at the offset where the file ends or
+    /// where that tensor starts. `None` when every tensor's data still lies within `len`.
+    pub fn short_read_at(&self, len: u64) -> Option<GgufError> {
+        let (start, t) = self
+            .header
+            .tensors
+            .iter()
+            .map(|t| (self.absolute_offset(t), t))
+            .filter(|(start, t)| start.saturating_add(t.n_bytes) > len)
+            .min_by_key(|(start, _)| *start)?;
+        Some(GgufError::ShortRead {
+            tensor: t.name.clone(),
+            offset: len.max(start),
+            wanted: t.n_bytes,
+            got: len.saturating_sub(start),
+        })
+    }
+
     /// The underlying file handle (for callers that issue their own reads, e.g. O_DIRECT).
     pub fn file(&self) -> &File {
         &self.file
