@@ -6,7 +6,7 @@
 //! ends it. Ctrl-C while a reply is being generated stops that reply, prints its stats and
 //! returns to the prompt; Ctrl-C at the prompt quits.
 
-use super::util::{cancel_flag, human_bytes, load_engine, prompt_bar, quiet, verbose};
+use super::util::{cancel_flag, generate_to_stdout, human_bytes, load_engine, quiet, verbose};
 use super::{CmdError, CmdResult};
 use ramforge_engine::chat::{bos_eos_texts, model_chat_template, render_chat, ChatMessage};
 use ramforge_engine::{
@@ -191,32 +191,9 @@ fn reply(
         max_tokens: params.max_tokens.min(room),
         ..params.clone()
     };
+    let stats = generate_to_stdout(engine, &prompt, &params, true)?;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    let mut write_error = None;
-    let batch = engine.plan().request.batch;
-    let bar = prompt_bar(engine, prompt.len(), batch);
-    let stats = engine.generate(
-        &prompt,
-        &params,
-        &mut |_, text| {
-            if !bar.is_finished() {
-                bar.finish_and_clear();
-            }
-            if write_error.is_none() {
-                if let Err(e) = out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
-                    write_error = Some(e);
-                }
-            }
-        },
-        cancel_flag(),
-    );
-    bar.finish_and_clear();
-    engine.set_prompt_progress(None);
-    let stats = stats?;
-    if let Some(e) = write_error {
-        return Err(format!("writing to stdout: {e}").into());
-    }
     writeln!(out)?;
     out.flush()?;
     Ok(stats)

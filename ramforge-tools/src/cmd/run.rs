@@ -1,7 +1,7 @@
 //! `ramforge-tools run`: generate text from a model (the default model if none is given),
 //! streamed to stdout as it is produced, under an optional RAM budget.
 
-use super::util::{cancel_flag, human_bytes, load_engine, prompt_bar, quiet, verbose};
+use super::util::{generate_to_stdout, human_bytes, load_engine, quiet, verbose};
 use super::{CmdError, CmdResult};
 use ramforge_engine::chat::{bos_eos_texts, model_chat_template, render_chat, ChatMessage};
 use ramforge_engine::{
@@ -119,32 +119,9 @@ pub fn run(args: Args) -> CmdResult {
         stop: args.stop.clone(),
         ignore_eos: args.ignore_eos,
     };
+    let stats = generate_to_stdout(&mut engine, &prompt, &params, !args.json)?;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    let mut write_error: Option<std::io::Error> = None;
-    let batch = engine.plan().request.batch;
-    let bar = prompt_bar(&mut engine, prompt.len(), batch);
-    let stats = engine.generate(
-        &prompt,
-        &params,
-        &mut |_, text| {
-            if !bar.is_finished() {
-                bar.finish_and_clear();
-            }
-            if !args.json && write_error.is_none() {
-                if let Err(e) = out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
-                    write_error = Some(e);
-                }
-            }
-        },
-        cancel_flag(),
-    );
-    bar.finish_and_clear();
-    engine.set_prompt_progress(None);
-    let stats = stats?;
-    if let Some(e) = write_error {
-        return Err(format!("writing to stdout: {e}").into());
-    }
     let mem = process_memory().unwrap_or_default();
     if args.json {
         let report = json_report(&path, &engine, &stats, load_secs, mem);

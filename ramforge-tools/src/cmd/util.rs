@@ -133,7 +133,7 @@ pub fn load_engine(
 /// A progress bar over the prompt's tokens, fed by the engine while it processes them; shown
 /// only for prompts of more than one batch (shorter ones finish before a bar is worth it).
 /// Clear it with `finish_and_clear` when the first token appears.
-pub fn prompt_bar(
+fn prompt_bar(
     engine: &mut ramforge_engine::Engine,
     prompt_tokens: usize,
     batch: usize,
@@ -148,4 +148,43 @@ pub fn prompt_bar(
         feed.set_position(done as u64)
     })));
     bar
+}
+
+/// Generates from `prompt` with a progress bar over a long prompt, writing the text to stdout
+/// as it comes when `echo` (and nothing when not: `--json` prints at the end). A failed write
+/// to stdout (a closed pipe) is reported after the generation, which it does not stop.
+pub fn generate_to_stdout(
+    engine: &mut ramforge_engine::Engine,
+    prompt: &[u32],
+    params: &ramforge_engine::SamplingParams,
+    echo: bool,
+) -> Result<ramforge_engine::GenerationStats, super::CmdError> {
+    use std::io::Write;
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let mut write_error: Option<std::io::Error> = None;
+    let batch = engine.plan().request.batch;
+    let bar = prompt_bar(engine, prompt.len(), batch);
+    let stats = engine.generate(
+        prompt,
+        params,
+        &mut |_, text| {
+            if !bar.is_finished() {
+                bar.finish_and_clear();
+            }
+            if echo && write_error.is_none() {
+                if let Err(e) = out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+                    write_error = Some(e);
+                }
+            }
+        },
+        cancel_flag(),
+    );
+    bar.finish_and_clear();
+    engine.set_prompt_progress(None);
+    let stats = stats?;
+    if let Some(e) = write_error {
+        return Err(format!("writing to stdout: {e}").into());
+    }
+    Ok(stats)
 }
