@@ -2,21 +2,14 @@
 //! for, speeds and RSS are real measurements, a budget is honoured, and Ctrl-C stops it with the
 //! figures so far.
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn model() -> PathBuf {
-    let dir = std::env::var_os("RAMFORGE_MODELS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models"));
-    let p = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(
-        p.is_file(),
-        "{} not found: run scripts/test.sh (it fetches the models) or set RAMFORGE_MODELS",
-        p.display()
-    );
-    p
+    common::model_path("SmolLM2-135M-Instruct.Q4_1.gguf")
 }
 
 fn bench(args: &[&str]) -> serde_json::Value {

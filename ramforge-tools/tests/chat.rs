@@ -2,6 +2,8 @@
 //! per turn, the conversation carries over between turns, `/reset` forgets it, end of input quits,
 //! and the first reply is exactly what `run --chat` gives for the same message.
 
+mod common;
+
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
@@ -9,16 +11,7 @@ use std::process::{Command, Output, Stdio};
 const QUESTION: &str = "What is the capital of France?";
 
 fn model() -> PathBuf {
-    let dir = std::env::var_os("RAMFORGE_MODELS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models"));
-    let p = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(
-        p.is_file(),
-        "{} not found: run scripts/test.sh (it fetches the models) or set RAMFORGE_MODELS",
-        p.display()
-    );
-    p
+    common::model_path("SmolLM2-135M-Instruct.Q4_1.gguf")
 }
 
 /// `chat` (greedy, short replies, verbose stats) with `input` on stdin.

@@ -2,24 +2,11 @@
 //! goldens in tests/data, see its README) passes `ramforge-tools verify --golden` on the model
 //! file it was recorded from: teacher-forced logits within the tolerances of the golden README.
 
+mod common;
+
+use common::{golden_dir, models_dir};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-fn models_dir() -> PathBuf {
-    std::env::var_os("RAMFORGE_MODELS").map_or_else(|| root().join("models"), PathBuf::from)
-}
-
-fn golden_dir() -> PathBuf {
-    std::env::var_os("RAMFORGE_GOLDEN")
-        .map_or_else(|| root().join("../shared/golden"), PathBuf::from)
-}
 
 /// Prefixes of golden file names; the rest of the stem names the model file.
 const GOLDEN_PREFIXES: &[&str] = &["gen-", "long-", "f32ref-f32kv-", "f32ref-"];

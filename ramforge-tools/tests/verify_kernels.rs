@@ -6,20 +6,7 @@ use std::process::Command;
 
 mod common;
 
-use common::MODEL_FILES;
-
-fn models_dir() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    let dir = std::env::var_os("RAMFORGE_MODELS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("models"));
-    assert!(
-        dir.is_dir(),
-        "model directory {} not found: run scripts/test.sh (or set RAMFORGE_MODELS)",
-        dir.display()
-    );
-    dir
-}
+use common::{models_dir, MODEL_FILES};
 
 fn verify(path: &Path, json: bool) -> std::process::Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_ramforge-tools"));

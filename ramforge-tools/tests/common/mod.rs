@@ -36,9 +36,19 @@ fn env_dir(var: &str, default: PathBuf) -> PathBuf {
     std::env::var_os(var).map(PathBuf::from).unwrap_or(default)
 }
 
-/// A model file (under `RAMFORGE_MODELS`, default `<root>/models`); a missing one fails the test.
+/// Where the model files are: `RAMFORGE_MODELS`, default `<root>/models`.
+pub fn models_dir() -> PathBuf {
+    env_dir("RAMFORGE_MODELS", root().join("models"))
+}
+
+/// Where the goldens are: `RAMFORGE_GOLDEN`, default `<root>/../shared/golden`.
+pub fn golden_dir() -> PathBuf {
+    env_dir("RAMFORGE_GOLDEN", root().join("../shared/golden"))
+}
+
+/// A model file under [`models_dir`]; a missing one fails the test.
 pub fn model_path(name: &str) -> PathBuf {
-    let p = env_dir("RAMFORGE_MODELS", root().join("models")).join(name);
+    let p = models_dir().join(name);
     assert!(
         p.is_file(),
         "model file {} is missing: run scripts/test.sh (it fetches the models) or set RAMFORGE_MODELS",
@@ -52,9 +62,9 @@ pub fn model(name: &str) -> String {
     model_path(name).to_str().unwrap().to_string()
 }
 
-/// A file under the golden directory (`RAMFORGE_GOLDEN`, default `<root>/../shared/golden`).
+/// A file under [`golden_dir`].
 pub fn golden(name: &str) -> String {
-    let p = env_dir("RAMFORGE_GOLDEN", root().join("../shared/golden")).join(name);
+    let p = golden_dir().join(name);
     p.to_str().unwrap().to_string()
 }
 
