@@ -2,24 +2,18 @@
 //! vocabularies: flags, end-of-generation tokens, streaming decode that never splits a
 //! character, pathological inputs that must stay linear, compact tables, load errors.
 
+mod common;
+
+use common::model_file;
 use ramforge_engine::tokenizer::{TokenKind, Tokenizer, TokenizerError};
 use ramforge_gguf::{GgufFile, Metadata, Value};
-use std::path::{Path, PathBuf};
-
-fn models_dir() -> PathBuf {
-    std::env::var_os("RAMFORGE_MODELS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../models"))
-}
 
 fn metadata(name: &str) -> Metadata {
-    let path = models_dir().join(name);
-    assert!(
-        path.is_file(),
-        "model {} not found: run scripts/test.sh (it fetches the models) or set RAMFORGE_MODELS",
-        path.display()
-    );
-    GgufFile::open(&path).unwrap().header().metadata.clone()
+    GgufFile::open(model_file(name))
+        .unwrap()
+        .header()
+        .metadata
+        .clone()
 }
 
 fn smollm() -> Tokenizer {

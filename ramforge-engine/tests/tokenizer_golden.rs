@@ -2,34 +2,16 @@
 //! (plain text, BOS per the model) gives identical ids and decodes back to its text, and every
 //! `gen-*.jsonl` prompt (special tokens parsed) gives identical ids.
 
+mod common;
+
+use common::{golden_dir, model_file};
 use ramforge_engine::tokenizer::Tokenizer;
 use ramforge_gguf::GgufFile;
 use std::path::{Path, PathBuf};
 
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn data_dir(var: &str, default: PathBuf) -> PathBuf {
-    std::env::var_os(var).map(PathBuf::from).unwrap_or(default)
-}
-
-fn golden_dir() -> PathBuf {
-    data_dir("RAMFORGE_GOLDEN", workspace_root().join("../shared/golden"))
-}
-
-fn models_dir() -> PathBuf {
-    data_dir("RAMFORGE_MODELS", workspace_root().join("models"))
-}
-
 /// Loads `<models>/<name>.gguf`'s tokenizer; a missing file fails the test with what to do.
 fn tokenizer(name: &str) -> Tokenizer {
-    let path = models_dir().join(format!("{name}.gguf"));
-    assert!(
-        path.is_file(),
-        "model {} not found: run scripts/test.sh (it fetches the models) or set RAMFORGE_MODELS",
-        path.display()
-    );
+    let path = model_file(&format!("{name}.gguf"));
     let file = GgufFile::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     Tokenizer::from_gguf(&file.header().metadata).unwrap_or_else(|e| panic!("{name}: {e}"))
 }

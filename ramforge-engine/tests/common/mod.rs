@@ -1,5 +1,6 @@
-//! What the engine's integration tests share: where the real model file is (a missing one
-//! fails the test with what to do), and the streaming tests' options and greedy run.
+//! What the engine's integration tests share: where the real model files and goldens are (a
+//! missing model fails the test with what to do), and the streaming tests' options and greedy
+//! run.
 // Each test binary compiles this module and uses a part of it.
 #![allow(dead_code)]
 
@@ -32,16 +33,36 @@ pub fn greedy(e: &mut Engine, n: usize) -> GenerationStats {
     .unwrap()
 }
 
-/// SmolLM2-135M-Instruct Q4_1 under `RAMFORGE_MODELS` (default `<workspace root>/models`).
-pub fn model() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    let dir =
-        std::env::var_os("RAMFORGE_MODELS").map_or_else(|| root.join("models"), PathBuf::from);
-    let p = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn env_dir(var: &str, default: PathBuf) -> PathBuf {
+    std::env::var_os(var).map_or(default, PathBuf::from)
+}
+
+/// Where the model files are: `RAMFORGE_MODELS`, default `<workspace root>/models`.
+pub fn models_dir() -> PathBuf {
+    env_dir("RAMFORGE_MODELS", workspace_root().join("models"))
+}
+
+/// Where llama.cpp's goldens are: `RAMFORGE_GOLDEN`, default `<workspace root>/../shared/golden`.
+pub fn golden_dir() -> PathBuf {
+    env_dir("RAMFORGE_GOLDEN", workspace_root().join("../shared/golden"))
+}
+
+/// The model file `name` under [`models_dir`]; a missing one fails the test.
+pub fn model_file(name: &str) -> PathBuf {
+    let p = models_dir().join(name);
     assert!(
-        p.exists(),
-        "{} is missing: run scripts/test.sh, which fetches the models",
+        p.is_file(),
+        "model {} not found: run scripts/test.sh (it fetches the models) or set RAMFORGE_MODELS",
         p.display()
     );
     p
+}
+
+/// SmolLM2-135M-Instruct Q4_1, the streaming tests' model.
+pub fn model() -> PathBuf {
+    model_file("SmolLM2-135M-Instruct.Q4_1.gguf")
 }
