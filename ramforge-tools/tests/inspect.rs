@@ -6,19 +6,7 @@ use std::process::Command;
 
 mod common;
 
-use common::{model_path as model, root, MODEL_FILES};
-
-fn reference_python() -> PathBuf {
-    let p = std::env::var_os("RAMFORGE_REFERENCE_PY")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("models/.venv-reference/bin/python"));
-    assert!(
-        p.is_file(),
-        "reference python {} is missing: run scripts/test.sh (it sets up the venv) or set RAMFORGE_REFERENCE_PY",
-        p.display()
-    );
-    p
-}
+use common::{model_path as model, reference_python, root, MODEL_FILES};
 
 fn inspect(args: &[&std::ffi::OsStr]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_ramforge-tools"))

@@ -1,37 +1,15 @@
 //! `ramforge-tools synth`: the file it writes is valid, seeded, shaped as asked, carries the
 //! donor's tokenizer, and llama.cpp (the reference venv's llama_cpp) loads and evaluates it.
 
+mod common;
+
+use common::reference_python;
 use ramforge_gguf::{GgmlType, GgufFile};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
 fn donor() -> PathBuf {
-    let dir = std::env::var_os("RAMFORGE_MODELS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("models"));
-    let p = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(
-        p.is_file(),
-        "model file {} is missing: run scripts/test.sh (it fetches the models) or set RAMFORGE_MODELS",
-        p.display()
-    );
-    p
-}
-
-fn reference_python() -> PathBuf {
-    let p = std::env::var_os("RAMFORGE_REFERENCE_PY")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("models/.venv-reference/bin/python"));
-    assert!(
-        p.is_file(),
-        "reference python {} is missing: run scripts/test.sh (it sets up the venv) or set RAMFORGE_REFERENCE_PY",
-        p.display()
-    );
-    p
+    common::model_path("SmolLM2-135M-Instruct.Q4_1.gguf")
 }
 
 fn tmp(name: &str) -> PathBuf {

@@ -68,6 +68,21 @@ pub fn golden(name: &str) -> String {
     p.to_str().unwrap().to_string()
 }
 
+/// The reference venv's python (llama_cpp, gguf-py): `RAMFORGE_REFERENCE_PY`, default
+/// `<root>/models/.venv-reference/bin/python`; a missing one fails the test.
+pub fn reference_python() -> PathBuf {
+    let p = env_dir(
+        "RAMFORGE_REFERENCE_PY",
+        root().join("models/.venv-reference/bin/python"),
+    );
+    assert!(
+        p.is_file(),
+        "reference python {} is missing: run scripts/test.sh (it sets up the venv) or set RAMFORGE_REFERENCE_PY",
+        p.display()
+    );
+    p
+}
+
 /// Runs `ramforge-tools` with `args`.
 pub fn tool(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_ramforge-tools"))
