@@ -6,7 +6,9 @@
 //! ends it. Ctrl-C while a reply is being generated stops that reply, prints its stats and
 //! returns to the prompt; Ctrl-C at the prompt quits.
 
-use super::util::{cancel_flag, generate_to_stdout, human_bytes, load_engine, quiet, verbose};
+use super::util::{
+    cancel_flag, generate_to_stdout, human_bytes, load_engine, quiet, verbose, ModelChoice,
+};
 use super::{CmdError, CmdResult};
 use ramforge_engine::chat::{bos_eos_texts, model_chat_template, render_chat, ChatMessage};
 use ramforge_engine::{
@@ -20,11 +22,8 @@ use std::sync::atomic::Ordering;
 /// Interactive chat with a model (its own chat template; /reset, Ctrl-D to quit).
 #[derive(clap::Args)]
 pub struct Args {
-    /// The GGUF model (default: SmolLM2-135M-Instruct Q4_1, fetched on first use).
-    pub model: Option<PathBuf>,
-    /// The model, as an option (same as the positional MODEL).
-    #[arg(long = "model", value_name = "MODEL", conflicts_with = "model")]
-    pub model_opt: Option<PathBuf>,
+    #[command(flatten)]
+    pub model: ModelChoice,
     /// A system message that starts every conversation.
     #[arg(long)]
     pub system: Option<String>,
@@ -85,10 +84,7 @@ fn message(role: &str, content: &str) -> ChatMessage {
 }
 
 pub fn run(args: Args) -> CmdResult {
-    let path = match args.model.clone().or(args.model_opt.clone()) {
-        Some(p) => p,
-        None => super::fetch::ensure_default_model(quiet())?,
-    };
+    let path = args.model.path(quiet())?;
     let model = Model::open(&path)?;
     let meta = &model.file.header().metadata;
     let template = match &args.template {

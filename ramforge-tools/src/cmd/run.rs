@@ -1,7 +1,7 @@
 //! `ramforge-tools run`: generate text from a model (the default model if none is given),
 //! streamed to stdout as it is produced, under an optional RAM budget.
 
-use super::util::{generate_to_stdout, human_bytes, load_engine, quiet, verbose};
+use super::util::{generate_to_stdout, human_bytes, load_engine, quiet, verbose, ModelChoice};
 use super::{CmdError, CmdResult};
 use ramforge_engine::chat::{bos_eos_texts, model_chat_template, render_chat, ChatMessage};
 use ramforge_engine::{
@@ -9,7 +9,6 @@ use ramforge_engine::{
     StopReason,
 };
 use std::io::Write;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -21,11 +20,8 @@ use std::time::Instant;
 ///   ramforge-tools run model.gguf --chat --prompt "Write a haiku" --temperature 0.7 --seed 1
 #[derive(clap::Args)]
 pub struct Args {
-    /// The GGUF model (default: SmolLM2-135M-Instruct Q4_1, fetched on first use).
-    pub model: Option<PathBuf>,
-    /// The model, as an option (same as the positional MODEL).
-    #[arg(long = "model", value_name = "MODEL", conflicts_with = "model")]
-    pub model_opt: Option<PathBuf>,
+    #[command(flatten)]
+    pub model: ModelChoice,
     /// The prompt text (special tokens such as <|im_start|> are recognised).
     #[arg(short, long)]
     pub prompt: String,
@@ -92,10 +88,7 @@ pub fn parse_ram(text: &str) -> Result<u64, String> {
 
 pub fn run(args: Args) -> CmdResult {
     let started = Instant::now();
-    let path = match args.model.clone().or(args.model_opt.clone()) {
-        Some(p) => p,
-        None => super::fetch::ensure_default_model(quiet() || args.json)?,
-    };
+    let path = args.model.path(quiet() || args.json)?;
     let model = Model::open(&path)?;
     let prompt = prompt_tokens(&model, &args)?;
     let options = EngineOptions {

@@ -8,6 +8,7 @@
 
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -187,4 +188,26 @@ pub fn generate_to_stdout(
         return Err(format!("writing to stdout: {e}").into());
     }
     Ok(stats)
+}
+
+/// The model of `run` and `chat`: a path, positional or as `--model`, else the default model
+/// (fetched on first use).
+#[derive(clap::Args)]
+pub struct ModelChoice {
+    /// The GGUF model (default: SmolLM2-135M-Instruct Q4_1, fetched on first use).
+    model: Option<PathBuf>,
+    /// The model, as an option (same as the positional MODEL).
+    #[arg(long = "model", value_name = "MODEL", conflicts_with = "model")]
+    model_opt: Option<PathBuf>,
+}
+
+impl ModelChoice {
+    /// The path to load: the one given, else the default model's (fetched now if needed,
+    /// with progress on stderr unless `quiet`).
+    pub fn path(&self, quiet: bool) -> Result<PathBuf, super::CmdError> {
+        match self.model.clone().or(self.model_opt.clone()) {
+            Some(p) => Ok(p),
+            None => super::fetch::ensure_default_model(quiet),
+        }
+    }
 }
