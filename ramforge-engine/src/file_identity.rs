@@ -9,8 +9,10 @@
 //! are refused: before each pass that reads from the file, and after it, the engine compares
 //! the path's (device, inode, size, modification time) with what it loaded (one `stat` each,
 //! nothing next to a layer read) and stops with an error naming the file and the tensor the
-//! pass reads first. The engine stays usable: after a rename it runs again once the path names
-//! the loaded file again (moved back); a new engine loads the new file.
+//! pass reads first; a file cut shorter than it was is reported as the short read a read would
+//! find (the first tensor it no longer holds, and where it ends). The engine stays usable:
+//! after a rename it runs again once the path names the loaded file again (moved back); a new
+//! engine loads the new file.
 
 use std::fmt;
 use std::fs::File;
