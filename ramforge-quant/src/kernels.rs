@@ -27,7 +27,17 @@ pub(crate) const TILE: usize = 4;
 pub(crate) enum Tile {
     Float(fn(&[u8], [&[f32]; TILE]) -> [f32; TILE]),
     Quant(fn(&[u8], [&[u8]; TILE]) -> [f32; TILE]),
+    /// [`TILE_ROWS`] consecutive weight rows (back to back in the first argument) times
+    /// [`TILE`] tokens: `out[r][t]`. Also amortises the per-token work (activation loads and
+    /// scales) over the rows; a matrix's last rows that fill no group run per token.
+    QuantRows(RowsTile),
 }
+
+/// A [`Tile::QuantRows`] kernel: `out[r][t]` is weight row r with token t.
+pub(crate) type RowsTile = fn(&[u8], [&[u8]; TILE]) -> [[f32; TILE]; TILE_ROWS];
+
+/// Weight rows a [`Tile::QuantRows`] kernel dots at once.
+pub(crate) const TILE_ROWS: usize = 8;
 
 /// Weight rows a [`Rows`] kernel dots with one token at once.
 pub(crate) const ROWS: usize = 8;
@@ -520,10 +530,33 @@ fn run_item(p: &Prepared<'_>, cols: usize, n: usize, item: usize) {
     let mut t0 = 0;
     while t0 < n {
         let t1 = (t0 + block).min(n);
-        for o in o0..o1 {
+        let mut o = o0;
+        if let (Some(Tile::QuantRows(tile)), Acts::Quant(buf, act_row)) = (p.tile, p.acts) {
+            while o + TILE_ROWS <= o1 {
+                let w = &p.weights[o * p.row..(o + TILE_ROWS) * p.row];
+                let mut t = t0;
+                while t + TILE <= t1 {
+                    let a = std::array::from_fn(|k| &buf[(t + k) * act_row..(t + k + 1) * act_row]);
+                    for (r, out) in tile(w, a).into_iter().enumerate() {
+                        for (k, v) in out.into_iter().enumerate() {
+                            write(t + k, o + r, v);
+                        }
+                    }
+                    t += TILE;
+                }
+                for t in t..t1 {
+                    for r in o..o + TILE_ROWS {
+                        write(t, r, dot_token(p.dot, p.acts, cols, weight_row(r), t));
+                    }
+                }
+                o += TILE_ROWS;
+            }
+        }
+        for o in o..o1 {
             let w = weight_row(o);
             let mut t = t0;
-            if let Some(tile) = p.tile {
+            // Left-over rows of a multi-row tile run per token.
+            if let Some(tile) = p.tile.filter(|t| !matches!(t, Tile::QuantRows(_))) {
                 while t + TILE <= t1 {
                     let out = dot_tile(tile, p.acts, cols, w, t);
                     for (k, v) in out.into_iter().enumerate() {
@@ -564,7 +597,7 @@ fn dot_tile(tile: Tile, acts: Acts<'_>, cols: usize, row: &[u8], t: usize) -> [f
             row,
             std::array::from_fn(|k| &buf[(t + k) * act_row..(t + k + 1) * act_row]),
         ),
-        _ => unreachable!("a type's tile kernel matches its dot kernel"),
+        _ => unreachable!("a type's one-row tile kernel matches its dot kernel"),
     }
 }
 
@@ -602,6 +635,29 @@ mod tests {
                     GgmlType::F16 => Tile::Float(|w, x| std::array::from_fn(|k| float::dot_f16(w, x[k]))),
                     GgmlType::BF16 => Tile::Float(|w, x| std::array::from_fn(|k| float::dot_bf16(w, x[k]))),
                     _ => panic!("no test tile for {ty}"),
+                }
+            };
+        }
+        quant!(
+            Q4_0 => q4_0, Q4_1 => q4_1, Q5_0 => q5_0, Q5_1 => q5_1, Q8_0 => q8_0,
+            Q8_1 => q8_1, Q2_K => q2_k, Q3_K => q3_k, Q4_K => q4_k, Q5_K => q5_k,
+            Q6_K => q6_k, Q8_K => q8_k, IQ4_NL => iq4_nl, IQ4_XS => iq4_xs,
+        )
+    }
+
+    /// A multi-row tile that is `TILE_ROWS * TILE` calls of the type's scalar dot: exercises
+    /// the driver's row-group indexing (and its left-over rows) on every block type.
+    fn per_pair_tile(ty: GgmlType) -> Option<Tile> {
+        macro_rules! quant {
+            ($($t:ident => $m:ident),* $(,)?) => {
+                match ty {
+                    $(GgmlType::$t => Some(Tile::QuantRows(|w: &[u8], a: [&[u8]; TILE]| {
+                        let rb = w.len() / TILE_ROWS;
+                        std::array::from_fn(|r| {
+                            std::array::from_fn(|t| formats::$m::vec_dot(&w[r * rb..(r + 1) * rb], a[t]))
+                        })
+                    })),)*
+                    _ => None,
                 }
             };
         }
@@ -688,7 +744,7 @@ mod tests {
             let (wq, wd) = quantized(ty, rows, cols, 1);
             let (active, scalar) = (kernels(ty).unwrap(), scalar_kernels(ty).unwrap());
             // (what, kernels, whether they must equal the active or the scalar dot exactly)
-            let variants = [
+            let mut variants = vec![
                 (
                     "active kernels",
                     with_tile(active, active.tile, active.rows),
@@ -703,6 +759,13 @@ mod tests {
                     Some(false),
                 ),
             ];
+            if let Some(tile) = per_pair_tile(ty) {
+                variants.push((
+                    "scalar per-pair multi-row tile",
+                    with_tile(scalar, Some(tile), per_row_rows(ty)),
+                    Some(false),
+                ));
+            }
             let scalar_no_tile = with_tile(scalar, None, None);
             for n in [1, 3, 4, 5, 9, 64] {
                 let x = random(n * cols, 2 + n as u64);
@@ -722,6 +785,12 @@ mod tests {
                     want_scalar[t * rows..(t + 1) * rows].copy_from_slice(&yt);
                 }
                 for (what, k, exact) in &variants {
+                    // A multi-row tile sums in another order than the dot it replaces.
+                    let multi_row = matches!(k.tile, Some(Tile::QuantRows(_)));
+                    let exact = match exact {
+                        Some(true) if n > 1 && multi_row => &None,
+                        e => e,
+                    };
                     let got = pool.install(|| product_with(k, ty, &wq, rows, cols, &x, n));
                     for t in 0..n {
                         for o in 0..rows {

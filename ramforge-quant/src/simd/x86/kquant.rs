@@ -66,11 +66,23 @@ macro_rules! weight_kernels {
             rows: Some($kernel::rows),
         };
     };
+    ($name:ident, $format:ident, $kernel:ident, tile rows) => {
+        static $name: Kernels = Kernels {
+            dequantize: formats::$format::dequantize_row,
+            quantize: formats::$format::quantize_row,
+            dot: Dot::Quant {
+                act: ACT,
+                vec_dot: $kernel::vec_dot,
+            },
+            tile: Some(Tile::QuantRows($kernel::tile_rows)),
+            rows: Some($kernel::rows),
+        };
+    };
 }
 
 weight_kernels!(Q4_K, q4_k, q4k);
 weight_kernels!(Q6_K, q6_k, q6k);
-weight_kernels!(IQ4_XS, iq4_xs, iq4xs);
+weight_kernels!(IQ4_XS, iq4_xs, iq4xs, tile rows);
 weight_kernels!(Q5_K, q5_k, q5k);
 weight_kernels!(Q3_K, q3_k, q3k);
 weight_kernels!(Q2_K, q2_k, q2k);

@@ -2,22 +2,26 @@
 //! their activation quantizers (Q8_0, Q8_1) and the float weights (F32, F16, BF16).
 //!
 //! The quantizers are bit-identical to the generated scalar reference. Every block format
-//! has three dots built on one exact integer core ([`blocks`]) that round identically per
-//! row and token ([`dots`]): the single-row `vec_dot`, a [`Tile`] kernel (one weight row,
-//! [`TILE`] tokens; prefill) and a [`Rows`] kernel ([`ROWS`] weight rows, one token;
-//! decode). They agree bit for bit, so results do not depend on batching or on how rows
-//! are grouped, and differ from the reference by f32 summation order only. The float dots
-//! use FMA (also f32 summation order only). Dequantizing reuses the reference except for F16.
+//! has two dots built on one exact integer core ([`blocks`]) that round identically per
+//! row and token ([`dots`]): the single-row `vec_dot` and a [`Rows`] kernel ([`ROWS`]
+//! weight rows, one token; decode). They agree bit for bit, so decode results do not depend
+//! on how rows are grouped, and differ from the reference by f32 summation order only.
+//! The prefill [`Tile`] kernel is, for the formats with a min (Q4_1, Q5_1, which must equal
+//! the reference bit for bit), the one-row [`dots::tile`] (bit for bit `vec_dot`); for the
+//! others a [`TILE_ROWS`] x [`TILE`] kernel ([`gemm`]) that sums the same exact terms in
+//! another order (f32 summation order only). The float dots use FMA (also f32 summation
+//! order only). Dequantizing reuses the reference except for F16.
 
 mod act;
 mod blocks;
 mod common;
 mod dots;
 mod float;
+mod gemm;
 #[cfg(test)]
 mod tests;
 
-use crate::kernels::{Dot, Kernels, Tile, ROWS, TILE};
+use crate::kernels::{Dot, Kernels, Tile, ROWS, TILE, TILE_ROWS};
 use crate::{formats, GgmlType};
 
 // SAFETY (every wrapper below): these functions are reachable only through the statics in
@@ -25,31 +29,43 @@ use crate::{formats, GgmlType};
 // that instruction set only when `Isa::Avx2.is_available()` (AVX2, FMA and F16C detected at
 // run time). The bodies read only within the slices they are given.
 
-/// Safe `vec_dot`, `tile` and `rows` entry points for one block format.
+/// Safe `vec_dot`, `tile` and `rows` entry points for one block format: the tile is the
+/// one-row [`dots::tile`] for formats with a min (which must equal the reference bit for
+/// bit), else a multi-row [`gemm`] kernel.
 macro_rules! block_kernels {
-    ($format:ty, $vec_dot:ident, $tile:ident, $rows:ident) => {
+    (@common $format:ty, $vec_dot:ident, $rows:ident) => {
         fn $vec_dot(w: &[u8], a: &[u8]) -> f32 {
             // SAFETY: see the note above; only reachable when AVX2+FMA+F16C are available.
             unsafe { dots::vec_dot::<$format>(w, a) }
-        }
-        fn $tile(w: &[u8], a: [&[u8]; TILE]) -> [f32; TILE] {
-            // SAFETY: see the note above; only reachable when AVX2+FMA+F16C are available.
-            unsafe { dots::tile::<$format>(w, a) }
         }
         fn $rows(w: &[u8], a: &[u8]) -> [f32; ROWS] {
             // SAFETY: see the note above; only reachable when AVX2+FMA+F16C are available.
             unsafe { dots::rows::<$format>(w, a) }
         }
     };
+    ($format:ty, $vec_dot:ident, $tile:ident, $rows:ident) => {
+        block_kernels!(@common $format, $vec_dot, $rows);
+        fn $tile(w: &[u8], a: [&[u8]; TILE]) -> [f32; TILE] {
+            // SAFETY: see the note above; only reachable when AVX2+FMA+F16C are available.
+            unsafe { dots::tile::<$format>(w, a) }
+        }
+    };
+    ($format:ty, $vec_dot:ident, gemm $gemm:ident $tile:ident, $rows:ident) => {
+        block_kernels!(@common $format, $vec_dot, $rows);
+        fn $tile(w: &[u8], a: [&[u8]; TILE]) -> [[f32; TILE]; TILE_ROWS] {
+            // SAFETY: see the note above; only reachable when AVX2+FMA+F16C are available.
+            unsafe { gemm::$gemm::<$format>(w, a) }
+        }
+    };
 }
 
-block_kernels!(blocks::Q4_0, vec_dot_q4_0, tile_q4_0, rows_q4_0);
+block_kernels!(blocks::Q4_0, vec_dot_q4_0, gemm tile_chunked tile_q4_0, rows_q4_0);
 block_kernels!(blocks::Q4_1, vec_dot_q4_1, tile_q4_1, rows_q4_1);
-block_kernels!(blocks::Q5_0, vec_dot_q5_0, tile_q5_0, rows_q5_0);
+block_kernels!(blocks::Q5_0, vec_dot_q5_0, gemm tile_unsigned tile_q5_0, rows_q5_0);
 block_kernels!(blocks::Q5_1, vec_dot_q5_1, tile_q5_1, rows_q5_1);
-block_kernels!(blocks::Q8_0, vec_dot_q8_0, tile_q8_0, rows_q8_0);
-block_kernels!(blocks::Q8_1, vec_dot_q8_1, tile_q8_1, rows_q8_1);
-block_kernels!(blocks::Iq4Nl, vec_dot_iq4_nl, tile_iq4_nl, rows_iq4_nl);
+block_kernels!(blocks::Q8_0, vec_dot_q8_0, gemm tile_signed tile_q8_0, rows_q8_0);
+block_kernels!(blocks::Q8_1, vec_dot_q8_1, gemm tile_signed tile_q8_1, rows_q8_1);
+block_kernels!(blocks::Iq4Nl, vec_dot_iq4_nl, gemm tile_signed tile_iq4_nl, rows_iq4_nl);
 
 /// Safe `dot` and `tile` entry points for one float format.
 macro_rules! float_kernels {
@@ -87,6 +103,28 @@ fn dequantize_f16(src: &[u8], dst: &mut [f32]) {
 /// The kernel table entry of a block format: reference dequantize, AVX2 dot, tile and rows.
 macro_rules! block_static {
     ($name:ident, $module:ident, $quantize:expr, $act:ident, $vec_dot:ident, $tile:ident, $rows:ident) => {
+        block_static!(
+            $name,
+            $module,
+            $quantize,
+            $act,
+            $vec_dot,
+            Tile::Quant($tile),
+            $rows
+        );
+    };
+    ($name:ident, $module:ident, $quantize:expr, $act:ident, $vec_dot:ident, gemm $tile:ident, $rows:ident) => {
+        block_static!(
+            $name,
+            $module,
+            $quantize,
+            $act,
+            $vec_dot,
+            Tile::QuantRows($tile),
+            $rows
+        );
+    };
+    ($name:ident, $module:ident, $quantize:expr, $act:ident, $vec_dot:ident, $tile:expr, $rows:ident) => {
         static $name: Kernels = Kernels {
             dequantize: formats::$module::dequantize_row,
             quantize: $quantize,
@@ -94,7 +132,7 @@ macro_rules! block_static {
                 act: GgmlType::$act,
                 vec_dot: $vec_dot,
             },
-            tile: Some(Tile::Quant($tile)),
+            tile: Some($tile),
             rows: Some($rows),
         };
     };
@@ -106,7 +144,7 @@ block_static!(
     formats::q4_0::quantize_row,
     Q8_0,
     vec_dot_q4_0,
-    tile_q4_0,
+    gemm tile_q4_0,
     rows_q4_0
 );
 block_static!(
@@ -124,7 +162,7 @@ block_static!(
     formats::q5_0::quantize_row,
     Q8_0,
     vec_dot_q5_0,
-    tile_q5_0,
+    gemm tile_q5_0,
     rows_q5_0
 );
 block_static!(
@@ -142,7 +180,7 @@ block_static!(
     quantize_q8_0,
     Q8_0,
     vec_dot_q8_0,
-    tile_q8_0,
+    gemm tile_q8_0,
     rows_q8_0
 );
 block_static!(
@@ -151,7 +189,7 @@ block_static!(
     quantize_q8_1,
     Q8_1,
     vec_dot_q8_1,
-    tile_q8_1,
+    gemm tile_q8_1,
     rows_q8_1
 );
 block_static!(
@@ -160,7 +198,7 @@ block_static!(
     formats::iq4_nl::quantize_row,
     Q8_0,
     vec_dot_iq4_nl,
-    tile_iq4_nl,
+    gemm tile_iq4_nl,
     rows_iq4_nl
 );
 

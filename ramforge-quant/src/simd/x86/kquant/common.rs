@@ -218,22 +218,19 @@ pub(super) unsafe fn prefetch_next(w: &[u8], i: usize, blocks: usize) {
 /// `dot::<R, T>` (`R` weight rows back to back, each dotted with `T` activation rows; every
 /// (row, token) pair runs the same arithmetic whatever `R` and `T` are) and its block size
 /// `BYTES`: `vec_dot` (one row, one token), `tile` (one row, [`TILE`] tokens, each weight
-/// block unpacked once), `rows` ([`ROWS`] rows, one token, each activation block loaded once;
-/// run as `ROWS / $group` calls of `$group` rows: 8 where that measured faster, 1, a plain
-/// loop of single rows, where the wider kernel spilled and measured slower) and the length
-/// check they make first. All three return bit for bit what `vec_dot` does.
+/// block unpacked once) or, with `tile rows $tile_group`, `tile_rows` ([`TILE_ROWS`] rows,
+/// [`TILE`] tokens, run as calls of `$tile_group` rows: where that measured faster), `rows`
+/// ([`ROWS`] rows, one token, each activation block loaded once; run as `ROWS / $group`
+/// calls of `$group` rows: 8 where that measured faster, 1, a plain loop of single rows,
+/// where the wider kernel spilled and measured slower) and the length check they make
+/// first. All of them return bit for bit what `vec_dot` does.
 ///
 /// [`TILE`]: crate::kernels::TILE
+/// [`TILE_ROWS`]: crate::kernels::TILE_ROWS
 /// [`ROWS`]: crate::kernels::ROWS
 macro_rules! entry_points {
     ($format:literal, $group:literal) => {
-        #[doc = concat!("The dot of a row of ", $format, " blocks with a row of Q8_K blocks.")]
-        pub(super) fn vec_dot(w: &[u8], a: &[u8]) -> f32 {
-            check(w, a);
-            // SAFETY: reachable only through the AVX2 kernel table, handed out only when the
-            // CPU has AVX2, FMA and F16C; `check` has confirmed whole, matching blocks.
-            unsafe { dot::<1, 1>(w, [a])[0][0] }
-        }
+        entry_points!(@common $format, $group);
 
         #[doc = concat!("One row of ", $format, " blocks dotted with 4 tokens' Q8_K rows, each weight block unpacked once.")]
         pub(super) fn tile(
@@ -245,6 +242,15 @@ macro_rules! entry_points {
             }
             // SAFETY: as in `vec_dot`.
             unsafe { dot::<1, { crate::kernels::TILE }>(w, a)[0] }
+        }
+    };
+    (@common $format:literal, $group:literal) => {
+        #[doc = concat!("The dot of a row of ", $format, " blocks with a row of Q8_K blocks.")]
+        pub(super) fn vec_dot(w: &[u8], a: &[u8]) -> f32 {
+            check(w, a);
+            // SAFETY: reachable only through the AVX2 kernel table, handed out only when the
+            // CPU has AVX2, FMA and F16C; `check` has confirmed whole, matching blocks.
+            unsafe { dot::<1, 1>(w, [a])[0][0] }
         }
 
         #[doc = concat!("8 rows of ", $format, " blocks, back to back, dotted with one token's Q8_K row.")]
@@ -268,6 +274,35 @@ macro_rules! entry_points {
 
         fn check(w: &[u8], a: &[u8]) {
             assert!(w.len() % BYTES == 0 && a.len() == w.len() / BYTES * Q8K_BYTES);
+        }
+    };
+    ($format:literal, $group:literal, tile rows $tile_group:literal) => {
+        entry_points!(@common $format, $group);
+
+        #[doc = concat!(
+            "[`TILE_ROWS`](crate::kernels::TILE_ROWS) rows of ", $format,
+            " blocks, back to back, dotted with 4 tokens' Q8_K rows, run as calls of ",
+            stringify!($tile_group), " rows (each activation block loaded once for them)."
+        )]
+        pub(super) fn tile_rows(
+            w: &[u8],
+            a: [&[u8]; crate::kernels::TILE],
+        ) -> [[f32; crate::kernels::TILE]; crate::kernels::TILE_ROWS] {
+            const ROWS: usize = crate::kernels::TILE_ROWS;
+            const GROUP: usize = $tile_group;
+            const _: () = assert!(GROUP > 0 && ROWS / GROUP * GROUP == ROWS);
+            assert!(w.len() % ROWS == 0);
+            let row = w.len() / ROWS;
+            for a in a {
+                check(&w[..row], a);
+            }
+            let mut out = [[0f32; crate::kernels::TILE]; ROWS];
+            for (g, part) in w.chunks_exact(GROUP * row).enumerate() {
+                // SAFETY: as in `vec_dot`; `part` is `GROUP` rows of the checked length.
+                let got = unsafe { dot::<GROUP, { crate::kernels::TILE }>(part, a) };
+                out[g * GROUP..(g + 1) * GROUP].copy_from_slice(&got);
+            }
+            out
         }
     };
 }

@@ -10,7 +10,7 @@ use std::arch::x86_64::*;
 
 const BYTES: usize = 136;
 
-entry_points!("IQ4_XS", 8);
+entry_points!("IQ4_XS", 8, tile rows 2);
 
 /// The 8 signed group scales as i16, in both lanes. The 4 low bits of each sit in
 /// `scales_l`'s nibbles, the 2 high bits in `scales_h`'s bit pairs: both are spread to one

@@ -3,7 +3,7 @@
 
 use super::kernels;
 use crate::formats::{self, q8_k};
-use crate::kernels::{scalar_kernels, Dot, Kernels, Tile, ROWS, TILE};
+use crate::kernels::{scalar_kernels, Dot, Kernels, Tile, ROWS, TILE, TILE_ROWS};
 use crate::GgmlType;
 use proptest::prelude::*;
 
@@ -345,27 +345,41 @@ fn vec_dot_of_extreme_quants_matches_the_reference() {
     }
 }
 
+/// `k`'s prefill tile on `TILE_ROWS` equally long rows: the one-row kernel once per row, or
+/// the multi-row kernel on the rows back to back. `out[r][t]`: row r, token t.
+fn tile_rows_of(k: &Kernels, rows: &[Vec<u8>], a: [&[u8]; TILE]) -> Vec<[f32; TILE]> {
+    assert_eq!(rows.len(), TILE_ROWS);
+    match k.tile {
+        Some(Tile::Quant(tile)) => rows.iter().map(|w| tile(w, a)).collect(),
+        Some(Tile::QuantRows(tile)) => tile(&rows.concat(), a).to_vec(),
+        _ => panic!("no quantized tile"),
+    }
+}
+
 #[test]
 fn tiles_equal_their_vec_dot() {
     let mut rng = Rng(5);
     for f in &FORMATS {
         let k = avx2(f.ty);
-        let Some(Tile::Quant(tile)) = k.tile else {
-            panic!("{}: no quantized tile", f.ty)
-        };
         for blocks in [1, 5] {
-            let w = if blocks == 1 {
-                raw_row(f, blocks, &mut rng)
-            } else {
-                quantized_row(f.ty, blocks, 1.0, &mut rng)
-            };
+            let rows: Vec<Vec<u8>> = (0..TILE_ROWS)
+                .map(|_| {
+                    if blocks == 1 {
+                        raw_row(f, blocks, &mut rng)
+                    } else {
+                        quantized_row(f.ty, blocks, 1.0, &mut rng)
+                    }
+                })
+                .collect();
             let acts: Vec<Vec<u8>> = (0..TILE)
                 .map(|t| activations(blocks, 0.5 + t as f32, &mut rng))
                 .collect();
-            let out = tile(&w, std::array::from_fn(|t| &acts[t][..]));
-            for (t, a) in acts.iter().enumerate() {
-                assert_eq!(out[t], vec_dot_of(k)(&w, a), "{} token {t}", f.ty);
-                assert_dot_matches(f, &w, a, &format!("tile token {t}"));
+            let out = tile_rows_of(k, &rows, std::array::from_fn(|t| &acts[t][..]));
+            for (r, w) in rows.iter().enumerate() {
+                for (t, a) in acts.iter().enumerate() {
+                    assert_eq!(out[r][t], vec_dot_of(k)(w, a), "{} row {r} token {t}", f.ty);
+                    assert_dot_matches(f, w, a, &format!("tile row {r} token {t}"));
+                }
             }
         }
     }
@@ -540,13 +554,11 @@ fn dots_of_minus_128_activations_match_the_reference() {
                 ),
             ] {
                 assert_dot_matches(f, &w, &a, &format!("{blocks} blocks, {what}"));
-                let Some(Tile::Quant(tile)) = avx2(f.ty).tile else {
-                    panic!("{}: no quantized tile", f.ty)
-                };
-                let out = tile(&w, [&a[..]; TILE]);
+                let rows = vec![w.clone(); TILE_ROWS];
+                let out = tile_rows_of(avx2(f.ty), &rows, [&a[..]; TILE]);
                 let want = vec_dot_of(avx2(f.ty))(&w, &a);
                 assert!(
-                    out.iter().all(|v| v.to_bits() == want.to_bits()),
+                    out.iter().flatten().all(|v| v.to_bits() == want.to_bits()),
                     "{} tile {what}",
                     f.ty
                 );

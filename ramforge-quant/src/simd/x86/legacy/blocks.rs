@@ -303,8 +303,9 @@ impl Bytes for Iq4Nl {
     #[inline(always)]
     unsafe fn quants(b: *const u8) -> __m256i {
         let levels = _mm_loadu_si128(crate::formats::iq4_nl::KVALUES.as_ptr().cast());
-        let q = _mm_loadu_si128(b.add(2).cast());
-        let both = _mm256_set_m128i(_mm_srli_epi16::<4>(q), q);
+        // The 16 nibble bytes in both halves, the high half shifted down by 4.
+        let both = _mm256_broadcastsi128_si256(_mm_loadu_si128(b.add(2).cast()));
+        let both = _mm256_srlv_epi64(both, _mm256_setr_epi64x(0, 0, 4, 4));
         let idx = _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
         _mm256_shuffle_epi8(_mm256_set_m128i(levels, levels), idx)
     }

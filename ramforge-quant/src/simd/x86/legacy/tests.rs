@@ -1,10 +1,10 @@
 //! The AVX2 kernels against the generated scalar reference: the activation quantizers bit
 //! for bit, the block and float dots to f32 summation tolerance (they sum in a different
-//! order than the reference), and every tile and rows kernel bit for bit against its own
-//! single-row, single-token dot.
+//! order than the reference), every rows kernel and one-row tile bit for bit against its
+//! own single-row, single-token dot, and the multi-row tiles to the same tolerance.
 
 use crate::isa::Isa;
-use crate::kernels::{scalar_kernels, Dot, Kernels, Rows, Tile, ROWS, TILE};
+use crate::kernels::{scalar_kernels, Dot, Kernels, Rows, Tile, ROWS, TILE, TILE_ROWS};
 use crate::GgmlType;
 use half::f16;
 use proptest::prelude::*;
@@ -40,7 +40,6 @@ fn scalar(ty: GgmlType) -> &'static Kernels {
 }
 
 type VecDot = fn(&[u8], &[u8]) -> f32;
-type QuantTile = fn(&[u8], [&[u8]; TILE]) -> [f32; TILE];
 
 fn quant_dot(k: &Kernels) -> (GgmlType, VecDot) {
     match k.dot {
@@ -49,9 +48,17 @@ fn quant_dot(k: &Kernels) -> (GgmlType, VecDot) {
     }
 }
 
-fn quant_tile(k: &Kernels) -> QuantTile {
+/// `rows[r]` (equally long) dotted with `acts[t]` by `k`'s tile: `out[r][t]`, and whether
+/// each result must equal the `vec_dot` bit for bit (the one-row tiles) or only within
+/// summation tolerance (the multi-row tiles, which sum each pair's lanes in another order).
+fn quant_tile(
+    k: &Kernels,
+    rows: [&[u8]; TILE_ROWS],
+    acts: [&[u8]; TILE],
+) -> ([[f32; TILE]; TILE_ROWS], bool) {
     match k.tile {
-        Some(Tile::Quant(f)) => f,
+        Some(Tile::Quant(f)) => (rows.map(|w| f(w, acts)), true),
+        Some(Tile::QuantRows(f)) => (f(&rows.concat(), acts), false),
         _ => panic!("a block format has a quantized tile"),
     }
 }
@@ -175,7 +182,9 @@ fn exact_dot(ty: GgmlType, act: GgmlType, w: &[u8], a: &[u8]) -> f64 {
 }
 
 /// The AVX2 `vec_dot` of `w` with each activation row lies within f32 summation tolerance of
-/// the reference and of the exact product; the tile equals the `vec_dot` bit for bit.
+/// the reference and of the exact product; so does the tile's, on `w` and on `w` with its
+/// blocks rotated (the other rows of a multi-row tile), and a one-row tile equals the
+/// `vec_dot` bit for bit.
 ///
 /// The tolerance is `1e-5 * sum_i |terms|` with every product split into its scale and min
 /// parts ([`abs_terms`]): the kernel rounds per-lane partial sums of a block (and the
@@ -186,25 +195,38 @@ fn check_block_rows(ty: GgmlType, w: &[u8], acts: [&[u8]; TILE], what: &str) {
     let (act, fast_dot) = quant_dot(fast(ty));
     let (ref_act, ref_dot) = quant_dot(scalar(ty));
     assert_eq!(act, ref_act, "{ty}: activation type");
-    let tiled = quant_tile(fast(ty))(w, acts);
-    for (t, a) in acts.iter().enumerate() {
-        let got = fast_dot(w, a);
-        let want = ref_dot(w, a);
-        let tol = 1e-5 * abs_terms(ty, act, w, a) + 1e-30;
-        assert!(
-            (got as f64 - want as f64).abs() <= tol,
-            "{ty} {what}: {got} vs reference {want} (tol {tol})"
-        );
-        assert_eq!(
-            tiled[t].to_bits(),
-            got.to_bits(),
-            "{ty} {what}: tile token {t}"
-        );
-        let exact = exact_dot(ty, act, w, a);
-        assert!(
-            (got as f64 - exact).abs() <= tol,
-            "{ty} {what}: {got} vs exact {exact} (tol {tol})"
-        );
+    let bytes = ty.type_size();
+    let rows: Vec<Vec<u8>> = (0..TILE_ROWS)
+        .map(|r| {
+            let split = (r * bytes) % w.len().max(1);
+            [&w[split..], &w[..split]].concat()
+        })
+        .collect();
+    let (tiled, bitwise) = quant_tile(fast(ty), std::array::from_fn(|r| &rows[r][..]), acts);
+    for (r, w) in rows.iter().enumerate() {
+        for (t, a) in acts.iter().enumerate() {
+            let got = fast_dot(w, a);
+            let want = ref_dot(w, a);
+            let tol = 1e-5 * abs_terms(ty, act, w, a) + 1e-30;
+            let exact = exact_dot(ty, act, w, a);
+            for (name, v) in [("vec_dot", got), ("tile", tiled[r][t])] {
+                assert!(
+                    (v as f64 - want as f64).abs() <= tol,
+                    "{ty} {what}: {name} row {r} token {t}: {v} vs reference {want} (tol {tol})"
+                );
+                assert!(
+                    (v as f64 - exact).abs() <= tol,
+                    "{ty} {what}: {name} row {r} token {t}: {v} vs exact {exact} (tol {tol})"
+                );
+            }
+            if bitwise {
+                assert_eq!(
+                    tiled[r][t].to_bits(),
+                    got.to_bits(),
+                    "{ty} {what}: tile row {r} token {t}"
+                );
+            }
+        }
     }
 }
 
