@@ -22,13 +22,13 @@ const FLOAT_TYPES: [GgmlType; 3] = [GgmlType::F32, GgmlType::F16, GgmlType::BF16
 /// Row lengths in blocks: one, a partial group of four, whole groups, and long rows.
 const BLOCK_COUNTS: [usize; 10] = [1, 2, 3, 4, 5, 7, 8, 9, 33, 48];
 
-/// Whether this CPU runs the kernels under test; prints why a test does nothing otherwise.
-fn avx2() -> bool {
-    let ok = Isa::Avx2.is_available();
-    if !ok {
-        eprintln!("note: this CPU lacks AVX2+FMA+F16C; the AVX2 kernel tests are skipped");
-    }
-    ok
+/// Fails the test on a CPU without the instructions these kernels need: a kernel test that
+/// returned early there would report a check it never made as passed.
+fn require_avx2() {
+    assert!(
+        Isa::Avx2.is_available(),
+        "the AVX2 kernel tests need a CPU with AVX2, FMA and F16C"
+    );
 }
 
 fn fast(ty: GgmlType) -> &'static Kernels {
@@ -257,9 +257,7 @@ fn check_rows_kernel(ty: GgmlType, rows: &[Vec<u8>], a: &[u8], what: &str) {
 
 #[test]
 fn rows_kernels_equal_vec_dot_and_match_the_reference() {
-    if !avx2() {
-        return;
-    }
+    require_avx2();
     let mut rng = Rng(19);
     for ty in BLOCK_TYPES {
         let act = quant_dot(fast(ty)).0;
@@ -284,9 +282,7 @@ fn rows_kernels_equal_vec_dot_and_match_the_reference() {
 
 #[test]
 fn rows_kernels_at_extreme_quants() {
-    if !avx2() {
-        return;
-    }
+    require_avx2();
     // Every row a different extreme pattern, so each lane sees its own worst case.
     let fills = [0x00u8, 0xFF, 0x80, 0x7F, 0x88, 0x77, 0x0F, 0xF0];
     for ty in BLOCK_TYPES {
@@ -306,9 +302,7 @@ fn rows_kernels_at_extreme_quants() {
 
 #[test]
 fn block_dots_and_tiles_match_the_reference() {
-    if !avx2() {
-        return;
-    }
+    require_avx2();
     let mut rng = Rng(7);
     for ty in BLOCK_TYPES {
         let act = quant_dot(fast(ty)).0;
@@ -346,9 +340,7 @@ fn filled_blocks(ty: GgmlType, blocks: usize, fill: u8, scale: f32) -> Vec<u8> {
 
 #[test]
 fn block_dots_match_the_reference_at_extreme_quants() {
-    if !avx2() {
-        return;
-    }
+    require_avx2();
     for ty in BLOCK_TYPES {
         let act = quant_dot(fast(ty)).0;
         for nb in [1, 4, 5] {
@@ -368,9 +360,7 @@ fn block_dots_match_the_reference_at_extreme_quants() {
 
 #[test]
 fn quantizers_are_bit_identical_on_random_rows() {
-    if !avx2() {
-        return;
-    }
+    require_avx2();
     let mut rng = Rng(11);
     for ty in [GgmlType::Q8_0, GgmlType::Q8_1] {
         for nb in BLOCK_COUNTS {
@@ -447,9 +437,7 @@ fn edge_blocks() -> Vec<[f32; 32]> {
 
 #[test]
 fn quantizers_are_bit_identical_on_edge_inputs() {
-    if !avx2() {
-        return;
-    }
+    require_avx2();
     let blocks = edge_blocks();
     for ty in [GgmlType::Q8_0, GgmlType::Q8_1] {
         for b in &blocks {
@@ -496,9 +484,7 @@ fn check_float_rows(ty: GgmlType, w: &[u8], x: [&[f32]; TILE]) {
 
 #[test]
 fn float_dots_and_tiles_match_the_reference() {
-    if !avx2() {
-        return;
-    }
+    require_avx2();
     let mut rng = Rng(13);
     for ty in FLOAT_TYPES {
         for n in [1, 7, 8, 9, 15, 16, 17, 31, 33, 100, 576, 1000, 1536] {
@@ -522,9 +508,7 @@ fn float_dots_and_tiles_match_the_reference() {
 
 #[test]
 fn f16_dequantize_equals_the_reference() {
-    if !avx2() {
-        return;
-    }
+    require_avx2();
     let mut rng = Rng(17);
     for n in [1, 8, 9, 100, 1024] {
         let src = rng.bytes(2 * n);
@@ -545,14 +529,13 @@ proptest! {
 
     #[test]
     fn quantizers_are_bit_identical_on_any_bits(bits in prop::collection::vec(any::<u32>(), 64)) {
-        if avx2() {
-            let x: Vec<f32> = bits.iter().map(|b| f32::from_bits(*b)).collect();
-            for ty in [GgmlType::Q8_0, GgmlType::Q8_1] {
-                let want = quantized(ty, &x);
-                let mut got = vec![0u8; want.len()];
-                (fast(ty).quantize)(&x, &mut got);
-                prop_assert_eq!(got, want, "{}", ty);
-            }
+        require_avx2();
+        let x: Vec<f32> = bits.iter().map(|b| f32::from_bits(*b)).collect();
+        for ty in [GgmlType::Q8_0, GgmlType::Q8_1] {
+            let want = quantized(ty, &x);
+            let mut got = vec![0u8; want.len()];
+            (fast(ty).quantize)(&x, &mut got);
+            prop_assert_eq!(got, want, "{}", ty);
         }
     }
 
@@ -562,44 +545,41 @@ proptest! {
         steps in prop::collection::vec(-254i32..=254, 31),
         nudge in prop::collection::vec(-2i32..=2, 31),
     ) {
-        if avx2() {
-            // Values near (k + 1/2) * d, the quantizer's rounding boundaries.
-            let d = amax / 127.0;
-            let mut x = vec![amax];
-            for (s, u) in steps.iter().zip(&nudge) {
-                let v = *s as f32 * 0.5 * d;
-                x.push(f32::from_bits((v.to_bits() as i32 + u) as u32));
-            }
-            for ty in [GgmlType::Q8_0, GgmlType::Q8_1] {
-                let want = quantized(ty, &x);
-                let mut got = vec![0u8; want.len()];
-                (fast(ty).quantize)(&x, &mut got);
-                prop_assert_eq!(got, want, "{}", ty);
-            }
+        require_avx2();
+        // Values near (k + 1/2) * d, the quantizer's rounding boundaries.
+        let d = amax / 127.0;
+        let mut x = vec![amax];
+        for (s, u) in steps.iter().zip(&nudge) {
+            let v = *s as f32 * 0.5 * d;
+            x.push(f32::from_bits((v.to_bits() as i32 + u) as u32));
+        }
+        for ty in [GgmlType::Q8_0, GgmlType::Q8_1] {
+            let want = quantized(ty, &x);
+            let mut got = vec![0u8; want.len()];
+            (fast(ty).quantize)(&x, &mut got);
+            prop_assert_eq!(got, want, "{}", ty);
         }
     }
 
     #[test]
     fn block_dots_match_the_reference_on_raw_blocks(seed in any::<u64>(), nb in 1usize..24, t in 0usize..7) {
-        if avx2() {
-            let ty = BLOCK_TYPES[t];
-            let act = quant_dot(fast(ty)).0;
-            let mut rng = Rng(seed);
-            let w = raw_blocks(&mut rng, ty, nb, false);
-            let a: Vec<Vec<u8>> = (0..TILE).map(|_| raw_blocks(&mut rng, act, nb, true)).collect();
-            check_block_rows(ty, &w, std::array::from_fn(|t| a[t].as_slice()), "proptest");
-        }
+        require_avx2();
+        let ty = BLOCK_TYPES[t];
+        let act = quant_dot(fast(ty)).0;
+        let mut rng = Rng(seed);
+        let w = raw_blocks(&mut rng, ty, nb, false);
+        let a: Vec<Vec<u8>> = (0..TILE).map(|_| raw_blocks(&mut rng, act, nb, true)).collect();
+        check_block_rows(ty, &w, std::array::from_fn(|t| a[t].as_slice()), "proptest");
     }
 
     #[test]
     fn rows_kernels_equal_vec_dot_on_raw_blocks(seed in any::<u64>(), nb in 1usize..24, t in 0usize..7) {
-        if avx2() {
-            let ty = BLOCK_TYPES[t];
-            let act = quant_dot(fast(ty)).0;
-            let mut rng = Rng(seed);
-            let rows: Vec<Vec<u8>> = (0..ROWS).map(|_| raw_blocks(&mut rng, ty, nb, false)).collect();
-            let a = raw_blocks(&mut rng, act, nb, true);
-            check_rows_kernel(ty, &rows, &a, "proptest");
-        }
+        require_avx2();
+        let ty = BLOCK_TYPES[t];
+        let act = quant_dot(fast(ty)).0;
+        let mut rng = Rng(seed);
+        let rows: Vec<Vec<u8>> = (0..ROWS).map(|_| raw_blocks(&mut rng, ty, nb, false)).collect();
+        let a = raw_blocks(&mut rng, act, nb, true);
+        check_rows_kernel(ty, &rows, &a, "proptest");
     }
 }
