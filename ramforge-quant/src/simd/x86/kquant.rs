@@ -52,21 +52,16 @@ static Q8_K: Kernels = Kernels {
     rows: None,
 };
 
-/// The kernels of a weight format whose quantizer and dequantizer are the generated ones.
+/// The kernels of a weight format whose quantizer and dequantizer are the generated ones;
+/// `tile rows` when its prefill kernel is the multi-row `tile_rows`.
 macro_rules! weight_kernels {
     ($name:ident, $format:ident, $kernel:ident) => {
-        static $name: Kernels = Kernels {
-            dequantize: formats::$format::dequantize_row,
-            quantize: formats::$format::quantize_row,
-            dot: Dot::Quant {
-                act: ACT,
-                vec_dot: $kernel::vec_dot,
-            },
-            tile: Some(Tile::Quant($kernel::tile)),
-            rows: Some($kernel::rows),
-        };
+        weight_kernels!($name, $format, $kernel, Tile::Quant($kernel::tile));
     };
     ($name:ident, $format:ident, $kernel:ident, tile rows) => {
+        weight_kernels!($name, $format, $kernel, Tile::QuantRows($kernel::tile_rows));
+    };
+    ($name:ident, $format:ident, $kernel:ident, $tile:expr) => {
         static $name: Kernels = Kernels {
             dequantize: formats::$format::dequantize_row,
             quantize: formats::$format::quantize_row,
@@ -74,7 +69,7 @@ macro_rules! weight_kernels {
                 act: ACT,
                 vec_dot: $kernel::vec_dot,
             },
-            tile: Some(Tile::QuantRows($kernel::tile_rows)),
+            tile: Some($tile),
             rows: Some($kernel::rows),
         };
     };
