@@ -108,6 +108,43 @@ pub(super) unsafe fn tile_signed<F: Signed>(
     w: &[u8],
     a: [&[u8]; TILE],
 ) -> [[f32; TILE]; TILE_ROWS] {
+    let ones = _mm256_set1_epi16(1);
+    let acc = accumulate::<F, _>(
+        w,
+        a,
+        |ap, b| (token_quants::<F>(ap, b), token_scales(ap, b * F::ACT.bytes)),
+        |x, wb| {
+            let q = F::signed(wb);
+            // |q| (-128 stays the byte 0x80, which `maddubs` reads as 128).
+            let mag = _mm256_sign_epi8(q, q);
+            let mut p = [_mm256_setzero_si256(); TILE];
+            for t in 0..TILE {
+                // Pair sums of |q| * (x with q's sign): at most 2 * 128 * 127, no
+                // saturation (activation quants are at most 127 in magnitude).
+                let pairs = _mm256_maddubs_epi16(mag, _mm256_sign_epi8(x[t], q));
+                p[t] = _mm256_madd_epi16(pairs, ones);
+            }
+            let h01 = _mm256_hadd_epi32(p[0], p[1]);
+            let h23 = _mm256_hadd_epi32(p[2], p[3]);
+            _mm256_hadd_epi32(h01, h23)
+        },
+    );
+    fold_halves(acc)
+}
+
+/// The block loop the tile kernels share, over the blocks of [`TILE_ROWS`] weight rows (back
+/// to back in `w`) and [`TILE`] activation rows: for each block `b`, `tokens(ap, b)` gives
+/// what the tokens share (their quants as the kernel arranges them, and their scales `da` in
+/// its lane layout); then for each row, `isum(shared, block)` gives the exact integer dots
+/// of its block in that layout, and the row's accumulator takes `fma(isum, dw * da, acc)`.
+/// The weight scales `dw` are converted eight blocks at a time.
+#[inline(always)]
+unsafe fn accumulate<F: Weights, S>(
+    w: &[u8],
+    a: [&[u8]; TILE],
+    mut tokens: impl FnMut([*const u8; TILE], usize) -> (S, __m256),
+    mut isum: impl FnMut(&S, *const u8) -> __m256i,
+) -> [__m256; TILE_ROWS] {
     let row = w.len() / TILE_ROWS;
     let nb = a
         .iter()
@@ -117,8 +154,8 @@ pub(super) unsafe fn tile_signed<F: Signed>(
         *p = w.as_ptr().add(r * row);
     }
     let ap = a.map(|r| r.as_ptr());
-    let ones = _mm256_set1_epi16(1);
     let mut acc = [_mm256_setzero_ps(); TILE_ROWS];
+    // The weight scales of the current group of (up to) eight blocks.
     let mut dw = [[0f32; LANES]; TILE_ROWS];
     let mut i = 0;
     while i < nb {
@@ -128,32 +165,26 @@ pub(super) unsafe fn tile_signed<F: Signed>(
             _mm256_storeu_ps(dw[r].as_mut_ptr(), v);
         }
         for (k, b) in (i..i + n).enumerate() {
-            let mut x = [_mm256_setzero_si256(); TILE];
-            for t in 0..TILE {
-                x[t] = _mm256_loadu_si256(ap[t].add(b * F::ACT.bytes + F::ACT.qs).cast());
-            }
-            let da = token_scales(ap, b * F::ACT.bytes);
+            let (shared, da) = tokens(ap, b);
             for r in 0..TILE_ROWS {
-                let q = F::signed(wp[r].add(b * F::BYTES));
-                // |q| (-128 stays the byte 0x80, which `maddubs` reads as 128).
-                let mag = _mm256_sign_epi8(q, q);
-                let mut p = [_mm256_setzero_si256(); TILE];
-                for t in 0..TILE {
-                    // Pair sums of |q| * (x with q's sign): at most 2 * 128 * 127, no
-                    // saturation (activation quants are at most 127 in magnitude).
-                    let pairs = _mm256_maddubs_epi16(mag, _mm256_sign_epi8(x[t], q));
-                    p[t] = _mm256_madd_epi16(pairs, ones);
-                }
-                let h01 = _mm256_hadd_epi32(p[0], p[1]);
-                let h23 = _mm256_hadd_epi32(p[2], p[3]);
-                let isum = _mm256_hadd_epi32(h01, h23);
+                let s = isum(&shared, wp[r].add(b * F::BYTES));
                 let d = _mm256_mul_ps(_mm256_broadcast_ss(&dw[r][k]), da);
-                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), d, acc[r]);
+                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), d, acc[r]);
             }
         }
         i += n;
     }
-    fold_halves(acc)
+    acc
+}
+
+/// The four tokens' activation quants of block `b`.
+#[inline(always)]
+unsafe fn token_quants<F: Weights>(ap: [*const u8; TILE], b: usize) -> [__m256i; TILE] {
+    let mut x = [_mm256_setzero_si256(); TILE];
+    for t in 0..TILE {
+        x[t] = _mm256_loadu_si256(ap[t].add(b * F::ACT.bytes + F::ACT.qs).cast());
+    }
+    x
 }
 
 /// Per row, each token's two lanes (t and t + 4) added.
@@ -199,51 +230,31 @@ pub(super) unsafe fn tile_unsigned<F: Unsigned>(
     w: &[u8],
     a: [&[u8]; TILE],
 ) -> [[f32; TILE]; TILE_ROWS] {
-    let row = w.len() / TILE_ROWS;
-    let nb = a
-        .iter()
-        .fold(row / F::BYTES, |n, r| n.min(r.len() / F::ACT.bytes));
-    let mut wp = [w.as_ptr(); TILE_ROWS];
-    for (r, p) in wp.iter_mut().enumerate() {
-        *p = w.as_ptr().add(r * row);
-    }
-    let ap = a.map(|r| r.as_ptr());
     let ones = _mm256_set1_epi16(1);
     let bias = _mm256_set1_epi8(F::BIAS);
     // Lane t (and t + 4) of row r: token t.
-    let mut acc = [_mm256_setzero_ps(); TILE_ROWS];
-    // The weight scales of the current group of (up to) eight blocks.
-    let mut dw = [[0f32; LANES]; TILE_ROWS];
-    let mut i = 0;
-    while i < nb {
-        let n = (nb - i).min(LANES);
-        for r in 0..TILE_ROWS {
-            let v = f16_lanes(wp[r].add(i * F::BYTES), F::BYTES, n);
-            _mm256_storeu_ps(dw[r].as_mut_ptr(), v);
-        }
-        for (k, b) in (i..i + n).enumerate() {
-            let mut x = [_mm256_setzero_si256(); TILE];
+    let acc = accumulate::<F, _>(
+        w,
+        a,
+        |ap, b| {
+            let x = token_quants::<F>(ap, b);
             let mut offset = [_mm256_setzero_si256(); TILE];
             for t in 0..TILE {
-                x[t] = _mm256_loadu_si256(ap[t].add(b * F::ACT.bytes + F::ACT.qs).cast());
                 offset[t] = _mm256_maddubs_epi16(bias, x[t]);
             }
             let offset = reduce_tokens(offset, ones);
-            let da = token_scales(ap, b * F::ACT.bytes);
-            for r in 0..TILE_ROWS {
-                let q = F::unsigned(wp[r].add(b * F::BYTES));
-                let mut p = [_mm256_setzero_si256(); TILE];
-                for t in 0..TILE {
-                    // Pair sums of at most 2 * 31 * 127: no saturation.
-                    p[t] = _mm256_maddubs_epi16(q, x[t]);
-                }
-                let isum = _mm256_sub_epi32(reduce_tokens(p, ones), offset);
-                let d = _mm256_mul_ps(_mm256_broadcast_ss(&dw[r][k]), da);
-                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), d, acc[r]);
+            ((x, offset), token_scales(ap, b * F::ACT.bytes))
+        },
+        |(x, offset), wb| {
+            let q = F::unsigned(wb);
+            let mut p = [_mm256_setzero_si256(); TILE];
+            for t in 0..TILE {
+                // Pair sums of at most 2 * 31 * 127: no saturation.
+                p[t] = _mm256_maddubs_epi16(q, x[t]);
             }
-        }
-        i += n;
-    }
+            _mm256_sub_epi32(reduce_tokens(p, ones), *offset)
+        },
+    );
     fold_halves(acc)
 }
 
@@ -310,46 +321,21 @@ pub(super) unsafe fn tile_chunked<F: Chunked>(
     w: &[u8],
     a: [&[u8]; TILE],
 ) -> [[f32; TILE]; TILE_ROWS] {
-    let row = w.len() / TILE_ROWS;
-    let nb = a
-        .iter()
-        .fold(row / F::BYTES, |n, r| n.min(r.len() / F::ACT.bytes));
-    let mut wp = [w.as_ptr(); TILE_ROWS];
-    for (r, p) in wp.iter_mut().enumerate() {
-        *p = w.as_ptr().add(r * row);
-    }
-    let ap = a.map(|r| r.as_ptr());
     let ones = _mm256_set1_epi16(1);
     let bias = _mm256_set1_epi8(F::BIAS);
-    let mut acc = [_mm256_setzero_ps(); TILE_ROWS];
-    // The weight scales of the current group of (up to) eight blocks.
-    let mut dw = [[0f32; LANES]; TILE_ROWS];
-    let mut i = 0;
-    while i < nb {
-        let n = (nb - i).min(LANES);
-        for r in 0..TILE_ROWS {
-            let v = f16_lanes(wp[r].add(i * F::BYTES), F::BYTES, n);
-            _mm256_storeu_ps(dw[r].as_mut_ptr(), v);
-        }
-        for (k, b) in (i..i + n).enumerate() {
-            let mut x = [_mm256_setzero_si256(); TILE];
-            for t in 0..TILE {
-                x[t] = _mm256_loadu_si256(ap[t].add(b * F::ACT.bytes + F::ACT.qs).cast());
-            }
-            let x = by_chunk(x);
+    let acc = accumulate::<F, _>(
+        w,
+        a,
+        |ap, b| {
+            let x = by_chunk(token_quants::<F>(ap, b));
             let offset = chunk_dots([bias; 4], &x, ones);
             // [da_0, da_0, da_1, da_1 | da_2, da_2, da_3, da_3]
             let v = _mm256_castps256_ps128(token_scales(ap, b * F::ACT.bytes));
             let da = _mm256_set_m128(_mm_unpackhi_ps(v, v), _mm_unpacklo_ps(v, v));
-            for r in 0..TILE_ROWS {
-                let q = F::chunks(wp[r].add(b * F::BYTES));
-                let isum = _mm256_sub_epi32(chunk_dots(q, &x, ones), offset);
-                let d = _mm256_mul_ps(_mm256_broadcast_ss(&dw[r][k]), da);
-                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), d, acc[r]);
-            }
-        }
-        i += n;
-    }
+            ((x, offset), da)
+        },
+        |(x, offset), wb| _mm256_sub_epi32(chunk_dots(F::chunks(wb), x, ones), *offset),
+    );
     let mut out = [[0f32; TILE]; TILE_ROWS];
     for r in 0..TILE_ROWS {
         let lanes = std::mem::transmute::<__m256, [f32; LANES]>(acc[r]);
