@@ -91,15 +91,21 @@ impl FileIdentity {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_rename_over_the_path_is_seen_and_moving_the_file_back_clears_it() {
-        let dir = std::env::temp_dir().join(format!("ramforge-identity-{}", std::process::id()));
+    /// A directory of its own holding `model.gguf` ("first"), the file open, and its identity.
+    fn loaded(tag: &str) -> (PathBuf, PathBuf, File, FileIdentity) {
+        let dir = std::env::temp_dir().join(format!("ramforge-{tag}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("model.gguf");
         std::fs::write(&path, b"first").unwrap();
         let open = File::open(&path).unwrap();
         let id = FileIdentity::of(&path, &open).unwrap();
         assert!(id.check().is_ok());
+        (dir, path, open, id)
+    }
+
+    #[test]
+    fn a_rename_over_the_path_is_seen_and_moving_the_file_back_clears_it() {
+        let (dir, path, _open, id) = loaded("identity");
 
         let kept = dir.join("kept.gguf");
         std::fs::hard_link(&path, &kept).unwrap();
@@ -121,12 +127,7 @@ mod tests {
 
     #[test]
     fn writing_into_the_file_shows_in_its_size_or_modification_time() {
-        let dir = std::env::temp_dir().join(format!("ramforge-written-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("model.gguf");
-        std::fs::write(&path, b"first").unwrap();
-        let open = File::open(&path).unwrap();
-        let id = FileIdentity::of(&path, &open).unwrap();
+        let (dir, path, open, id) = loaded("written");
         let loaded_mtime = open.metadata().unwrap().modified().unwrap();
 
         // Same size, new bytes: the modification time tells.
