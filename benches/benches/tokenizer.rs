@@ -6,7 +6,7 @@
 //! `scripts/test.sh`).
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use ramforge_engine::tokenizer::Tokenizer;
+use ramforge_engine::text::tokenizer::Tokenizer;
 use ramforge_gguf::GgufFile;
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -4,116 +4,22 @@
 //! read); `Engine::new` plans the memory, charges and fills the resident weights, and is then
 //! ready to `eval` tokens or `generate` text.
 
-use crate::adaptive_depth::{DepthControl, DepthDecision};
 use crate::budget::{tie_allocator_to_budget, ChargedVec, MemoryBudget};
-use crate::config::ModelConfig;
-use crate::direct_io::AlignedBuf;
 use crate::error::EngineError;
-use crate::file_identity::{FileChange, FileIdentity};
 use crate::forward::{block, rms_norm, rope_table, Scratch};
-use crate::kv::{KvCache, KvType};
-use crate::plan::{MemoryPlan, PlanRequest};
-use crate::tensors::ModelTensors;
-use crate::tokenizer::Tokenizer;
-use crate::weights::{ResidencyStats, Weights};
-use ramforge_gguf::{GgufError, GgufFile, TensorInfo};
+use crate::kv::KvCache;
+use crate::model::{Model, ModelConfig};
+use crate::options::EngineOptions;
+use crate::plan::MemoryPlan;
+use crate::stream::depth::{DepthControl, DepthDecision};
+use crate::stream::identity::{FileChange, FileIdentity};
+use crate::stream::{AlignedBuf, ResidencyStats};
+use crate::weights::Weights;
+use ramforge_gguf::{GgufError, TensorInfo};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
-
-/// Default number of prompt tokens processed together.
-pub const DEFAULT_BATCH: usize = 64;
-/// Default context when none is asked for (capped by the model's trained context).
-pub const DEFAULT_CTX: usize = 2048;
-
-/// How to lay a model out.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EngineOptions {
-    /// Memory budget in bytes; `None` = unlimited (every weight resident).
-    pub ram: Option<u64>,
-    /// Positions the KV cache must hold (prompt + generated); `None` = min(trained, 2048).
-    pub ctx: Option<usize>,
-    /// Worker threads; 0 = one per available core.
-    pub threads: usize,
-    pub kv_type: KvType,
-    /// Prompt tokens processed together (bounded by the context).
-    pub batch: usize,
-}
-
-impl Default for EngineOptions {
-    fn default() -> EngineOptions {
-        EngineOptions {
-            ram: None,
-            ctx: None,
-            threads: 0,
-            kv_type: KvType::F16,
-            batch: DEFAULT_BATCH,
-        }
-    }
-}
-
-/// Metadata arrays dropped once the tokenizer is built (use `model.tokenizer` instead).
-pub const DROPPED_METADATA: &[&str] = &[
-    "tokenizer.ggml.merges",
-    "tokenizer.ggml.token_type",
-    "tokenizer.ggml.scores",
-];
-
-/// An opened, checked model file: hyperparameters, tensor table and tokenizer. Holds no
-/// weights. (The tokenizer's tables and the header are not charged to the budget.)
-pub struct Model {
-    pub file: GgufFile,
-    pub config: ModelConfig,
-    pub tensors: ModelTensors,
-    pub tokenizer: Arc<Tokenizer>,
-}
-
-impl Model {
-    /// Opens a GGUF file and checks everything the forward pass needs.
-    pub fn open(path: impl AsRef<Path>) -> Result<Model, EngineError> {
-        let mut file = GgufFile::open(path)?;
-        let config = ModelConfig::from_metadata(&file.header().metadata)?;
-        let tensors = ModelTensors::find(&file, &config)?;
-        let tokenizer = Tokenizer::from_gguf(&file.header().metadata)
-            .map_err(|e| EngineError::Tokenizer(e.to_string()))?;
-        // The tokenizer has its own copy of these; as metadata values they would cost several
-        // uncharged MiB for the engine's lifetime. (`tokenizer.ggml.tokens` stays: chat
-        // templates look up the BOS/EOS texts in it.)
-        for key in DROPPED_METADATA {
-            file.metadata_mut().remove(key);
-        }
-        Ok(Model {
-            file,
-            config,
-            tensors,
-            tokenizer: Arc::new(tokenizer),
-        })
-    }
-
-    /// The context `options` resolve to for this model.
-    pub fn resolve_ctx(&self, options: &EngineOptions) -> usize {
-        options
-            .ctx
-            .unwrap_or_else(|| DEFAULT_CTX.min(self.config.n_ctx_train))
-            .max(1)
-    }
-
-    /// The memory plan for `options` (the same the engine would use).
-    pub fn plan(&self, options: &EngineOptions) -> Result<MemoryPlan, EngineError> {
-        let ctx = self.resolve_ctx(options);
-        MemoryPlan::new(
-            &self.config,
-            &self.tensors,
-            PlanRequest {
-                budget: options.ram,
-                ctx,
-                batch: options.batch.clamp(1, ctx),
-                kv_type: options.kv_type,
-            },
-        )
-    }
-}
 
 /// A model ready to run under its budget.
 pub struct Engine {
@@ -194,7 +100,7 @@ impl Engine {
             })?;
         let weights = Weights::load(&model.file, &model.tensors, &plan, &budget, progress)?;
         let depth_control = DepthControl::new(&weights.matrices.stats);
-        let scratch = Scratch::new(&budget, cfg, plan.request.batch, ctx)?;
+        let scratch = Scratch::new(&budget, cfg, &model.tensors, plan.request.batch, ctx)?;
         let logits = ChargedVec::zeroed(&budget, "logits", model.tensors.n_vocab)?;
         let kv = KvCache::new(
             &budget,
@@ -260,7 +166,7 @@ impl Engine {
     }
 
     /// Before a pass that starts with `token`: fails if the model file was replaced or
-    /// written to (see [`crate::file_identity`]), then adapts the prefetch depth when a window
+    /// written to (see [`crate::stream::identity`]), then adapts the prefetch depth when a window
     /// of measurements is complete.
     fn before_pass(&mut self, token: u32) -> Result<(), EngineError> {
         self.check_file(token, "stopped before reading")?;
@@ -314,7 +220,7 @@ impl Engine {
             .iter()
             .zip(&self.plan.pinned)
             .find(|(_, &pinned)| !pinned)
-            .and_then(|(l, _)| l.matrices().into_iter().min_by_key(|t| t.offset));
+            .and_then(|(l, _)| l.matrices().min_by_key(|t| t.offset));
         let first = match streamed {
             Some(t) => t,
             None if !self.plan.output_resident => &tensors.output,

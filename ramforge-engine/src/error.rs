@@ -33,7 +33,7 @@ pub enum EngineError {
         ctx: usize,
     },
     /// The model file's path no longer names the file the engine loaded, as it was (replaced,
-    /// removed or written to while running; see [`crate::file_identity`]). `stopped` says
+    /// removed or written to while running; see `stream::identity`). `stopped` says
     /// whether the pass that reads `tensor` first was not started or was discarded.
     #[error("the model file {path} {change} while running; {stopped} tensor \"{tensor}\" at file offset {offset} (load the model again)")]
     ModelFileChanged {

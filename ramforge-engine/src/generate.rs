@@ -5,7 +5,7 @@
 use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::sampling::{Sampler, SamplingParams, StopMatcher};
-use crate::weights::ResidencyStats;
+use crate::stream::ResidencyStats;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;

@@ -241,21 +241,13 @@ impl KvCache {
         }
     }
 
-    /// Positions filled.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     /// The most positions this cache can hold.
     pub fn capacity(&self) -> usize {
         self.capacity
     }
 
     /// Bytes allocated (and charged) now.
+    #[cfg(test)]
     pub fn allocated_bytes(&self) -> u64 {
         self.chunks.iter().map(|c| c._charge.bytes()).sum()
     }

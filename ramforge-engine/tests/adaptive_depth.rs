@@ -6,9 +6,8 @@
 mod common;
 
 use common::{greedy, model, options};
-use ramforge_engine::adaptive_depth::WINDOW_PASSES;
-use ramforge_engine::direct_io::aligned_buf_charge;
-use ramforge_engine::residency::prefetch_depth;
+use ramforge_engine::plan::residency::prefetch_depth;
+use ramforge_engine::stream::WINDOW_PASSES;
 use ramforge_engine::Engine;
 
 /// A budget under which the model streams through a ring of more than one buffer.
@@ -70,7 +69,7 @@ fn the_depth_in_use_is_what_the_policy_says_for_the_measured_times() {
     assert_eq!(r.prefetch_depth, want as u64, "{decision:?}");
     assert_eq!(
         ring_held(&e),
-        want as u64 * aligned_buf_charge(plan.stream_buffer_len)
+        want as u64 * plan.stream_buffer_charge()
     );
     assert_eq!(r.stream_buffers, plan.stream_buffers as u64);
     assert!(e.budget().peak() <= RAM);
@@ -106,7 +105,7 @@ fn a_shallower_ring_returns_its_charge_and_a_deeper_one_takes_it_back_if_there_i
     let mut e = streaming_engine();
     let plan = e.plan().clone();
     let ring = plan.stream_buffers;
-    let charge = aligned_buf_charge(plan.stream_buffer_len);
+    let charge = plan.stream_buffer_charge();
 
     assert_eq!(e.set_prefetch_depth(Some(ring)), ring);
     let full = greedy(&mut e, 8);

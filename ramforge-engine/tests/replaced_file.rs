@@ -210,7 +210,7 @@ fn first_streamed_matrix(e: &Engine) -> (u64, usize) {
         .zip(&e.plan().pinned)
         .find(|(_, &p)| !p)
         .expect("a streamed layer");
-    let t = layer.matrices()[0];
+    let t = layer.matrices().next().unwrap();
     (e.model().file.absolute_offset(t), t.n_bytes as usize)
 }
 

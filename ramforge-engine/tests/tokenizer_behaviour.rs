@@ -5,7 +5,7 @@
 mod common;
 
 use common::model_file;
-use ramforge_engine::tokenizer::{TokenKind, Tokenizer, TokenizerError};
+use ramforge_engine::text::tokenizer::{TokenKind, Tokenizer, TokenizerError};
 use ramforge_gguf::{GgufFile, Metadata, Value};
 
 fn metadata(name: &str) -> Metadata {

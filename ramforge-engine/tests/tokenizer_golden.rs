@@ -5,7 +5,7 @@
 mod common;
 
 use common::{golden_dir, model_file};
-use ramforge_engine::tokenizer::Tokenizer;
+use ramforge_engine::text::tokenizer::Tokenizer;
 use ramforge_gguf::GgufFile;
 use std::path::{Path, PathBuf};
 

@@ -2,306 +2,19 @@
 //! doubles memory in the page cache nor competes with it under a memory limit, and buffered
 //! positional reads (with `posix_fadvise` hints) where `O_DIRECT` is refused (e.g. tmpfs).
 //!
-//! A layer's seven matrices are read as a few segments: matrices that lie close together in the
-//! file (only norms between them) are merged, and each segment is widened to [`ALIGN`]-aligned
-//! file offsets and read whole into an aligned place in the buffer. A matrix is then used in
-//! place, at its offset inside its segment.
+//! A layer is read as the aligned segments of its [`LayerLayout`]. The first cold reads compare
+//! `O_DIRECT` with buffered reads dropped from the cache behind them, and keep the faster.
 //!
 //! When the page cache already holds the file ([`ReadMode::Cached`]), segments are not copied
-//! at all: each is mapped as a [`Window`] and the matrices are used in place.
+//! at all: each is mapped (see [`super::mapped`]) and the matrices are used in place.
 
-use crate::budget::{Charge, MemoryBudget};
-use crate::error::EngineError;
-use crate::mapped::Window;
-use crate::tensors::LayerTensors;
+use super::aligned::AlignedBuf;
+use super::layout::{LayerLayout, MapError, MappedLayer};
+use super::page_cache::{advise, drop_read, DROP_CHUNK, FOLIO, READAHEAD_TAIL};
 use ramforge_gguf::GgufError;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::os::unix::io::AsRawFd;
 use std::path::Path;
-
-/// Alignment of `O_DIRECT` offsets, lengths and buffer addresses (covers 512 B and 4 KiB
-/// logical blocks).
-pub const ALIGN: u64 = 4096;
-/// Buffered streaming reads drop what they read from the page cache every this many bytes.
-const DROP_CHUNK: usize = 4 << 20;
-/// How far past a read the kernel's readahead may have gone (twice a large 8 MiB window,
-/// asynchronous readahead included): dropped when the stream jumps elsewhere.
-const READAHEAD_TAIL: u64 = 32 << 20;
-/// The largest page-cache folio (a PMD on x86-64 and 4 KiB-page arm64): page-cache folios
-/// are naturally aligned, so dropping from a multiple of this never splits one.
-const FOLIO: u64 = 2 << 20;
-/// Matrices closer than this in the file are read as one segment (what lies between them, the
-/// norms, is read and ignored).
-pub const MERGE_GAP: u64 = 256 << 10;
-
-fn round_up(x: u64) -> u64 {
-    x.div_ceil(ALIGN) * ALIGN
-}
-
-/// One matrix's place: its name (for errors), file range, and offset in the buffer.
-#[derive(Clone, Debug)]
-struct Placed {
-    name: String,
-    file_start: u64,
-    len: u64,
-    buf_start: usize,
-    /// The segment that holds it.
-    segment: usize,
-}
-
-/// One aligned read.
-#[derive(Clone, Debug)]
-struct Segment {
-    file_start: u64,
-    len: u64,
-    buf_start: usize,
-    /// The file offset up to which the segment's bytes are needed (a read may end at EOF
-    /// past it).
-    needed_end: u64,
-}
-
-/// Where a layer's matrices lie in the file and in a streaming buffer.
-#[derive(Clone, Debug)]
-pub struct LayerLayout {
-    segments: Vec<Segment>,
-    /// The seven matrices in [`LayerTensors::matrices`] order.
-    placed: Vec<Placed>,
-    buffer_len: usize,
-}
-
-/// The file range `(start, end)` that the ranges of one group cover together.
-fn span(ranges: &[(u64, u64)], group: &[usize]) -> (u64, u64) {
-    let start = group.iter().map(|&i| ranges[i].0).min().unwrap_or(0);
-    let end = group
-        .iter()
-        .map(|&i| ranges[i].0 + ranges[i].1)
-        .max()
-        .unwrap_or(0);
-    (start, end)
-}
-
-/// Merges the matrices' `(start, len)` ranges (relative or absolute offsets) into segments:
-/// lists of matrix indices, in file order.
-fn group(ranges: &[(u64, u64)]) -> Vec<Vec<usize>> {
-    let mut order: Vec<usize> = (0..ranges.len()).collect();
-    order.sort_by_key(|&i| ranges[i].0);
-    let mut groups: Vec<Vec<usize>> = Vec::new();
-    let mut end = 0u64;
-    for i in order {
-        let (start, len) = ranges[i];
-        match groups.last_mut() {
-            Some(g) if start <= end.saturating_add(MERGE_GAP) => g.push(i),
-            _ => groups.push(vec![i]),
-        }
-        end = end.max(start + len);
-    }
-    groups
-}
-
-impl LayerLayout {
-    /// The layout of `layer` in a file whose tensor data starts at `data_offset`.
-    pub fn new(layer: &LayerTensors, data_offset: u64) -> LayerLayout {
-        let matrices = layer.matrices();
-        let ranges: Vec<(u64, u64)> = matrices
-            .iter()
-            .map(|t| (data_offset + t.offset, t.n_bytes))
-            .collect();
-        let mut placed: Vec<Option<Placed>> = vec![None; matrices.len()];
-        let mut segments = Vec::new();
-        let mut buf_at = 0usize;
-        for g in group(&ranges) {
-            let (start, end) = span(&ranges, &g);
-            let file_start = start / ALIGN * ALIGN;
-            let len = round_up(end) - file_start;
-            for &i in &g {
-                placed[i] = Some(Placed {
-                    name: matrices[i].name.clone(),
-                    file_start: ranges[i].0,
-                    len: ranges[i].1,
-                    buf_start: buf_at + (ranges[i].0 - file_start) as usize,
-                    segment: segments.len(),
-                });
-            }
-            segments.push(Segment {
-                file_start,
-                len,
-                buf_start: buf_at,
-                needed_end: end,
-            });
-            buf_at += len as usize;
-        }
-        LayerLayout {
-            segments,
-            placed: placed.into_iter().flatten().collect(),
-            buffer_len: buf_at,
-        }
-    }
-
-    /// The most bytes the layout of `layer` can need, wherever the tensor data starts (the
-    /// plan sizes the streaming buffers with this before the file is opened for streaming).
-    pub fn bound(layer: &LayerTensors) -> u64 {
-        let ranges: Vec<(u64, u64)> = layer
-            .matrices()
-            .iter()
-            .map(|t| (t.offset, t.n_bytes))
-            .collect();
-        group(&ranges)
-            .iter()
-            .map(|g| {
-                let (start, end) = span(&ranges, g);
-                round_up(end - start) + ALIGN
-            })
-            .sum()
-    }
-
-    /// Bytes of the buffer this layout fills.
-    pub fn buffer_len(&self) -> usize {
-        self.buffer_len
-    }
-
-    /// Bytes read from the file to fill it.
-    pub fn read_bytes(&self) -> u64 {
-        self.segments.iter().map(|s| s.len).sum()
-    }
-
-    /// The matrix that holds file offset `offset` (or the last one before it), for errors.
-    fn matrix_at(&self, offset: u64) -> &Placed {
-        self.placed
-            .iter()
-            .filter(|p| p.file_start <= offset)
-            .max_by_key(|p| p.file_start)
-            .unwrap_or(&self.placed[0])
-    }
-
-    /// The error for a file that ends at `at`, inside the layer.
-    fn short_read(&self, at: u64) -> GgufError {
-        let m = self.matrix_at(at);
-        GgufError::ShortRead {
-            tensor: m.name.clone(),
-            offset: at,
-            wanted: m.len,
-            got: at.saturating_sub(m.file_start).min(m.len),
-        }
-    }
-
-    /// The short read of a file that ends at `size`, if that is before the layer's end: at
-    /// the first segment the file does not hold whole, as [`LayerLayout::read_into`] reports.
-    fn ends_short(&self, size: u64) -> Option<GgufError> {
-        let s = self.segments.iter().find(|s| s.needed_end > size)?;
-        Some(self.short_read(size.max(s.file_start)))
-    }
-
-    /// The error for a failure at file offset `at`: a short read where the file ends now
-    /// (`size`) if it no longer holds the layer, else `source` at `at`.
-    fn failed_at(&self, at: u64, size: Option<u64>, source: std::io::Error) -> GgufError {
-        size.and_then(|size| self.ends_short(size))
-            .unwrap_or_else(|| GgufError::ReadFailed {
-                tensor: self.matrix_at(at).name.clone(),
-                offset: at,
-                source,
-            })
-    }
-
-    /// The seven matrices' bytes (in [`LayerTensors::matrices`] order) in a buffer filled by
-    /// [`LayerLayout::read_into`].
-    pub fn buffered_matrices<'a>(&self, buf: &'a [u8]) -> [&'a [u8]; 7] {
-        std::array::from_fn(|i| {
-            let p = &self.placed[i];
-            &buf[p.buf_start..p.buf_start + p.len as usize]
-        })
-    }
-
-    /// The seven matrices' bytes in place in the windows of [`LayerLayout::map`].
-    pub fn mapped_matrices<'a>(&self, mapped: &'a MappedLayer) -> [&'a [u8]; 7] {
-        std::array::from_fn(|i| {
-            let p = &self.placed[i];
-            let at = (p.file_start - self.segments[p.segment].file_start) as usize;
-            &mapped.windows[p.segment].bytes()[at..at + p.len as usize]
-        })
-    }
-
-    /// Maps every segment of the layer from `file` and fills the windows' page tables.
-    /// The file size is checked first, so a file cut short fails here (a short read naming
-    /// the tensor and where the file ends) rather than faulting later.
-    pub fn map(&self, file: &File) -> Result<MappedLayer, MapError> {
-        let first = self.segments.first().map_or(0, |s| s.file_start);
-        let size = file.metadata().map(|m| m.len());
-        let size = size.map_err(|e| MapError::Failed(self.failed_at(first, None, e)))?;
-        if let Some(e) = self.ends_short(size) {
-            return Err(MapError::Failed(e));
-        }
-        let mut windows = Vec::with_capacity(self.segments.len());
-        for s in &self.segments {
-            windows.push(
-                Window::map(file, s.file_start, s.len as usize).map_err(MapError::Unsupported)?,
-            );
-        }
-        for (w, s) in windows.iter().zip(&self.segments) {
-            if let Err(e) = w.populate() {
-                let size = file.metadata().map(|m| m.len()).ok();
-                return Err(MapError::Failed(self.failed_at(s.file_start, size, e)));
-            }
-        }
-        Ok(MappedLayer { windows })
-    }
-
-    /// After the compute used `mapped`: fails if a read found a page missing (the file was
-    /// cut, or storage failed) and so saw zeros, or if the file no longer holds the layer
-    /// (a cut that left the pages the compute read mapped, zero-filled past the end).
-    pub fn check(&self, mapped: &MappedLayer, file: &File) -> Result<(), GgufError> {
-        let first = self.segments.first().map_or(0, |s| s.file_start);
-        let size = file
-            .metadata()
-            .map_err(|e| self.failed_at(first, None, e))?
-            .len();
-        if let Some(e) = self.ends_short(size) {
-            return Err(e);
-        }
-        match mapped.windows.iter().filter_map(Window::fault).min() {
-            None => Ok(()),
-            Some(at) => Err(self.failed_at(
-                at,
-                None,
-                std::io::Error::other("bus error reading the mapped model file"),
-            )),
-        }
-    }
-
-    /// Reads every segment into `buf` (at least [`LayerLayout::buffer_len`] bytes, aligned).
-    pub fn read_into(&self, file: &mut StreamFile, buf: &mut [u8]) -> Result<u64, GgufError> {
-        let mut read = 0;
-        for s in &self.segments {
-            let dst = &mut buf[s.buf_start..s.buf_start + s.len as usize];
-            let needed = (s.needed_end - s.file_start) as usize;
-            read += file
-                .read_segment(s.file_start, dst, needed)
-                .map_err(|(got, e)| {
-                    let at = s.file_start + got;
-                    match e {
-                        None => self.short_read(at),
-                        Some(source) => self.failed_at(at, None, source),
-                    }
-                })?;
-        }
-        Ok(read)
-    }
-}
-
-/// A streamed layer mapped in place: one window per segment of its [`LayerLayout`]. Its pages
-/// count in the process's RSS until it is dropped (unmapped).
-pub struct MappedLayer {
-    windows: Vec<Window>,
-}
-
-/// Why [`LayerLayout::map`] failed.
-#[derive(Debug)]
-pub enum MapError {
-    /// The file cannot be mapped here (copy it instead).
-    Unsupported(std::io::Error),
-    /// The file does not hold the layer, or storage failed.
-    Failed(GgufError),
-}
 
 /// How streamed layers are read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -414,11 +127,6 @@ impl StreamFile {
         self.mapped
     }
 
-    /// The buffered handle (mapped windows are made from it).
-    pub fn file(&self) -> &File {
-        &self.buffered
-    }
-
     /// Makes `layout`'s layer available: mapped in place (returned) when the file is mapped,
     /// else read into `buf`. A file that cannot be mapped is read from then on. Returns the
     /// bytes read or mapped.
@@ -431,18 +139,18 @@ impl StreamFile {
             match layout.map(&self.buffered) {
                 Ok(m) => return Ok((layout.read_bytes(), Some(m))),
                 Err(MapError::Failed(e)) => return Err(e),
-                Err(MapError::Unsupported(_)) => self.mapped = false,
+                Err(MapError::Unsupported) => self.mapped = false,
             }
         }
         let Some(probe) = &self.probe else {
-            return Ok((layout.read_into(self, buf.bytes_mut())?, None));
+            return Ok((self.read_layer(layout, buf.bytes_mut())?, None));
         };
         // Probing: a run of direct reads, then a run of buffered ones.
         let direct = probe.reads < PROBE_READS;
         let counted = probe.reads % PROBE_READS != 0;
         self.use_direct = direct;
         let started = std::time::Instant::now();
-        let result = layout.read_into(self, buf.bytes_mut());
+        let result = self.read_layer(layout, buf.bytes_mut());
         self.use_direct = true;
         let n = result?;
         let secs = started.elapsed().as_secs_f64();
@@ -465,6 +173,26 @@ impl StreamFile {
             }
         }
         Ok((n, None))
+    }
+
+    /// Reads every segment of `layout` into `buf` (at least [`LayerLayout::buffer_len`]
+    /// bytes, aligned).
+    pub(crate) fn read_layer(&mut self, layout: &LayerLayout, buf: &mut [u8]) -> Result<u64, GgufError> {
+        let mut read = 0;
+        for s in layout.segments() {
+            let dst = &mut buf[s.buf_start..s.buf_start + s.len as usize];
+            let needed = (s.needed_end - s.file_start) as usize;
+            read += self
+                .read_segment(s.file_start, dst, needed)
+                .map_err(|(got, e)| {
+                    let at = s.file_start + got;
+                    match e {
+                        None => layout.short_read(at),
+                        Some(source) => layout.failed_at(at, None, source),
+                    }
+                })?;
+        }
+        Ok(read)
     }
 
     /// Reads `dst.len()` bytes at the aligned `offset`; reaching the end of the file is fine
@@ -567,75 +295,73 @@ fn same_file(a: &File, b: &File) -> bool {
     }
 }
 
-/// Drops bytes `from..to` of `file`, just read, from the page cache. The kernel drops only
-/// whole folios inside the range, so the drop starts at the folio boundary at or before
-/// `from`: a folio that the previous read's drop left because it ran past that read's end
-/// goes now, and successive reads drop everything they read.
-pub fn drop_read(file: &File, from: u64, to: u64) {
-    let start = from / FOLIO * FOLIO;
-    advise(file, start, to - start, libc::POSIX_FADV_DONTNEED);
-}
-
-/// A `posix_fadvise` hint; hints are advice, so a refusal is ignored.
-pub fn advise(file: &File, offset: u64, len: u64, advice: libc::c_int) {
-    // SAFETY: posix_fadvise only reads its integer arguments; the descriptor is open.
-    unsafe {
-        libc::posix_fadvise(
-            file.as_raw_fd(),
-            offset as libc::off_t,
-            len as libc::off_t,
-            advice,
-        );
-    }
-}
-
-/// A budget-charged byte buffer whose usable part starts at an [`ALIGN`]-aligned address.
-/// The memory is allocated on first use: a ring slot that holds mapped windows (under the
-/// same charge) never allocates it.
-pub struct AlignedBuf {
-    // Field order: the memory is freed before the charge is released.
-    data: Vec<u8>,
-    start: usize,
-    len: usize,
-    _charge: Charge,
-}
-
-impl AlignedBuf {
-    /// Charges `len` bytes plus the alignment slack to `budget` as `what`.
-    pub fn new(budget: &MemoryBudget, what: &str, len: usize) -> Result<AlignedBuf, EngineError> {
-        let charge = budget.charge(what, len as u64 + ALIGN)?;
-        Ok(AlignedBuf {
-            data: Vec::new(),
-            start: 0,
-            len,
-            _charge: charge,
-        })
-    }
-
-    /// The bytes (empty until [`AlignedBuf::bytes_mut`] allocated them).
-    pub fn bytes(&self) -> &[u8] {
-        self.data
-            .get(self.start..self.start + self.len)
-            .unwrap_or(&[])
-    }
-
-    pub fn bytes_mut(&mut self) -> &mut [u8] {
-        if self.data.is_empty() {
-            self.data = vec![0u8; self.len + ALIGN as usize];
-            self.start = self.data.as_ptr().align_offset(ALIGN as usize);
-        }
-        &mut self.data[self.start..self.start + self.len]
-    }
-}
-
-/// Bytes [`AlignedBuf::new`] charges for `len` usable bytes.
-pub fn aligned_buf_charge(len: u64) -> u64 {
-    len + ALIGN
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::budget::MemoryBudget;
+    use crate::stream::aligned::{round_up, ALIGN};
+    use std::os::unix::io::AsRawFd;
+    use std::path::PathBuf;
+
+    /// SmolLM2-135M-Instruct Q4_1 under `RAMFORGE_MODELS` (default `<workspace>/models`);
+    /// missing, the test fails with what to do.
+    fn real_model() -> PathBuf {
+        let dir = std::env::var_os("RAMFORGE_MODELS").map_or_else(
+            || Path::new(env!("CARGO_MANIFEST_DIR")).join("../models"),
+            PathBuf::from,
+        );
+        let p = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
+        assert!(p.is_file(), "model {} not found: run scripts/test.sh or set RAMFORGE_MODELS", p.display());
+        p
+    }
+
+    #[test]
+    fn aligned_layer_reads_hold_every_matrix_and_fall_back_to_buffered_reads() {
+        let m = crate::Model::open(real_model()).unwrap();
+        let data_offset = m.file.header().data_offset;
+        let budget = MemoryBudget::unlimited();
+        let bound = m
+            .tensors
+            .layers
+            .iter()
+            .map(LayerLayout::bound)
+            .max()
+            .unwrap();
+        let mut buf = AlignedBuf::new(&budget, "test buffer", bound as usize + 1).unwrap();
+        let mut file = StreamFile::open(m.file.path(), m.file.file(), ReadMode::Direct).unwrap();
+        // The fixture lives on a disk file system here; where it does not (tmpfs), the first read
+        // already falls back, which the rest of the test still checks.
+        let started_direct = file.is_direct();
+        for (i, layer) in m.tensors.layers.iter().enumerate() {
+            let layout = LayerLayout::new(layer, data_offset);
+            assert!(layout.buffer_len() as u64 <= LayerLayout::bound(layer));
+            let matrix_bytes = layer.matrix_bytes();
+            assert!(
+                layout.read_bytes() as f64 <= 1.05 * matrix_bytes as f64 + 65536.0,
+                "layer {i}: reads {} for {matrix_bytes} bytes of matrices",
+                layout.read_bytes()
+            );
+            // Odd layers into a buffer one byte off alignment: O_DIRECT refuses it (EINVAL) and
+            // the reader falls back to buffered reads for good.
+            let off = i % 2;
+            let dst = &mut buf.bytes_mut()[off..off + layout.buffer_len()];
+            file.read_layer(&layout, dst).unwrap();
+            for (j, t) in layer.matrices().enumerate() {
+                let got = layout.buffered_matrix(dst, j);
+                let mut want = vec![0u8; t.n_bytes as usize];
+                m.file.read_tensor_into(t, &mut want).unwrap();
+                assert!(got == &want[..], "{} differs", t.name);
+            }
+            if i == 0 {
+                assert_eq!(file.is_direct(), started_direct);
+            }
+        }
+        assert!(
+            !file.is_direct(),
+            "a refused O_DIRECT read falls back to buffered reads"
+        );
+    }
+
 
     fn rate(mib: u64, secs: f64) -> ReadRate {
         ReadRate {

@@ -9,8 +9,8 @@
 //! not feed on itself.
 
 use crate::plan::MemoryPlan;
-use crate::residency::{prefetch_depth, Timing};
-use crate::weights::ResidencyStats;
+use crate::plan::residency::{prefetch_depth, Timing};
+use super::stats::ResidencyStats;
 
 /// Passes over the streamed layers measured before each decision.
 pub const WINDOW_PASSES: u64 = 4;

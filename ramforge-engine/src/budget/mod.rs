@@ -8,103 +8,18 @@
 //! thread stacks, the GGUF header and metadata, the tokenizer tables, the kernels' per-call
 //! activation quantization buffers, and the allocator's own bookkeeping.
 
+mod os_hints;
+mod process;
+mod size;
+
+pub use os_hints::tie_allocator_to_budget;
+pub use process::{parse_proc_status, process_memory, ProcessMemory};
+pub use size::{human_bytes, parse_memory_size, SizeError};
+
+use os_hints::advise_huge_pages;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
-
-/// 1 KiB, MiB, GiB, TiB.
-const KIB: u64 = 1024;
-const MIB: u64 = KIB * 1024;
-const GIB: u64 = MIB * 1024;
-const TIB: u64 = GIB * 1024;
-
-/// Why a memory size string was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SizeError {
-    #[error(
-        "memory size {0:?}: expected a number with an optional unit (e.g. 8G, 512MiB, 1.5G, 800K)"
-    )]
-    Malformed(String),
-    #[error("memory size {0:?}: unknown unit (use B, K/KB/KiB, M/MB/MiB, G/GB/GiB or T/TB/TiB; all are powers of 1024)")]
-    UnknownUnit(String),
-    #[error("memory size {0:?} is negative")]
-    Negative(String),
-    #[error("memory size {0:?} is zero")]
-    Zero(String),
-    #[error("memory size {0:?} does not fit in 64 bits")]
-    Overflow(String),
-}
-
-/// Parses a memory size such as `8G`, `8GiB`, `8192M`, `512MiB`, `1.5G`, `800K` or `123456`.
-///
-/// Every unit is a power of 1024 (`800K` = 819200 bytes, `1GB` = 2^30 bytes), units are
-/// case-insensitive, a fraction is allowed and rounded down to whole bytes, and the result is at
-/// least one byte.
-pub fn parse_memory_size(text: &str) -> Result<u64, SizeError> {
-    let s = text.trim();
-    if s.starts_with('-') {
-        return Err(SizeError::Negative(text.to_string()));
-    }
-    let s = s.strip_prefix('+').unwrap_or(s);
-    let num_end = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (number, unit) = s.split_at(num_end);
-    let unit = unit.trim();
-    let (int_part, frac_part) = match number.split_once('.') {
-        Some((i, f)) => (i, f),
-        None => (number, ""),
-    };
-    if (int_part.is_empty() && frac_part.is_empty()) || frac_part.contains('.') {
-        return Err(SizeError::Malformed(text.to_string()));
-    }
-    let multiplier = match unit.to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => KIB,
-        "m" | "mb" | "mib" => MIB,
-        "g" | "gb" | "gib" => GIB,
-        "t" | "tb" | "tib" => TIB,
-        _ => return Err(SizeError::UnknownUnit(text.to_string())),
-    };
-    let overflow = || SizeError::Overflow(text.to_string());
-    // Integer arithmetic throughout, so 1.5G is exactly 1.5 * 2^30.
-    let int_value: u128 = if int_part.is_empty() {
-        0
-    } else {
-        int_part.parse::<u128>().map_err(|_| overflow())?
-    };
-    let mut bytes = int_value
-        .checked_mul(multiplier as u128)
-        .ok_or_else(overflow)?;
-    if !frac_part.is_empty() {
-        // Only as many fraction digits as can matter for a u64 result are used.
-        let digits = &frac_part[..frac_part.len().min(24)];
-        let frac: u128 = digits.parse().map_err(|_| overflow())?;
-        let scale = 10u128.pow(digits.len() as u32);
-        bytes = bytes
-            .checked_add(frac * multiplier as u128 / scale)
-            .ok_or_else(overflow)?;
-    }
-    let bytes = u64::try_from(bytes).map_err(|_| overflow())?;
-    if bytes == 0 {
-        return Err(SizeError::Zero(text.to_string()));
-    }
-    Ok(bytes)
-}
-
-/// Formats a byte count for people: `512 B`, `1.5 KiB`, `40.0 MiB`, `1.25 GiB`.
-pub fn human_bytes(bytes: u64) -> String {
-    let b = bytes as f64;
-    if bytes < KIB {
-        format!("{bytes} B")
-    } else if bytes < MIB {
-        format!("{:.1} KiB", b / KIB as f64)
-    } else if bytes < GIB {
-        format!("{:.1} MiB", b / MIB as f64)
-    } else {
-        format!("{:.2} GiB", b / GIB as f64)
-    }
-}
 
 /// Charging beyond the limit.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -321,23 +236,6 @@ impl<T: Clone + Default> ChargedVec<T> {
     }
 }
 
-/// Asks the kernel to back the 2 MiB-aligned interior of a large, not yet touched buffer with
-/// transparent huge pages (where THP is in `madvise` mode): weights are streamed through
-/// once per token, and 4 KiB pages make that a TLB miss every 4 KiB. Only whole huge pages
-/// inside the buffer are advised, so RSS never exceeds the buffer itself.
-fn advise_huge_pages(ptr: *const u8, bytes: usize) {
-    const HUGE: usize = 2 << 20;
-    let start = (ptr as usize).next_multiple_of(HUGE);
-    let end = (ptr as usize + bytes) & !(HUGE - 1);
-    if end > start {
-        // SAFETY: the range lies inside a live allocation we own; MADV_HUGEPAGE changes only
-        // how the kernel backs it, never its contents.
-        unsafe {
-            libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
-        }
-    }
-}
-
 impl<T> ChargedVec<T> {
     /// Bytes charged for this buffer.
     pub fn charged_bytes(&self) -> u64 {
@@ -369,140 +267,10 @@ impl<T> fmt::Debug for ChargedVec<T> {
     }
 }
 
-/// The process's resident memory as the kernel reports it in `/proc/self/status`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ProcessMemory {
-    /// Resident set size now (VmRSS), bytes.
-    pub rss: u64,
-    /// Peak resident set size (VmHWM), bytes.
-    pub peak_rss: u64,
-}
-
-/// Reads VmRSS and VmHWM of this process; `None` where `/proc` is unavailable.
-pub fn process_memory() -> Option<ProcessMemory> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    parse_proc_status(&status)
-}
-
-/// Parses the VmRSS and VmHWM lines of a `/proc/<pid>/status` text.
-pub fn parse_proc_status(status: &str) -> Option<ProcessMemory> {
-    let field = |name: &str| -> Option<u64> {
-        let line = status.lines().find(|l| l.starts_with(name))?;
-        let rest = line[name.len()..].trim();
-        let kb = rest.strip_suffix("kB").unwrap_or(rest).trim();
-        kb.parse::<u64>().ok().map(|k| k * KIB)
-    };
-    Some(ProcessMemory {
-        rss: field("VmRSS:")?,
-        peak_rss: field("VmHWM:")?,
-    })
-}
-
-/// Makes glibc return large freed buffers to the kernel at once, so the process's RSS follows
-/// the budget's ledger: allocations of 128 KiB and more are mapped and unmapped individually
-/// (fixing the threshold disables glibc's dynamic raise of it), the heap top is trimmed above
-/// 1 MiB, one arena serves every thread (worker threads allocate only small, short-lived
-/// buffers), and memory freed so far (e.g. by header parsing) is handed back now.
-/// A no-op on other C libraries.
-pub fn tie_allocator_to_budget() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt and malloc_trim only change allocator tunables and release free memory.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 1024 * 1024);
-        libc::mallopt(libc::M_ARENA_MAX, 1);
-        libc::malloc_trim(0);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes_use_powers_of_1024_and_any_case() {
-        let cases = [
-            ("8G", 8 * GIB),
-            ("8GiB", 8 * GIB),
-            ("8gb", 8 * GIB),
-            ("8192M", 8 * GIB),
-            ("512MiB", 512 * MIB),
-            ("512mib", 512 * MIB),
-            ("1.5G", 3 * GIB / 2),
-            ("800K", 819_200),
-            ("800kb", 819_200),
-            ("800KiB", 819_200),
-            ("40M", 40 * MIB),
-            ("1T", TIB),
-            ("123456", 123_456),
-            ("100B", 100),
-            (" 2 MiB ", 2 * MIB),
-            ("0.5K", 512),
-            (".5K", 512),
-            ("1.", 1),
-        ];
-        for (text, want) in cases {
-            assert_eq!(parse_memory_size(text), Ok(want), "{text}");
-        }
-    }
-
-    #[test]
-    fn bad_sizes_are_refused_with_the_reason() {
-        assert!(matches!(
-            parse_memory_size(""),
-            Err(SizeError::Malformed(_))
-        ));
-        assert!(matches!(
-            parse_memory_size("abc"),
-            Err(SizeError::Malformed(_))
-        ));
-        assert!(matches!(
-            parse_memory_size("G"),
-            Err(SizeError::Malformed(_))
-        ));
-        assert!(matches!(
-            parse_memory_size("1.2.3G"),
-            Err(SizeError::Malformed(_))
-        ));
-        assert!(matches!(
-            parse_memory_size("12X"),
-            Err(SizeError::UnknownUnit(_))
-        ));
-        assert!(matches!(
-            parse_memory_size("12 MBs"),
-            Err(SizeError::UnknownUnit(_))
-        ));
-        assert!(matches!(
-            parse_memory_size("1e9"),
-            Err(SizeError::UnknownUnit(_))
-        ));
-        assert!(matches!(
-            parse_memory_size("-5M"),
-            Err(SizeError::Negative(_))
-        ));
-        assert!(matches!(parse_memory_size("0"), Err(SizeError::Zero(_))));
-        assert!(matches!(
-            parse_memory_size("0.0001K"),
-            Err(SizeError::Zero(_))
-        ));
-        assert!(matches!(parse_memory_size("0G"), Err(SizeError::Zero(_))));
-        assert!(matches!(
-            parse_memory_size("16777216T"),
-            Err(SizeError::Overflow(_))
-        ));
-        assert!(matches!(
-            parse_memory_size("99999999999999999999999999999999999999999"),
-            Err(SizeError::Overflow(_))
-        ));
-        assert_eq!(parse_memory_size("18446744073709551615"), Ok(u64::MAX));
-        assert!(matches!(
-            parse_memory_size("18446744073709551616"),
-            Err(SizeError::Overflow(_))
-        ));
-        let msg = parse_memory_size("12X").unwrap_err().to_string();
-        assert!(msg.contains("12X") && msg.contains("1024"), "{msg}");
-    }
-
+    use crate::budget::size::MIB;
     #[test]
     fn charges_are_released_on_drop_and_peak_is_kept() {
         let budget = MemoryBudget::new(1000);
@@ -581,23 +349,5 @@ mod tests {
         assert!(ChargedVec::<f32>::zeroed(&budget, "big", 1 << 20).is_err());
         drop(v);
         assert_eq!(budget.held(), 0);
-    }
-
-    #[test]
-    fn proc_status_is_parsed() {
-        let text = "Name:\tx\nVmHWM:\t   51200 kB\nVmRSS:\t   40960 kB\nThreads:\t3\n";
-        let m = parse_proc_status(text).unwrap();
-        assert_eq!(m.peak_rss, 50 * MIB);
-        assert_eq!(m.rss, 40 * MIB);
-        let live = process_memory().expect("/proc/self/status is readable on Linux");
-        assert!(live.peak_rss >= live.rss && live.rss > 0);
-    }
-
-    #[test]
-    fn human_sizes() {
-        assert_eq!(human_bytes(512), "512 B");
-        assert_eq!(human_bytes(1536), "1.5 KiB");
-        assert_eq!(human_bytes(40 * MIB), "40.0 MiB");
-        assert_eq!(human_bytes(5 * GIB / 4), "1.25 GiB");
     }
 }

@@ -11,7 +11,7 @@
 //!    states it.
 //! 2. What is left of the budget is the share for resident weights. The output projection is
 //!    pinned first if it fits in that share (it is used once per token, like a layer).
-//! 3. The residency policy ([`crate::residency::choose`]) splits the rest between pinned layers
+//! 3. The residency policy ([`residency::choose`]) splits the rest between pinned layers
 //!    and a ring of streaming buffers (the prefetch depth); if every layer fits, there is no
 //!    ring and its bytes count towards pinning.
 //! 4. Anything left enlarges the output chunk (when the output is streamed), up to 8 MiB.
@@ -19,12 +19,14 @@
 //! The token embedding is only ever read one row per token, so it is never made resident on its
 //! own account (with a tied output it is resident exactly when the output is).
 
-use crate::config::ModelConfig;
-use crate::direct_io::{aligned_buf_charge, LayerLayout};
+pub mod residency;
+
 use crate::error::EngineError;
+use crate::forward::Scratch;
 use crate::kv::{kv_cache_bytes, KvType};
-use crate::residency::{choose, ResidencyInput, Timing};
-use crate::tensors::ModelTensors;
+use crate::model::{ModelConfig, ModelTensors};
+use crate::stream::{aligned_buf_charge, LayerLayout};
+use residency::{choose, ResidencyInput, Timing};
 
 /// Rows of the output projection read at once, at the least, when it is streamed.
 pub const MIN_OUTPUT_CHUNK_ROWS: u64 = 256;
@@ -41,23 +43,6 @@ pub struct PlanRequest {
     /// Tokens processed together during prompt processing.
     pub batch: usize,
     pub kv_type: KvType,
-}
-
-/// Scratch activations (f32 elements) for a batch of `batch` tokens at a context of `ctx`.
-pub fn scratch_elements(cfg: &ModelConfig, batch: usize, ctx: usize) -> u64 {
-    let b = batch as u64;
-    let (e, q, kv, ff) = (
-        cfg.n_embd as u64,
-        cfg.q_dim() as u64,
-        cfg.kv_dim() as u64,
-        cfg.n_ff as u64,
-    );
-    // x, xn, q, k, v, attention out (token- and head-major), gate, up, RoPE cos/sin.
-    b * (2 * e + 3 * q + 2 * kv + 2 * ff + cfg.rope_dim as u64)
-        // One score row per head.
-        + cfg.n_head as u64 * ctx as u64
-        // The matrix products' quantized activations.
-        + crate::forward::activation_scratch_elements(cfg, batch)
 }
 
 /// The plan: every managed byte, by purpose.
@@ -126,7 +111,7 @@ impl MemoryPlan {
 
         let vector_bytes = tensors.vector_bytes();
         let kv_bytes = kv_cache_bytes(cfg.n_layer, cfg.kv_dim(), request.ctx, request.kv_type);
-        let scratch_bytes = 4 * scratch_elements(cfg, request.batch, request.ctx);
+        let scratch_bytes = Scratch::bytes(cfg, tensors, request.batch, request.ctx)?;
         let logits_bytes = 4 * tensors.n_vocab as u64;
         let embd_row_bytes = tensors.token_embd.row_bytes();
         let working = vector_bytes + kv_bytes + scratch_bytes + logits_bytes + embd_row_bytes;
@@ -200,6 +185,15 @@ impl MemoryPlan {
             .filter(|(_, &p)| p)
             .map(|(b, _)| b)
             .sum()
+    }
+
+    /// Bytes charged for one buffer of the streaming ring (0 when nothing is streamed).
+    pub fn stream_buffer_charge(&self) -> u64 {
+        if self.stream_buffers == 0 {
+            0
+        } else {
+            aligned_buf_charge(self.stream_buffer_len)
+        }
     }
 
     /// Layers streamed from storage on every pass.

@@ -1,49 +1,16 @@
-//! Model hyperparameters, read from the GGUF metadata (`<arch>.*` keys) and checked for sense.
+//! Model hyperparameters, read from the GGUF metadata (`<arch>.*` keys) and checked for sense
+//! before anything is sized from them.
 
+use super::arch::Architecture;
 use crate::error::EngineError;
 use ramforge_gguf::Metadata;
 
-/// Architectures the engine can run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Arch {
-    Llama,
-    Qwen2,
-}
-
-impl Arch {
-    /// Every architecture the engine runs (the README's support table is checked against it).
-    pub const ALL: [Arch; 2] = [Arch::Llama, Arch::Qwen2];
-
-    /// The `general.architecture` value.
-    pub fn name(self) -> &'static str {
-        match self {
-            Arch::Llama => "llama",
-            Arch::Qwen2 => "qwen2",
-        }
-    }
-
-    /// How this architecture pairs dimensions for RoPE.
-    pub fn rope_style(self) -> RopeStyle {
-        match self {
-            Arch::Llama => RopeStyle::Adjacent,
-            Arch::Qwen2 => RopeStyle::Neox,
-        }
-    }
-}
-
-/// Which two elements of a head one RoPE rotation acts on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RopeStyle {
-    /// `(x[2j], x[2j+1])` (llama).
-    Adjacent,
-    /// `(x[j], x[j + d/2])` (qwen2, "neox").
-    Neox,
-}
-
-/// The numbers that define a dense llama-family transformer.
+/// The numbers that define a transformer: its architecture and the sizes it is built with.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModelConfig {
-    pub arch: Arch,
+    /// What the layers bind and run.
+    pub arch: &'static Architecture,
+    /// Transformer blocks.
     pub n_layer: usize,
     /// Model width (residual stream).
     pub n_embd: usize,
@@ -69,18 +36,15 @@ const MAX_DIM: u64 = 1 << 20;
 const MAX_LAYERS: u64 = 4096;
 
 impl ModelConfig {
-    /// Reads the hyperparameters of a `llama` or `qwen2` model.
+    /// Reads the hyperparameters of a model of any architecture in [`super::arch::ALL`].
     pub fn from_metadata(meta: &Metadata) -> Result<ModelConfig, EngineError> {
         let arch_name = meta.get_str("general.architecture")?;
-        let arch = match arch_name {
-            "llama" => Arch::Llama,
-            "qwen2" => Arch::Qwen2,
-            other => {
-                return Err(EngineError::Unsupported(format!(
-                    "architecture {other:?} (general.architecture); supported: llama, qwen2"
-                )))
-            }
-        };
+        let arch = Architecture::named(arch_name).ok_or_else(|| {
+            EngineError::Unsupported(format!(
+                "architecture {arch_name:?} (general.architecture); supported: {}",
+                Architecture::supported_names()
+            ))
+        })?;
         let key = |k: &str| format!("{arch_name}.{k}");
         let bounded = |k: &str, max: u64| -> Result<usize, EngineError> {
             let full = key(k);
@@ -213,6 +177,7 @@ fn rope_scaling(meta: &Metadata, key: &dyn Fn(&str) -> String) -> Result<f32, En
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::arch::RopeStyle;
     use ramforge_gguf::Value;
 
     fn meta(arch: &str, extra: &[(&str, Value)]) -> Metadata {
@@ -239,8 +204,8 @@ mod tests {
     #[test]
     fn llama_and_qwen2_read_with_defaults() {
         let c = ModelConfig::from_metadata(&meta("llama", &[])).unwrap();
-        assert_eq!(c.arch, Arch::Llama);
-        assert_eq!(c.arch.rope_style(), RopeStyle::Adjacent);
+        assert_eq!(c.arch.name, "llama");
+        assert_eq!(c.arch.rope, RopeStyle::Adjacent);
         assert_eq!(
             (c.head_dim, c.rope_dim, c.q_dim(), c.kv_dim()),
             (16, 16, 64, 32)
@@ -254,7 +219,7 @@ mod tests {
             ],
         ))
         .unwrap();
-        assert_eq!(q.arch.rope_style(), RopeStyle::Neox);
+        assert_eq!(q.arch.rope, RopeStyle::Neox);
         assert_eq!((q.rope_base, q.rope_dim), (1e6, 8));
     }
 

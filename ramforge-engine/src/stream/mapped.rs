@@ -4,10 +4,10 @@
 //! the compute wants, before the compute reads it again. Mapping it instead only sets up page
 //! table entries (filled ahead by the I/O thread with `MADV_POPULATE_READ`), and unmapping it
 //! after use drops them from the process's RSS again. A window is registered with the
-//! [`crate::sigbus`] handler while mapped, so a file that shrinks under it gives a recorded
+//! [`super::sigbus`] handler while mapped, so a file that shrinks under it gives a recorded
 //! fault, not a crash.
 
-use crate::sigbus::Registration;
+use super::sigbus::Registration;
 use std::fs::File;
 use std::io;
 use std::os::unix::io::AsRawFd;

@@ -2,147 +2,20 @@
 //! output projection (resident or read in row chunks) and the small f32 vectors. Every buffer is
 //! charged to the budget before it is allocated; layers stay in their quantized form.
 
+mod view;
+
+pub(crate) use view::{LayerVectors, LayerView, MatrixView};
+
 use crate::budget::{Charge, ChargedVec, MemoryBudget};
-use crate::direct_io::{drop_read, AlignedBuf, LayerLayout, ReadMode, StreamFile, WARM_FRACTION};
 use crate::error::EngineError;
+use crate::model::{LayerTensors, ModelTensors};
 use crate::plan::MemoryPlan;
-use crate::prefetch::Prefetcher;
-use crate::tensors::{LayerTensors, ModelTensors};
-use ramforge_gguf::{GgmlType, GgufFile, TensorInfo};
+use crate::stream::{
+    drop_read, AlignedBuf, LayerLayout, Prefetcher, ReadMode, ResidencyStats, StreamFile,
+    WARM_FRACTION,
+};
+use ramforge_gguf::{GgufFile, TensorInfo};
 use std::time::Instant;
-
-/// A weight matrix in memory: `rows` rows of `cols` elements of type `ty`.
-#[derive(Clone, Copy)]
-pub struct MatrixView<'a> {
-    pub ty: GgmlType,
-    pub rows: usize,
-    pub cols: usize,
-    pub bytes: &'a [u8],
-}
-
-/// One layer's matrices, borrowed from a pinned buffer or the streaming slot.
-pub struct LayerView<'a> {
-    pub q: MatrixView<'a>,
-    pub k: MatrixView<'a>,
-    pub v: MatrixView<'a>,
-    pub o: MatrixView<'a>,
-    pub gate: MatrixView<'a>,
-    pub up: MatrixView<'a>,
-    pub down: MatrixView<'a>,
-}
-
-/// A layer's norms and biases as f32 (always resident).
-pub struct LayerVectors {
-    pub attn_norm: Vec<f32>,
-    pub ffn_norm: Vec<f32>,
-    pub qkv_bias: Option<[Vec<f32>; 3]>,
-}
-
-/// What storage traffic the weights caused.
-#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
-pub struct ResidencyStats {
-    /// Bytes read from the model file while loading (vectors and pinned weights).
-    pub load_bytes: u64,
-    /// Bytes read from the model file while generating (streamed layers, output chunks,
-    /// embedding rows).
-    pub bytes_read: u64,
-    /// Layers read into a streaming buffer.
-    pub layers_loaded: u64,
-    /// Streamed layers the prefetch thread had read before the compute asked for them.
-    pub prefetch_hits: u64,
-    /// Streamed layers the compute had to wait for.
-    pub prefetch_late: u64,
-    /// Seconds the compute waited for storage: late prefetches, embedding rows and output
-    /// chunks (read synchronously).
-    pub io_wait_secs: f64,
-    /// Seconds spent in `eval` (compute plus I/O wait).
-    pub eval_secs: f64,
-    /// Layers used from memory without a read.
-    pub layers_pinned_hits: u64,
-    /// Output-projection chunks read.
-    pub output_chunks_read: u64,
-    /// Seconds spent reading while generating.
-    pub read_secs: f64,
-    /// Most weight bytes held in memory at once.
-    pub peak_resident: u64,
-    /// Tokens run through the model (prompt and generated).
-    pub tokens: u64,
-    /// Layers pinned in memory, and streamed.
-    pub pinned_layers: u64,
-    pub streamed_layers: u64,
-    /// Matrix bytes of the pinned layers, and of the streamed ones (read every pass).
-    pub pinned_bytes: u64,
-    pub streamed_bytes: u64,
-    /// Buffers the plan gave the prefetch ring (the most the budget allows).
-    pub stream_buffers: u64,
-    /// Buffers the ring uses now: the prefetch depth, adapted at run time from the measured
-    /// read and compute times (at most `stream_buffers`).
-    pub prefetch_depth: u64,
-    /// Whether streamed layers are read with O_DIRECT (false: buffered reads).
-    pub direct_io: bool,
-    /// Whether streamed layers are used in place, mapped from a warm page cache (no copy).
-    pub mapped_io: bool,
-}
-
-impl ResidencyStats {
-    /// How streamed layers reach the compute, as the tools print it: `mapped` (in place from
-    /// the page cache), `O_DIRECT` (read around it) or `buffered` (copied out of it).
-    pub fn read_path(&self) -> &'static str {
-        if self.mapped_io {
-            "mapped"
-        } else if self.direct_io {
-            "O_DIRECT"
-        } else {
-            "buffered"
-        }
-    }
-
-    /// The traffic since `before` (a snapshot of the same engine's stats); the layout
-    /// figures (peak resident, layer counts, load bytes) are kept as they are.
-    pub fn since(&self, before: &ResidencyStats) -> ResidencyStats {
-        ResidencyStats {
-            bytes_read: self.bytes_read - before.bytes_read,
-            layers_loaded: self.layers_loaded - before.layers_loaded,
-            layers_pinned_hits: self.layers_pinned_hits - before.layers_pinned_hits,
-            output_chunks_read: self.output_chunks_read - before.output_chunks_read,
-            read_secs: self.read_secs - before.read_secs,
-            tokens: self.tokens - before.tokens,
-            prefetch_hits: self.prefetch_hits - before.prefetch_hits,
-            prefetch_late: self.prefetch_late - before.prefetch_late,
-            io_wait_secs: self.io_wait_secs - before.io_wait_secs,
-            eval_secs: self.eval_secs - before.eval_secs,
-            ..*self
-        }
-    }
-
-    /// Seconds of `eval` not spent waiting for storage.
-    pub fn compute_secs(&self) -> f64 {
-        (self.eval_secs - self.io_wait_secs).max(0.0)
-    }
-
-    /// The speeds these figures show, for the residency policy
-    /// ([`crate::plan::MemoryPlan::with_timing`]); `None` until something was read and
-    /// computed. Compute per layer averages every layer pass, prompt batches included.
-    pub fn measured_timing(&self) -> Option<crate::residency::Timing> {
-        let layers = self.layers_loaded + self.layers_pinned_hits;
-        if self.bytes_read == 0 || self.read_secs <= 0.0 || layers == 0 {
-            return None;
-        }
-        Some(crate::residency::Timing {
-            read_secs_per_byte: self.read_secs / self.bytes_read as f64,
-            compute_secs_per_layer: self.compute_secs() / layers as f64,
-        })
-    }
-
-    /// Bytes read from storage per token processed.
-    pub fn bytes_read_per_token(&self) -> f64 {
-        if self.tokens == 0 {
-            0.0
-        } else {
-            self.bytes_read as f64 / self.tokens as f64
-        }
-    }
-}
 
 enum Output {
     Resident(ChargedVec<u8>),
@@ -205,39 +78,14 @@ fn read_layer(
     Ok(at as u64)
 }
 
-/// The matrices laid out back to back in `buf` by [`read_layer`].
-fn packed_matrices<'a>(layer: &LayerTensors, buf: &'a [u8]) -> [&'a [u8]; 7] {
+/// The view of a layer laid out back to back in `buf` by [`read_layer`].
+fn packed_view<'a>(layer: &LayerTensors, buf: &'a [u8]) -> LayerView<'a> {
     let mut at = 0usize;
-    let sizes = layer.matrices().map(|t| t.n_bytes as usize);
-    std::array::from_fn(|i| {
-        let bytes = &buf[at..at + sizes[i]];
-        at += sizes[i];
+    LayerView::new(layer, |_, t| {
+        let bytes = &buf[at..at + t.n_bytes as usize];
+        at += t.n_bytes as usize;
         bytes
     })
-}
-
-/// Views of a layer's matrices, given their bytes in [`LayerTensors::matrices`] order.
-fn layer_view<'a>(layer: &LayerTensors, bytes: [&'a [u8]; 7]) -> LayerView<'a> {
-    let mut i = 0usize;
-    let mut next = |t: &TensorInfo| {
-        let b = bytes[i];
-        i += 1;
-        MatrixView {
-            ty: t.ggml_type,
-            rows: t.n_rows() as usize,
-            cols: t.row_len() as usize,
-            bytes: b,
-        }
-    };
-    LayerView {
-        q: next(&layer.attn_q),
-        k: next(&layer.attn_k),
-        v: next(&layer.attn_v),
-        o: next(&layer.attn_output),
-        gate: next(&layer.ffn_gate),
-        up: next(&layer.ffn_up),
-        down: next(&layer.ffn_down),
-    }
 }
 
 impl Weights {
@@ -262,19 +110,11 @@ impl Weights {
         let vector_charge = budget.charge("norms and biases", plan.vector_bytes)?;
         let mut layers = Vec::with_capacity(tensors.layers.len());
         for l in &tensors.layers {
-            let qkv_bias = match &l.qkv_bias {
-                Some([q, k, v]) => Some([
-                    read_vector(file, q)?,
-                    read_vector(file, k)?,
-                    read_vector(file, v)?,
-                ]),
-                None => None,
-            };
-            layers.push(LayerVectors {
-                attn_norm: read_vector(file, &l.attn_norm)?,
-                ffn_norm: read_vector(file, &l.ffn_norm)?,
-                qkv_bias,
-            });
+            let vectors = l
+                .vectors()
+                .map(|(role, t)| Ok((role, read_vector(file, t)?)))
+                .collect::<Result<Vec<_>, EngineError>>()?;
+            layers.push(LayerVectors::new(vectors));
         }
         let output_norm = read_vector(file, &tensors.output_norm)?;
         let rope_freqs = match &tensors.rope_freqs {
@@ -441,13 +281,14 @@ impl Matrices {
         if let Some(range) = &self.pinned[i] {
             self.stats.layers_pinned_hits += 1;
             let buf = &self.pinned_store[range.clone()];
-            return Ok(layer_view(lt, packed_matrices(lt, buf)));
+            return Ok(packed_view(lt, buf));
         }
         let stream = self
             .stream
             .as_mut()
             .expect("the plan has a streaming ring whenever a layer is not pinned");
-        Ok(layer_view(lt, stream.get(i, &mut self.stats)?))
+        let streamed = stream.get(i, &mut self.stats)?;
+        Ok(LayerView::new(lt, |m, _| streamed.matrix(m)))
     }
 
     /// Dequantizes the embedding row of `token` into `out`.

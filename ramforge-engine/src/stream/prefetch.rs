@@ -12,9 +12,11 @@
 //! buffer's charge then covers its layer's mapped windows, which are unmapped when the buffer
 //! is recycled, after the layer is checked for pages that went missing under the compute.
 
-use crate::direct_io::{AlignedBuf, LayerLayout, MappedLayer, StreamFile};
+use super::aligned::AlignedBuf;
+use super::layout::{LayerLayout, MappedLayer};
+use super::reader::StreamFile;
+use super::stats::ResidencyStats;
 use crate::error::EngineError;
-use crate::weights::ResidencyStats;
 use ramforge_gguf::GgufError;
 use std::collections::VecDeque;
 use std::sync::mpsc::{channel, Receiver, Sender, TryRecvError};
@@ -248,13 +250,12 @@ impl Prefetcher {
         }
     }
 
-    /// The seven matrices' bytes (in [`crate::tensors::LayerTensors::matrices`] order) of
-    /// streamed layer `layer`, read (or mapped) ahead if it was expected, else now.
+    /// Streamed layer `layer`'s matrices, read (or mapped) ahead if it was expected, else now.
     pub fn get(
         &mut self,
         layer: usize,
         stats: &mut ResidencyStats,
-    ) -> Result<[&[u8]; 7], EngineError> {
+    ) -> Result<StreamedLayer<'_>, EngineError> {
         self.release(stats)?;
         if self.in_flight.front() != Some(&layer) {
             self.drain(stats);
@@ -296,8 +297,11 @@ impl Prefetcher {
                     .as_ref()
                     .expect("get is only asked for streamed layers");
                 Ok(match &used.mapped {
-                    Some(m) => layout.mapped_matrices(m),
-                    None => layout.buffered_matrices(used.buf.bytes()),
+                    Some(mapped) => StreamedLayer::Mapped { layout, mapped },
+                    None => StreamedLayer::Buffered {
+                        layout,
+                        buf: used.buf.bytes(),
+                    },
                 })
             }
             Err(e) => {
@@ -305,6 +309,29 @@ impl Prefetcher {
                 self.restart(stats);
                 Err(e.into())
             }
+        }
+    }
+}
+
+/// A streamed layer the compute may use: read into a ring buffer, or mapped in place.
+pub enum StreamedLayer<'a> {
+    Buffered {
+        layout: &'a LayerLayout,
+        buf: &'a [u8],
+    },
+    Mapped {
+        layout: &'a LayerLayout,
+        mapped: &'a MappedLayer,
+    },
+}
+
+impl<'a> StreamedLayer<'a> {
+    /// The bytes of the layer's `i`-th matrix (in [`crate::model::LayerTensors::matrices`]
+    /// order).
+    pub fn matrix(&self, i: usize) -> &'a [u8] {
+        match *self {
+            StreamedLayer::Buffered { layout, buf } => layout.buffered_matrix(buf, i),
+            StreamedLayer::Mapped { layout, mapped } => layout.mapped_matrix(mapped, i),
         }
     }
 }

@@ -1,0 +1,38 @@
+//! Matrix products of a batch of activations with weights in their quantized form, several
+//! products sharing one input in one parallel region (`ramforge-quant` does the arithmetic).
+
+use crate::error::EngineError;
+use crate::model::arch::Role;
+use crate::weights::MatrixView;
+
+/// The groups of matrices the block multiplies together, each group sharing one input (so
+/// it is quantized once): the scratch for quantized activations is sized from these.
+pub(crate) const MATMUL_GROUPS: [&[Role]; 4] = [
+    &[Role::AttnQ, Role::AttnK, Role::AttnV],
+    &[Role::AttnOutput],
+    &[Role::FfnGate, Role::FfnUp],
+    &[Role::FfnDown],
+];
+
+/// `ys[j] = ms[j] . x` for `n` rows of `x`, every product in one parallel region (one
+/// fork-join instead of one per matrix), with `x` quantized once into `act`. The matrices
+/// share their input, so they have the same `cols`.
+pub(crate) fn matmul<const N: usize>(
+    ms: [(&MatrixView<'_>, &mut [f32]); N],
+    x: &[f32],
+    n: usize,
+    act: &mut [u8],
+) -> Result<(), EngineError> {
+    let cols = ms[0].0.cols;
+    debug_assert!(ms.iter().all(|(m, _)| m.cols == cols));
+    let x = &x[..n * cols];
+    let mut products = ms.map(|(m, y)| ramforge_quant::Product {
+        ty: m.ty,
+        weights: m.bytes,
+        rows: m.rows,
+        y: &mut y[..n * m.rows],
+    });
+    // The scratch is sized for the widest group of the model ([`super::scratch`]).
+    ramforge_quant::matmul_many(&mut products, cols, x, n, act)?;
+    Ok(())
+}

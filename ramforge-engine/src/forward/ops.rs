@@ -1,0 +1,184 @@
+//! The element-wise ops blocks are composed of, on f32 activations: RMSNorm, RoPE, gated
+//! activations, bias and residual adds.
+
+use crate::model::{ModelConfig, RopeStyle};
+
+/// `out = x / sqrt(mean(x^2) + eps) * w`, row by row.
+pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    let d = w.len();
+    for (xr, or) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
+        let ss: f64 = xr.iter().map(|&v| (v as f64) * (v as f64)).sum();
+        let scale = 1.0 / ((ss / d as f64) as f32 + eps).sqrt();
+        for ((o, &v), &wi) in or.iter_mut().zip(xr).zip(w) {
+            *o = v * scale * wi;
+        }
+    }
+}
+
+/// Fills `table` with cos (first half) and sin (second half) of every RoPE angle for the
+/// positions `first..first + n`: angle(p, j) = p * scale * base^(-2j/rope_dim) / factor[j].
+pub fn rope_table(
+    cfg: &ModelConfig,
+    factors: Option<&[f32]>,
+    first: usize,
+    n: usize,
+    table: &mut [f32],
+) {
+    let half = cfg.rope_dim / 2;
+    let (cos, sin) = table[..2 * n * half].split_at_mut(n * half);
+    for i in 0..n {
+        let p = (first + i) as f64 * cfg.rope_freq_scale as f64;
+        for j in 0..half {
+            let mut freq = (cfg.rope_base as f64).powf(-2.0 * j as f64 / cfg.rope_dim as f64);
+            if let Some(f) = factors {
+                freq /= f[j] as f64;
+            }
+            let angle = p * freq;
+            cos[i * half + j] = angle.cos() as f32;
+            sin[i * half + j] = angle.sin() as f32;
+        }
+    }
+}
+
+/// Rotates the first `rope_dim` elements of every head of `n` rows of `x` (rows of
+/// `n_heads * head_dim`), pairing elements by `style`.
+pub fn apply_rope(
+    x: &mut [f32],
+    n: usize,
+    n_heads: usize,
+    head_dim: usize,
+    rope_dim: usize,
+    style: RopeStyle,
+    table: &[f32],
+) {
+    let half = rope_dim / 2;
+    let (cos, sin) = table[..2 * n * half].split_at(n * half);
+    for (i, row) in x.chunks_exact_mut(n_heads * head_dim).take(n).enumerate() {
+        let (c, s) = (&cos[i * half..][..half], &sin[i * half..][..half]);
+        for head in row.chunks_exact_mut(head_dim) {
+            for j in 0..half {
+                let (a, b) = match style {
+                    RopeStyle::Adjacent => (2 * j, 2 * j + 1),
+                    RopeStyle::Neox => (j, j + half),
+                };
+                let (x0, x1) = (head[a], head[b]);
+                head[a] = x0 * c[j] - x1 * s[j];
+                head[b] = x0 * s[j] + x1 * c[j];
+            }
+        }
+    }
+}
+
+/// `gate = silu(gate) * up`.
+pub fn swiglu(gate: &mut [f32], up: &[f32]) {
+    for (g, &u) in gate.iter_mut().zip(up) {
+        *g = *g / (1.0 + (-*g).exp()) * u;
+    }
+}
+
+pub(crate) fn add_bias(x: &mut [f32], bias: &[f32]) {
+    for row in x.chunks_exact_mut(bias.len()) {
+        for (v, &b) in row.iter_mut().zip(bias) {
+            *v += b;
+        }
+    }
+}
+
+pub(crate) fn add_into(acc: &mut [f32], x: &[f32]) {
+    for (a, &v) in acc.iter_mut().zip(x) {
+        *a += v;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Architecture;
+
+    fn cfg(rope_dim: usize) -> ModelConfig {
+        ModelConfig {
+            arch: Architecture::named("llama").unwrap(),
+            n_layer: 1,
+            n_embd: 8,
+            n_head: 2,
+            n_head_kv: 1,
+            head_dim: 4,
+            n_ff: 16,
+            n_ctx_train: 64,
+            rms_eps: 1e-5,
+            rope_base: 10000.0,
+            rope_dim,
+            rope_freq_scale: 1.0,
+        }
+    }
+
+    #[test]
+    fn rope_pairs_adjacent_for_llama_and_halves_for_neox() {
+        let c = cfg(4);
+        let mut table = vec![0.0; 4];
+        rope_table(&c, None, 1, 1, &mut table);
+        // Angles: pos 1 * base^0 = 1 rad, pos 1 * base^(-1/2) = 0.01 rad.
+        let (c0, s0, c1, s1) = (1f32.cos(), 1f32.sin(), 0.01f32.cos(), 0.01f32.sin());
+        let x = [1.0f32, 2.0, 3.0, 4.0];
+        let mut a = x.to_vec();
+        apply_rope(&mut a, 1, 1, 4, 4, RopeStyle::Adjacent, &table);
+        let want_a = [
+            1.0 * c0 - 2.0 * s0,
+            1.0 * s0 + 2.0 * c0,
+            3.0 * c1 - 4.0 * s1,
+            3.0 * s1 + 4.0 * c1,
+        ];
+        let mut b = x.to_vec();
+        apply_rope(&mut b, 1, 1, 4, 4, RopeStyle::Neox, &table);
+        let want_b = [
+            1.0 * c0 - 3.0 * s0,
+            2.0 * c1 - 4.0 * s1,
+            1.0 * s0 + 3.0 * c0,
+            2.0 * s1 + 4.0 * c1,
+        ];
+        for i in 0..4 {
+            assert!(
+                (a[i] - want_a[i]).abs() < 1e-6,
+                "adjacent {i}: {a:?} vs {want_a:?}"
+            );
+            assert!(
+                (b[i] - want_b[i]).abs() < 1e-6,
+                "neox {i}: {b:?} vs {want_b:?}"
+            );
+        }
+        // Position 0 is the identity; partial rotation leaves the tail alone.
+        let c2 = cfg(2);
+        let mut t2 = vec![0.0; 2];
+        rope_table(&c2, None, 3, 1, &mut t2);
+        let mut p = x.to_vec();
+        apply_rope(&mut p, 1, 1, 4, 2, RopeStyle::Neox, &t2);
+        assert_eq!(&p[2..], &[3.0, 4.0]);
+        rope_table(&c2, None, 0, 1, &mut t2);
+        let mut z = x.to_vec();
+        apply_rope(&mut z, 1, 1, 4, 2, RopeStyle::Adjacent, &t2);
+        assert_eq!(z, x.to_vec());
+    }
+
+    #[test]
+    fn rope_factors_divide_the_frequencies() {
+        let c = cfg(4);
+        let mut plain = vec![0.0; 4];
+        let mut scaled = vec![0.0; 4];
+        rope_table(&c, None, 5, 1, &mut plain);
+        rope_table(&c, Some(&[1.0, 4.0]), 5, 1, &mut scaled);
+        assert_eq!(plain[0], scaled[0]);
+        assert!((scaled[1] - (5.0f64 * 0.01 / 4.0).cos() as f32).abs() < 1e-7);
+    }
+
+    #[test]
+    fn rms_norm_and_swiglu() {
+        let mut out = [0.0f32; 2];
+        rms_norm(&[3.0, 4.0], &[1.0, 2.0], 0.0, &mut out);
+        let r = (12.5f32).sqrt();
+        assert!((out[0] - 3.0 / r).abs() < 1e-6 && (out[1] - 8.0 / r).abs() < 1e-6);
+        let mut g = [0.0f32, 2.0];
+        swiglu(&mut g, &[5.0, 3.0]);
+        assert_eq!(g[0], 0.0);
+        assert!((g[1] - 2.0 / (1.0 + (-2.0f32).exp()) * 3.0).abs() < 1e-6);
+    }
+}

@@ -1,0 +1,116 @@
+//! The activations of one batch of tokens, charged as "scratch": every buffer the forward pass
+//! writes, sized by the one formula the plan also books.
+
+use super::matmul::MATMUL_GROUPS;
+use crate::budget::{ChargedVec, MemoryBudget};
+use crate::error::EngineError;
+use crate::model::{ModelConfig, ModelTensors};
+
+/// Activations for one batch of tokens, each row `batch` tokens long.
+pub struct Scratch {
+    pub batch: usize,
+    pub ctx: usize,
+    /// Residual stream, `batch x n_embd`.
+    pub x: ChargedVec<f32>,
+    /// Normalised input / projection output, `batch x n_embd`.
+    pub xn: ChargedVec<f32>,
+    pub q: ChargedVec<f32>,
+    pub k: ChargedVec<f32>,
+    pub v: ChargedVec<f32>,
+    /// Attention output, token-major (`batch x q_dim`).
+    pub att: ChargedVec<f32>,
+    /// Attention output, head-major (`n_head x batch x head_dim`), written in parallel.
+    pub att_heads: ChargedVec<f32>,
+    pub gate: ChargedVec<f32>,
+    pub up: ChargedVec<f32>,
+    /// cos then sin of each RoPE angle, `batch x rope_dim/2` each.
+    pub rope: ChargedVec<f32>,
+    /// One score row per head, `n_head x ctx`.
+    pub scores: ChargedVec<f32>,
+    /// The matrix products' quantized activations: as many bytes as the widest group of
+    /// products the block runs needs for a batch (asked of `ramforge-quant`).
+    pub act: ChargedVec<u8>,
+}
+
+/// Elements of the f32 buffers, in [`Scratch`]'s field order from `x` to `scores`.
+fn f32_lens(cfg: &ModelConfig, batch: usize, ctx: usize) -> [usize; 11] {
+    let (e, q, kv, ff) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim(), cfg.n_ff);
+    let b = batch;
+    [
+        b * e,
+        b * e,
+        b * q,
+        b * kv,
+        b * kv,
+        b * q,
+        b * q,
+        b * ff,
+        b * ff,
+        b * cfg.rope_dim,
+        cfg.n_head * ctx,
+    ]
+}
+
+/// Bytes of quantized activations the widest product group of any layer needs for `batch`
+/// tokens: each group's input is quantized once for every activation type its weights use.
+fn activation_bytes(tensors: &ModelTensors, batch: usize) -> Result<usize, EngineError> {
+    let mut widest = 0;
+    for layer in &tensors.layers {
+        for group in MATMUL_GROUPS {
+            let Some(first) = layer.get(group[0]) else {
+                continue;
+            };
+            let types: Vec<_> = group
+                .iter()
+                .filter_map(|&r| layer.get(r))
+                .map(|t| t.ggml_type)
+                .collect();
+            let need =
+                ramforge_quant::activation_scratch_bytes(&types, first.row_len() as usize, batch)?;
+            widest = widest.max(need);
+        }
+    }
+    Ok(widest)
+}
+
+impl Scratch {
+    /// Bytes [`Scratch::new`] charges for a batch of `batch` tokens at a context of `ctx`.
+    pub fn bytes(
+        cfg: &ModelConfig,
+        tensors: &ModelTensors,
+        batch: usize,
+        ctx: usize,
+    ) -> Result<u64, EngineError> {
+        let floats: usize = f32_lens(cfg, batch, ctx).iter().sum();
+        Ok(4 * floats as u64 + activation_bytes(tensors, batch)? as u64)
+    }
+
+    /// Charges and allocates the scratch for `batch` tokens at a context of `ctx`.
+    pub fn new(
+        budget: &MemoryBudget,
+        cfg: &ModelConfig,
+        tensors: &ModelTensors,
+        batch: usize,
+        ctx: usize,
+    ) -> Result<Scratch, EngineError> {
+        let act = activation_bytes(tensors, batch)?;
+        let buf = |len: usize| ChargedVec::zeroed(budget, "scratch", len);
+        let [x, xn, q, k, v, att, att_heads, gate, up, rope, scores] = f32_lens(cfg, batch, ctx);
+        Ok(Scratch {
+            batch,
+            ctx,
+            x: buf(x)?,
+            xn: buf(xn)?,
+            q: buf(q)?,
+            k: buf(k)?,
+            v: buf(v)?,
+            att: buf(att)?,
+            att_heads: buf(att_heads)?,
+            gate: buf(gate)?,
+            up: buf(up)?,
+            rope: buf(rope)?,
+            scores: buf(scores)?,
+            act: ChargedVec::zeroed(budget, "scratch", act)?,
+        })
+    }
+}

@@ -1,0 +1,80 @@
+//! The model: an opened, checked GGUF file with its hyper-parameters, architecture, bound tensors
+//! and tokenizer. Nothing here reads a weight or charges the budget.
+
+pub mod arch;
+mod config;
+mod tensors;
+
+pub use arch::{Architecture, RopeStyle};
+pub use config::ModelConfig;
+pub use tensors::{is_float_type, LayerTensors, ModelTensors};
+
+use crate::error::EngineError;
+use crate::options::{EngineOptions, DEFAULT_CTX};
+use crate::plan::{MemoryPlan, PlanRequest};
+use crate::text::Tokenizer;
+use ramforge_gguf::GgufFile;
+use std::path::Path;
+use std::sync::Arc;
+
+/// Metadata arrays dropped once the tokenizer is built (use `model.tokenizer` instead).
+pub const DROPPED_METADATA: &[&str] = &[
+    "tokenizer.ggml.merges",
+    "tokenizer.ggml.token_type",
+    "tokenizer.ggml.scores",
+];
+
+/// An opened, checked model file: hyperparameters, tensor table and tokenizer. Holds no
+/// weights. (The tokenizer's tables and the header are not charged to the budget.)
+pub struct Model {
+    pub file: GgufFile,
+    pub config: ModelConfig,
+    pub tensors: ModelTensors,
+    pub tokenizer: Arc<Tokenizer>,
+}
+
+impl Model {
+    /// Opens a GGUF file and checks everything the forward pass needs.
+    pub fn open(path: impl AsRef<Path>) -> Result<Model, EngineError> {
+        let mut file = GgufFile::open(path)?;
+        let config = ModelConfig::from_metadata(&file.header().metadata)?;
+        let tensors = ModelTensors::find(&file, &config)?;
+        let tokenizer = Tokenizer::from_gguf(&file.header().metadata)
+            .map_err(|e| EngineError::Tokenizer(e.to_string()))?;
+        // The tokenizer has its own copy of these; as metadata values they would cost several
+        // uncharged MiB for the engine's lifetime. (`tokenizer.ggml.tokens` stays: chat
+        // templates look up the BOS/EOS texts in it.)
+        for key in DROPPED_METADATA {
+            file.metadata_mut().remove(key);
+        }
+        Ok(Model {
+            file,
+            config,
+            tensors,
+            tokenizer: Arc::new(tokenizer),
+        })
+    }
+
+    /// The context `options` resolve to for this model.
+    pub fn resolve_ctx(&self, options: &EngineOptions) -> usize {
+        options
+            .ctx
+            .unwrap_or_else(|| DEFAULT_CTX.min(self.config.n_ctx_train))
+            .max(1)
+    }
+
+    /// The memory plan for `options` (the same the engine would use).
+    pub fn plan(&self, options: &EngineOptions) -> Result<MemoryPlan, EngineError> {
+        let ctx = self.resolve_ctx(options);
+        MemoryPlan::new(
+            &self.config,
+            &self.tensors,
+            PlanRequest {
+                budget: options.ram,
+                ctx,
+                batch: options.batch.clamp(1, ctx),
+                kv_type: options.kv_type,
+            },
+        )
+    }
+}

@@ -1,0 +1,271 @@
+//! Tensor binding: every tensor the forward pass needs, found by name as the architecture's
+//! description lists it and checked for shape and type at load, before a single weight byte is
+//! read. A layer tensor the description does not list is refused, never ignored.
+
+use super::arch::{Dim, Presence, Role, Shape, TensorSpec};
+use super::config::ModelConfig;
+use crate::error::EngineError;
+use ramforge_gguf::{GgmlType, GgufFile, TensorInfo};
+
+/// One layer's tensors, by role. Matrices are GGML layout: `rows` rows of `cols` elements.
+#[derive(Clone, Debug)]
+pub struct LayerTensors {
+    by_role: [Option<TensorInfo>; Role::COUNT],
+    /// The roles of the matrices, in the description's order: the order streaming lays them
+    /// out and [`LayerTensors::matrices`] lists them.
+    matrix_roles: Vec<Role>,
+}
+
+impl LayerTensors {
+    /// The tensor playing `role`, if the layer has one.
+    pub fn get(&self, role: Role) -> Option<&TensorInfo> {
+        self.by_role[role as usize].as_ref()
+    }
+
+    /// The weight matrices (what a streamed layer reads), in the description's order.
+    pub fn matrices(&self) -> impl Iterator<Item = &TensorInfo> + '_ {
+        self.matrix_roles.iter().filter_map(|&r| self.get(r))
+    }
+
+    /// The roles of [`LayerTensors::matrices`], in the same order.
+    pub fn matrix_roles(&self) -> &[Role] {
+        &self.matrix_roles
+    }
+
+    /// Bytes of the matrices (what a streamed layer reads from storage).
+    pub fn matrix_bytes(&self) -> u64 {
+        self.matrices().map(|t| t.n_bytes).sum()
+    }
+
+    /// The 1-D vectors kept resident as f32: norms and biases, with their roles.
+    pub fn vectors(&self) -> impl Iterator<Item = (Role, &TensorInfo)> + '_ {
+        Role::ALL
+            .into_iter()
+            .filter_map(|r| self.get(r).map(|t| (r, t)))
+            .filter(|(_, t)| t.shape.len() == 1)
+    }
+}
+
+/// Every tensor the forward pass reads.
+#[derive(Clone, Debug)]
+pub struct ModelTensors {
+    pub token_embd: TensorInfo,
+    pub output_norm: TensorInfo,
+    /// The output projection; `token_embd` itself when the file ties them.
+    pub output: TensorInfo,
+    pub tied_output: bool,
+    /// llama3-style per-frequency RoPE divisors.
+    pub rope_freqs: Option<TensorInfo>,
+    pub layers: Vec<LayerTensors>,
+    pub n_vocab: usize,
+}
+
+impl ModelTensors {
+    /// Finds and checks every tensor for `cfg`.
+    pub fn find(file: &GgufFile, cfg: &ModelConfig) -> Result<ModelTensors, EngineError> {
+        let e = cfg.n_embd as u64;
+        let get = |name: &str| -> Result<TensorInfo, EngineError> {
+            file.header()
+                .tensor(name)
+                .cloned()
+                .ok_or_else(|| EngineError::BadModel(format!("missing tensor {name:?}")))
+        };
+        let token_embd = get("token_embd.weight")?;
+        let n_vocab = token_embd.shape.get(1).copied().unwrap_or(0);
+        if n_vocab == 0 || n_vocab > u32::MAX as u64 {
+            return Err(EngineError::BadModel(format!(
+                "tensor \"token_embd.weight\" has shape {:?}; expected [{e}, n_vocab]",
+                token_embd.shape
+            )));
+        }
+        matrix(&token_embd, e, n_vocab)?;
+        let output_norm = get("output_norm.weight")?;
+        vector(&output_norm, e)?;
+        let (output, tied_output) = match file.header().tensor("output.weight") {
+            Some(t) => {
+                matrix(t, e, n_vocab)?;
+                (t.clone(), false)
+            }
+            None => (token_embd.clone(), true),
+        };
+        let rope_freqs = match file.header().tensor("rope_freqs.weight") {
+            Some(t) => {
+                vector(t, (cfg.rope_dim / 2) as u64)?;
+                Some(t.clone())
+            }
+            None => None,
+        };
+        refuse_unknown_layer_tensors(file, cfg)?;
+        let layers = (0..cfg.n_layer)
+            .map(|i| bind_layer(file, cfg, i))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(ModelTensors {
+            token_embd,
+            output_norm,
+            output,
+            tied_output,
+            rope_freqs,
+            layers,
+            n_vocab: n_vocab as usize,
+        })
+    }
+
+    /// Bytes of all weight matrices of all layers.
+    pub fn layer_bytes_total(&self) -> u64 {
+        self.layers.iter().map(LayerTensors::matrix_bytes).sum()
+    }
+
+    /// Bytes of the largest layer (the size of one streaming slot).
+    pub fn max_layer_bytes(&self) -> u64 {
+        self.layers
+            .iter()
+            .map(LayerTensors::matrix_bytes)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Bytes of the norms, biases and RoPE factors, kept resident as f32.
+    pub fn vector_bytes(&self) -> u64 {
+        let per_layer: u64 = self
+            .layers
+            .iter()
+            .flat_map(|l| l.vectors())
+            .map(|(_, t)| t.n_elements * 4)
+            .sum();
+        per_layer
+            + self.output_norm.n_elements * 4
+            + self.rope_freqs.as_ref().map_or(0, |t| t.n_elements * 4)
+    }
+}
+
+/// The size of `dim` in `cfg`.
+fn size(cfg: &ModelConfig, dim: Dim) -> u64 {
+    (match dim {
+        Dim::Embd => cfg.n_embd,
+        Dim::Q => cfg.q_dim(),
+        Dim::Kv => cfg.kv_dim(),
+        Dim::Ff => cfg.n_ff,
+    }) as u64
+}
+
+/// Binds layer `i`'s tensors as `cfg.arch` describes them: required ones must be there,
+/// optional groups come all or none, and each is checked for shape and type.
+fn bind_layer(file: &GgufFile, cfg: &ModelConfig, i: usize) -> Result<LayerTensors, EngineError> {
+    let mut by_role: [Option<TensorInfo>; Role::COUNT] = [const { None }; Role::COUNT];
+    let name = |s: &TensorSpec| format!("blk.{i}.{}", s.name);
+    for spec in cfg.arch.layer {
+        let Some(t) = file.header().tensor(&name(spec)) else {
+            if spec.presence == Presence::Required {
+                return Err(EngineError::BadModel(format!("missing tensor {:?}", name(spec))));
+            }
+            continue;
+        };
+        let t = match spec.shape {
+            Shape::Vector(d) => vector(t, size(cfg, d))?,
+            Shape::Matrix { cols, rows } => matrix(t, size(cfg, cols), size(cfg, rows))?,
+        };
+        by_role[spec.role as usize] = Some(t);
+    }
+    for spec in cfg.arch.layer {
+        let Presence::Group(group) = spec.presence else {
+            continue;
+        };
+        let members = || {
+            cfg.arch
+                .layer
+                .iter()
+                .filter(move |s| s.presence == Presence::Group(group))
+        };
+        let present = members().any(|s| by_role[s.role as usize].is_some());
+        let missing: Vec<String> = members()
+            .filter(|s| by_role[s.role as usize].is_none())
+            .map(name)
+            .collect();
+        if present && !missing.is_empty() {
+            return Err(EngineError::BadModel(format!(
+                "layer {i} has some {group} but not {}; they come all or none",
+                missing.join(", ")
+            )));
+        }
+    }
+    let matrix_roles = cfg
+        .arch
+        .layer
+        .iter()
+        .filter(|s| matches!(s.shape, Shape::Matrix { .. }))
+        .map(|s| s.role)
+        .filter(|&r| by_role[r as usize].is_some())
+        .collect();
+    Ok(LayerTensors {
+        by_role,
+        matrix_roles,
+    })
+}
+
+/// Refuses a `blk.N.*` tensor that the architecture does not use, or whose layer is past
+/// `block_count`: running without it would silently compute another model.
+fn refuse_unknown_layer_tensors(file: &GgufFile, cfg: &ModelConfig) -> Result<(), EngineError> {
+    for t in &file.header().tensors {
+        let Some(rest) = t.name.strip_prefix("blk.") else {
+            continue;
+        };
+        let (layer, suffix) = rest.split_once('.').unwrap_or((rest, ""));
+        let known = cfg.arch.layer.iter().any(|s| s.name == suffix);
+        match layer.parse::<usize>() {
+            Ok(l) if l < cfg.n_layer && known => {}
+            Ok(l) if l < cfg.n_layer => {
+                return Err(EngineError::Unsupported(format!(
+                    "tensor {:?} is not used by architecture {}",
+                    t.name, cfg.arch.name
+                )))
+            }
+            _ => {
+                return Err(EngineError::BadModel(format!(
+                    "tensor {:?} names no layer of the {} (block_count)",
+                    t.name, cfg.n_layer
+                )))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Checks a weight matrix: GGUF shape `[cols, rows]` and a type the kernels support.
+fn matrix(t: &TensorInfo, cols: u64, rows: u64) -> Result<TensorInfo, EngineError> {
+    if t.shape != [cols, rows] {
+        return Err(EngineError::BadModel(format!(
+            "tensor {:?} has shape {:?}; expected [{cols}, {rows}]",
+            t.name, t.shape
+        )));
+    }
+    supported(t)?;
+    Ok(t.clone())
+}
+
+/// Checks a 1-D vector of `len` elements of a type that can be dequantized.
+fn vector(t: &TensorInfo, len: u64) -> Result<TensorInfo, EngineError> {
+    if t.shape != [len] {
+        return Err(EngineError::BadModel(format!(
+            "tensor {:?} has shape {:?}; expected [{len}]",
+            t.name, t.shape
+        )));
+    }
+    supported(t)?;
+    Ok(t.clone())
+}
+
+fn supported(t: &TensorInfo) -> Result<(), EngineError> {
+    if ramforge_quant::is_supported(t.ggml_type) {
+        Ok(())
+    } else {
+        Err(EngineError::Unsupported(format!(
+            "tensor {:?} has type {}, which has no kernels",
+            t.name, t.ggml_type
+        )))
+    }
+}
+
+/// Whether a type is a plain float type (used to pick golden tolerances).
+pub fn is_float_type(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
+}

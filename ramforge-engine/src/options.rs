@@ -1,0 +1,35 @@
+//! How a model is laid out and run: the budget, context, threads, KV type and batch the caller
+//! asks for.
+
+use crate::kv::KvType;
+
+/// Default number of prompt tokens processed together.
+pub const DEFAULT_BATCH: usize = 64;
+/// Default context when none is asked for (capped by the model's trained context).
+pub const DEFAULT_CTX: usize = 2048;
+
+/// How to lay a model out.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EngineOptions {
+    /// Memory budget in bytes; `None` = unlimited (every weight resident).
+    pub ram: Option<u64>,
+    /// Positions the KV cache must hold (prompt + generated); `None` = min(trained, 2048).
+    pub ctx: Option<usize>,
+    /// Worker threads; 0 = one per available core.
+    pub threads: usize,
+    pub kv_type: KvType,
+    /// Prompt tokens processed together (bounded by the context).
+    pub batch: usize,
+}
+
+impl Default for EngineOptions {
+    fn default() -> EngineOptions {
+        EngineOptions {
+            ram: None,
+            ctx: None,
+            threads: 0,
+            kv_type: KvType::F16,
+            batch: DEFAULT_BATCH,
+        }
+    }
+}

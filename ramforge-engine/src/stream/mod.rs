@@ -1,0 +1,28 @@
+//! Streaming: how the layers that are not pinned reach the compute, pass after pass.
+//!
+//! The data path: [`layout`] says where a layer's matrices lie (a few aligned segments); the
+//! I/O thread of [`prefetch`] fills a ring of [`aligned`] buffers ahead of the compute through
+//! [`reader`] (`O_DIRECT` or buffered reads dropped from the [`page_cache`]), or, on a warm
+//! file, [`mapped`] windows used in place (a [`sigbus`] guard turns a vanished page into an
+//! error). [`depth`] adapts how many reads are in flight; [`identity`] notices a model file
+//! replaced or rewritten under the run; [`stats`] records the traffic.
+
+pub(crate) mod aligned;
+pub(crate) mod depth;
+pub(crate) mod identity;
+pub(crate) mod layout;
+pub(crate) mod mapped;
+pub(crate) mod page_cache;
+pub(crate) mod prefetch;
+pub(crate) mod reader;
+pub(crate) mod sigbus;
+pub(crate) mod stats;
+
+pub use depth::{DepthDecision, WINDOW_PASSES};
+pub use stats::ResidencyStats;
+
+pub(crate) use aligned::{aligned_buf_charge, AlignedBuf};
+pub(crate) use layout::LayerLayout;
+pub(crate) use page_cache::drop_read;
+pub(crate) use prefetch::Prefetcher;
+pub(crate) use reader::{ReadMode, StreamFile, WARM_FRACTION};

@@ -1,0 +1,111 @@
+//! The storage-traffic figures of a run: bytes and layers read, prefetch hits, I/O wait against
+//! compute, and the layout they came from. A leaf: the readers, the weights and the engine all
+//! write to it, and the tools print it.
+
+use crate::plan::residency::Timing;
+
+/// What storage traffic the weights caused.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+pub struct ResidencyStats {
+    /// Bytes read from the model file while loading (vectors and pinned weights).
+    pub load_bytes: u64,
+    /// Bytes read from the model file while generating (streamed layers, output chunks,
+    /// embedding rows).
+    pub bytes_read: u64,
+    /// Layers read into a streaming buffer.
+    pub layers_loaded: u64,
+    /// Streamed layers the prefetch thread had read before the compute asked for them.
+    pub prefetch_hits: u64,
+    /// Streamed layers the compute had to wait for.
+    pub prefetch_late: u64,
+    /// Seconds the compute waited for storage: late prefetches, embedding rows and output
+    /// chunks (read synchronously).
+    pub io_wait_secs: f64,
+    /// Seconds spent in `eval` (compute plus I/O wait).
+    pub eval_secs: f64,
+    /// Layers used from memory without a read.
+    pub layers_pinned_hits: u64,
+    /// Output-projection chunks read.
+    pub output_chunks_read: u64,
+    /// Seconds spent reading while generating.
+    pub read_secs: f64,
+    /// Most weight bytes held in memory at once.
+    pub peak_resident: u64,
+    /// Tokens run through the model (prompt and generated).
+    pub tokens: u64,
+    /// Layers pinned in memory, and streamed.
+    pub pinned_layers: u64,
+    pub streamed_layers: u64,
+    /// Matrix bytes of the pinned layers, and of the streamed ones (read every pass).
+    pub pinned_bytes: u64,
+    pub streamed_bytes: u64,
+    /// Buffers the plan gave the prefetch ring (the most the budget allows).
+    pub stream_buffers: u64,
+    /// Buffers the ring uses now: the prefetch depth, adapted at run time from the measured
+    /// read and compute times (at most `stream_buffers`).
+    pub prefetch_depth: u64,
+    /// Whether streamed layers are read with O_DIRECT (false: buffered reads).
+    pub direct_io: bool,
+    /// Whether streamed layers are used in place, mapped from a warm page cache (no copy).
+    pub mapped_io: bool,
+}
+
+impl ResidencyStats {
+    /// How streamed layers reach the compute, as the tools print it: `mapped` (in place from
+    /// the page cache), `O_DIRECT` (read around it) or `buffered` (copied out of it).
+    pub fn read_path(&self) -> &'static str {
+        if self.mapped_io {
+            "mapped"
+        } else if self.direct_io {
+            "O_DIRECT"
+        } else {
+            "buffered"
+        }
+    }
+
+    /// The traffic since `before` (a snapshot of the same engine's stats); the layout
+    /// figures (peak resident, layer counts, load bytes) are kept as they are.
+    pub fn since(&self, before: &ResidencyStats) -> ResidencyStats {
+        ResidencyStats {
+            bytes_read: self.bytes_read - before.bytes_read,
+            layers_loaded: self.layers_loaded - before.layers_loaded,
+            layers_pinned_hits: self.layers_pinned_hits - before.layers_pinned_hits,
+            output_chunks_read: self.output_chunks_read - before.output_chunks_read,
+            read_secs: self.read_secs - before.read_secs,
+            tokens: self.tokens - before.tokens,
+            prefetch_hits: self.prefetch_hits - before.prefetch_hits,
+            prefetch_late: self.prefetch_late - before.prefetch_late,
+            io_wait_secs: self.io_wait_secs - before.io_wait_secs,
+            eval_secs: self.eval_secs - before.eval_secs,
+            ..*self
+        }
+    }
+
+    /// Seconds of `eval` not spent waiting for storage.
+    pub fn compute_secs(&self) -> f64 {
+        (self.eval_secs - self.io_wait_secs).max(0.0)
+    }
+
+    /// The speeds these figures show, for the residency policy
+    /// ([`crate::plan::MemoryPlan::with_timing`]); `None` until something was read and
+    /// computed. Compute per layer averages every layer pass, prompt batches included.
+    pub fn measured_timing(&self) -> Option<Timing> {
+        let layers = self.layers_loaded + self.layers_pinned_hits;
+        if self.bytes_read == 0 || self.read_secs <= 0.0 || layers == 0 {
+            return None;
+        }
+        Some(Timing {
+            read_secs_per_byte: self.read_secs / self.bytes_read as f64,
+            compute_secs_per_layer: self.compute_secs() / layers as f64,
+        })
+    }
+
+    /// Bytes read from storage per token processed.
+    pub fn bytes_read_per_token(&self) -> f64 {
+        if self.tokens == 0 {
+            0.0
+        } else {
+            self.bytes_read as f64 / self.tokens as f64
+        }
+    }
+}

@@ -1,0 +1,10 @@
+//! Text in and out: the tokenizer (token-for-token as llama.cpp), chat templates (rendered as
+//! Hugging Face does) and prompt building (the two together, with the BOS rule).
+
+pub mod prompt;
+pub mod template;
+pub mod tokenizer;
+
+pub use prompt::ChatPrompt;
+pub use template::{ChatError, ChatMessage};
+pub use tokenizer::Tokenizer;

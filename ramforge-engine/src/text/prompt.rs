@@ -1,0 +1,64 @@
+//! Prompt building: a conversation rendered with a chat template and tokenized, with BOS added
+//! only when the template did not write it itself.
+
+use super::template::{bos_eos_texts, model_chat_template, render_chat, ChatError, ChatMessage};
+use super::tokenizer::Tokenizer;
+use ramforge_gguf::Metadata;
+
+/// A chat template bound to a model's BOS and EOS texts: turns conversations into prompt
+/// tokens the way `run --chat`, `chat` and the server all do.
+#[derive(Clone, Debug)]
+pub struct ChatPrompt {
+    template: String,
+    bos: String,
+    eos: String,
+}
+
+impl ChatPrompt {
+    /// The model's own template (`tokenizer.chat_template`), or `template` instead when
+    /// given (e.g. from `--template FILE`).
+    pub fn new(meta: &Metadata, template: Option<String>) -> Result<ChatPrompt, ChatError> {
+        let template = match template {
+            Some(t) => t,
+            None => model_chat_template(meta)?.to_string(),
+        };
+        let (bos, eos) = bos_eos_texts(meta);
+        Ok(ChatPrompt { template, bos, eos })
+    }
+
+    /// The conversation rendered as text, ending with the assistant's turn when
+    /// `add_generation_prompt`.
+    pub fn render(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+    ) -> Result<String, ChatError> {
+        render_chat(
+            &self.template,
+            messages,
+            add_generation_prompt,
+            &self.bos,
+            &self.eos,
+        )
+    }
+
+    /// The conversation as prompt tokens, ending with the assistant's turn. A template that
+    /// writes BOS itself does not get a second one.
+    pub fn tokens(
+        &self,
+        tokenizer: &Tokenizer,
+        messages: &[ChatMessage],
+    ) -> Result<Vec<u32>, ChatError> {
+        let rendered = self.render(messages, true)?;
+        let add_special = self.bos.is_empty() || !rendered.starts_with(&self.bos);
+        Ok(tokenizer.encode(&rendered, add_special, true))
+    }
+}
+
+/// A message of `role` saying `content`.
+pub fn message(role: &str, content: &str) -> ChatMessage {
+    ChatMessage {
+        role: role.to_string(),
+        content: content.to_string(),
+    }
+}
