@@ -234,22 +234,27 @@ impl Engine {
         self.prompt_progress = progress;
     }
 
+    /// The model this engine runs.
     pub fn model(&self) -> &Model {
         &self.model
     }
 
+    /// The model's hyperparameters.
     pub fn config(&self) -> &ModelConfig {
         &self.model.config
     }
 
+    /// The memory plan the engine was laid out by.
     pub fn plan(&self) -> &MemoryPlan {
         &self.plan
     }
 
+    /// The budget every growing allocation is charged to.
     pub fn budget(&self) -> &MemoryBudget {
         &self.budget
     }
 
+    /// Worker threads computing the forward pass.
     pub fn threads(&self) -> usize {
         self.threads
     }
@@ -274,6 +279,7 @@ impl Engine {
         &self.history
     }
 
+    /// Storage traffic and layout figures so far.
     pub fn residency(&self) -> &ResidencyStats {
         &self.weights.matrices.stats
     }

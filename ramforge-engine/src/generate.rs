@@ -29,14 +29,19 @@ pub enum StopReason {
 /// What one `generate` call did.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct GenerationStats {
+    /// Tokens of the prompt.
     pub prompt_tokens: usize,
     /// Tokens generated (an end-of-generation token that stopped it is not counted).
     pub generated_tokens: usize,
+    /// The generated tokens.
     pub tokens: Vec<u32>,
     /// The text shown (up to, not including, a stop string).
     pub text: String,
+    /// Why generation stopped.
     pub stop_reason: StopReason,
+    /// Seconds spent on the prompt.
     pub prompt_secs: f64,
+    /// Seconds spent decoding.
     pub decode_secs: f64,
     /// Storage traffic of this call.
     pub residency: ResidencyStats,
@@ -48,6 +53,7 @@ pub struct GenerationStats {
 }
 
 impl GenerationStats {
+    /// Prompt tokens processed per second.
     pub fn prompt_tokens_per_sec(&self) -> f64 {
         rate(self.prompt_tokens, self.prompt_secs)
     }

@@ -18,10 +18,12 @@ pub enum KvType {
     /// Half precision, as llama.cpp stores its cache by default.
     #[default]
     F16,
+    /// Four bytes per element: exact, twice the memory.
     F32,
 }
 
 impl KvType {
+    /// Bytes one cached element takes.
     pub fn bytes_per_element(self) -> u64 {
         match self {
             KvType::F16 => 2,
@@ -29,6 +31,7 @@ impl KvType {
         }
     }
 
+    /// The name `--kv-type` takes.
     pub fn name(self) -> &'static str {
         match self {
             KvType::F16 => "f16",

@@ -54,6 +54,11 @@ pub mod stream;
 pub mod text;
 mod weights;
 
+/// The README's example, compiled as a doctest so it stays true.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctest;
+
 pub use budget::{parse_memory_size, process_memory, MemoryBudget, ProcessMemory};
 pub use engine::{Engine, PromptProgress};
 pub use error::EngineError;

@@ -17,6 +17,7 @@ pub struct EngineOptions {
     pub ctx: Option<usize>,
     /// Worker threads; 0 = one per available core.
     pub threads: usize,
+    /// How keys and values are cached.
     pub kv_type: KvType,
     /// Prompt tokens processed together (bounded by the context).
     pub batch: usize,

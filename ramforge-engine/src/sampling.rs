@@ -19,6 +19,7 @@ pub struct SamplingParams {
     pub repeat_penalty: f32,
     /// How many recent tokens (prompt included) the penalty looks at.
     pub repeat_last_n: usize,
+    /// Seed of the sampling RNG (same seed, same tokens).
     pub seed: u64,
     /// Most tokens to generate.
     pub max_tokens: usize,
@@ -96,6 +97,7 @@ pub struct Sampler {
 }
 
 impl Sampler {
+    /// A sampler for `params`, seeded.
     pub fn new(params: &SamplingParams) -> Sampler {
         Sampler {
             params: params.clone(),
@@ -199,6 +201,7 @@ pub struct StopMatcher {
 }
 
 impl StopMatcher {
+    /// A matcher for the stop strings `stops`.
     pub fn new(stops: &[String]) -> StopMatcher {
         StopMatcher {
             stops: stops.iter().filter(|s| !s.is_empty()).cloned().collect(),

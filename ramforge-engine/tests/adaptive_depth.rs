@@ -67,10 +67,7 @@ fn the_depth_in_use_is_what_the_policy_says_for_the_measured_times() {
     // In use: a shallower ring has dropped its surplus within the pass that followed.
     let r = e.residency();
     assert_eq!(r.prefetch_depth, want as u64, "{decision:?}");
-    assert_eq!(
-        ring_held(&e),
-        want as u64 * plan.stream_buffer_charge()
-    );
+    assert_eq!(ring_held(&e), want as u64 * plan.stream_buffer_charge());
     assert_eq!(r.stream_buffers, plan.stream_buffers as u64);
     assert!(e.budget().peak() <= RAM);
 

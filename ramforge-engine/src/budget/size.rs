@@ -12,13 +12,18 @@ pub enum SizeError {
     #[error(
         "memory size {0:?}: expected a number with an optional unit (e.g. 8G, 512MiB, 1.5G, 800K)"
     )]
+    /// Not a number with an optional unit.
     Malformed(String),
+    /// A unit that is not one of the powers of 1024.
     #[error("memory size {0:?}: unknown unit (use B, K/KB/KiB, M/MB/MiB, G/GB/GiB or T/TB/TiB; all are powers of 1024)")]
     UnknownUnit(String),
+    /// A negative size.
     #[error("memory size {0:?} is negative")]
     Negative(String),
+    /// A size of zero bytes.
     #[error("memory size {0:?} is zero")]
     Zero(String),
+    /// More bytes than 64 bits hold.
     #[error("memory size {0:?} does not fit in 64 bits")]
     Overflow(String),
 }

@@ -97,4 +97,3 @@ pub(crate) fn block(
     add_into(&mut s.x[..n * e], &s.xn[..n * e]);
     Ok(())
 }
-

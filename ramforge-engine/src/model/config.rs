@@ -14,7 +14,9 @@ pub struct ModelConfig {
     pub n_layer: usize,
     /// Model width (residual stream).
     pub n_embd: usize,
+    /// Query heads.
     pub n_head: usize,
+    /// Key/value heads (grouped-query attention when fewer than `n_head`).
     pub n_head_kv: usize,
     /// Elements per attention head (queries, keys and values).
     pub head_dim: usize,
@@ -22,7 +24,9 @@ pub struct ModelConfig {
     pub n_ff: usize,
     /// Trained context length.
     pub n_ctx_train: usize,
+    /// The RMSNorm epsilon.
     pub rms_eps: f32,
+    /// The RoPE frequency base.
     pub rope_base: f32,
     /// How many leading elements of each head are rotated.
     pub rope_dim: usize,

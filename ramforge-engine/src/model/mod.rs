@@ -27,9 +27,13 @@ pub const DROPPED_METADATA: &[&str] = &[
 /// An opened, checked model file: hyperparameters, tensor table and tokenizer. Holds no
 /// weights. (The tokenizer's tables and the header are not charged to the budget.)
 pub struct Model {
+    /// The open file: header, metadata and the handle weights are read through.
     pub file: GgufFile,
+    /// The hyperparameters.
     pub config: ModelConfig,
+    /// Every tensor the forward pass reads, bound and checked.
     pub tensors: ModelTensors,
+    /// The tokenizer built from the metadata.
     pub tokenizer: Arc<Tokenizer>,
 }
 

@@ -49,14 +49,19 @@ impl LayerTensors {
 /// Every tensor the forward pass reads.
 #[derive(Clone, Debug)]
 pub struct ModelTensors {
+    /// The token embeddings, one row per token.
     pub token_embd: TensorInfo,
+    /// The RMSNorm before the output projection.
     pub output_norm: TensorInfo,
     /// The output projection; `token_embd` itself when the file ties them.
     pub output: TensorInfo,
+    /// Whether the output projection is `token_embd` itself.
     pub tied_output: bool,
     /// llama3-style per-frequency RoPE divisors.
     pub rope_freqs: Option<TensorInfo>,
+    /// Each layer's tensors.
     pub layers: Vec<LayerTensors>,
+    /// Vocabulary size (rows of the embeddings and the output).
     pub n_vocab: usize,
 }
 
@@ -156,7 +161,10 @@ fn bind_layer(file: &GgufFile, cfg: &ModelConfig, i: usize) -> Result<LayerTenso
     for spec in cfg.arch.layer {
         let Some(t) = file.header().tensor(&name(spec)) else {
             if spec.presence == Presence::Required {
-                return Err(EngineError::BadModel(format!("missing tensor {:?}", name(spec))));
+                return Err(EngineError::BadModel(format!(
+                    "missing tensor {:?}",
+                    name(spec)
+                )));
             }
             continue;
         };

@@ -42,25 +42,32 @@ pub struct PlanRequest {
     pub ctx: usize,
     /// Tokens processed together during prompt processing.
     pub batch: usize,
+    /// How keys and values are cached.
     pub kv_type: KvType,
 }
 
 /// The plan: every managed byte, by purpose.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MemoryPlan {
+    /// What the plan was made for.
     pub request: PlanRequest,
     /// Norms, biases, RoPE factors as f32.
     pub vector_bytes: u64,
+    /// The KV cache for the whole context.
     pub kv_bytes: u64,
+    /// Activations for one batch.
     pub scratch_bytes: u64,
+    /// One logit per vocabulary entry.
     pub logits_bytes: u64,
     /// One token-embedding row, staged for dequantization.
     pub embd_row_bytes: u64,
     /// The whole output projection.
     pub output_bytes: u64,
+    /// Whether the output projection stays resident.
     pub output_resident: bool,
     /// Rows per output chunk when streamed (0 when resident).
     pub output_chunk_rows: u64,
+    /// Bytes of one output chunk (0 when resident).
     pub output_chunk_bytes: u64,
     /// Matrix bytes of each layer.
     pub layer_bytes: Vec<u64>,

@@ -53,6 +53,7 @@ pub struct ResidencyInput<'a> {
     pub persistent_bytes: u64,
     /// The budget's share for persistent weights, pinned layers and streaming buffers.
     pub weight_budget: u64,
+    /// The storage and compute speeds to plan for.
     pub timing: Timing,
 }
 

@@ -8,9 +8,9 @@
 //! reader's own time per byte, so it does not depend on the depth in use, and a decision does
 //! not feed on itself.
 
-use crate::plan::MemoryPlan;
-use crate::plan::residency::{prefetch_depth, Timing};
 use super::stats::ResidencyStats;
+use crate::plan::residency::{prefetch_depth, Timing};
+use crate::plan::MemoryPlan;
 
 /// Passes over the streamed layers measured before each decision.
 pub const WINDOW_PASSES: u64 = 4;
@@ -18,7 +18,9 @@ pub const WINDOW_PASSES: u64 = 4;
 /// One decision: the speeds measured over a window, and the depth they call for.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct DepthDecision {
+    /// The speeds the decision was made from.
     pub timing: Timing,
+    /// The depth chosen.
     pub depth: usize,
 }
 

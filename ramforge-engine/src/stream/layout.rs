@@ -15,7 +15,6 @@ use std::fs::File;
 /// norms, is read and ignored).
 pub const MERGE_GAP: u64 = 256 << 10;
 
-
 /// One matrix's place: its name (for errors), file range, and offset in the buffer.
 #[derive(Clone, Debug)]
 struct Placed {
@@ -118,10 +117,7 @@ impl LayerLayout {
     /// The most bytes the layout of `layer` can need, wherever the tensor data starts (the
     /// plan sizes the streaming buffers with this before the file is opened for streaming).
     pub fn bound(layer: &LayerTensors) -> u64 {
-        let ranges: Vec<(u64, u64)> = layer
-            .matrices()
-            .map(|t| (t.offset, t.n_bytes))
-            .collect();
+        let ranges: Vec<(u64, u64)> = layer.matrices().map(|t| (t.offset, t.n_bytes)).collect();
         group(&ranges)
             .iter()
             .map(|g| {
@@ -175,7 +171,12 @@ impl LayerLayout {
 
     /// The error for a failure at file offset `at`: a short read where the file ends now
     /// (`size`) if it no longer holds the layer, else `source` at `at`.
-    pub(super) fn failed_at(&self, at: u64, size: Option<u64>, source: std::io::Error) -> GgufError {
+    pub(super) fn failed_at(
+        &self,
+        at: u64,
+        size: Option<u64>,
+        source: std::io::Error,
+    ) -> GgufError {
         size.and_then(|size| self.ends_short(size))
             .unwrap_or_else(|| GgufError::ReadFailed {
                 tensor: self.matrix_at(at).name.clone(),
@@ -211,7 +212,8 @@ impl LayerLayout {
         let mut windows = Vec::with_capacity(self.segments.len());
         for s in &self.segments {
             windows.push(
-                Window::map(file, s.file_start, s.len as usize).map_err(|_| MapError::Unsupported)?,
+                Window::map(file, s.file_start, s.len as usize)
+                    .map_err(|_| MapError::Unsupported)?,
             );
         }
         for (w, s) in windows.iter().zip(&self.segments) {

@@ -177,7 +177,11 @@ impl StreamFile {
 
     /// Reads every segment of `layout` into `buf` (at least [`LayerLayout::buffer_len`]
     /// bytes, aligned).
-    pub(crate) fn read_layer(&mut self, layout: &LayerLayout, buf: &mut [u8]) -> Result<u64, GgufError> {
+    pub(crate) fn read_layer(
+        &mut self,
+        layout: &LayerLayout,
+        buf: &mut [u8],
+    ) -> Result<u64, GgufError> {
         let mut read = 0;
         for s in layout.segments() {
             let dst = &mut buf[s.buf_start..s.buf_start + s.len as usize];
@@ -311,7 +315,11 @@ mod tests {
             PathBuf::from,
         );
         let p = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
-        assert!(p.is_file(), "model {} not found: run scripts/test.sh or set RAMFORGE_MODELS", p.display());
+        assert!(
+            p.is_file(),
+            "model {} not found: run scripts/test.sh or set RAMFORGE_MODELS",
+            p.display()
+        );
         p
     }
 
@@ -361,7 +369,6 @@ mod tests {
             "a refused O_DIRECT read falls back to buffered reads"
         );
     }
-
 
     fn rate(mib: u64, secs: f64) -> ReadRate {
         ReadRate {

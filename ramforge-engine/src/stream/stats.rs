@@ -35,9 +35,11 @@ pub struct ResidencyStats {
     pub tokens: u64,
     /// Layers pinned in memory, and streamed.
     pub pinned_layers: u64,
+    /// Layers streamed.
     pub streamed_layers: u64,
     /// Matrix bytes of the pinned layers, and of the streamed ones (read every pass).
     pub pinned_bytes: u64,
+    /// Matrix bytes of the streamed layers (read every pass).
     pub streamed_bytes: u64,
     /// Buffers the plan gave the prefetch ring (the most the budget allows).
     pub stream_buffers: u64,

@@ -16,19 +16,25 @@ pub const TEMPLATE_KEY: &str = "tokenizer.chat_template";
 /// One message of a conversation.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChatMessage {
+    /// `system`, `user` or `assistant`.
     pub role: String,
+    /// The message text.
     pub content: String,
 }
 
 /// Why a chat template could not be found or rendered; one line.
 #[derive(Debug, thiserror::Error)]
 pub enum ChatError {
+    /// The model has no chat template.
     #[error("the model has no chat template ({TEMPLATE_KEY}); pass one from a file with --template FILE")]
     NoTemplate,
+    /// The template metadata is not a string.
     #[error(transparent)]
     Metadata(#[from] ramforge_gguf::GgufError),
+    /// The template does not parse.
     #[error("chat template does not compile: {0}; pass a working one with --template FILE")]
     Syntax(String),
+    /// Rendering failed (e.g. `raise_exception`).
     #[error("chat template failed to render: {0}")]
     Render(String),
 }

@@ -1,7 +1,7 @@
 //! `llama` (and the many models converted to it, e.g. SmolLM2): the dense pre-norm block with
 //! adjacent-pair RoPE, no biases, SwiGLU.
 
-use super::{dense_layer, Architecture, Ffn, RopeStyle, Role::*, TensorSpec};
+use super::spec::{dense_layer, Architecture, Ffn, Role::*, RopeStyle, TensorSpec};
 
 /// The `llama` description.
 pub(super) const LLAMA: Architecture = Architecture {

@@ -1,6 +1,6 @@
 //! `qwen2`: the llama block with neox-style RoPE and biases on the Q, K and V projections.
 
-use super::{dense_layer, Architecture, Ffn, RopeStyle, Role::*, TensorSpec};
+use super::spec::{dense_layer, Architecture, Ffn, Role::*, RopeStyle, TensorSpec};
 
 /// The `qwen2` description.
 pub(super) const QWEN2: Architecture = Architecture {

@@ -3,10 +3,10 @@
 //! rank, lowest first and leftmost among equals, exactly as llama.cpp does. A priority queue of
 //! candidate pairs ([`MergeQueue`]) keeps a word of n bytes at O(n log n).
 
+use super::error::TokenizerError;
 use super::pretokenize::{PreSpec, PreTokenizer};
 use super::queue::MergeQueue;
 use super::vocab::Vocab;
-use super::TokenizerError;
 use hashbrown::HashMap;
 use std::ops::Range;
 

@@ -3,8 +3,8 @@
 //! character that is not complete yet, so multi-byte characters spread over several tokens are
 //! never split.
 
+use super::encode::{Model, Tokenizer};
 use super::vocab::TokenKind;
-use super::{Model, Tokenizer};
 
 impl Tokenizer {
     /// Appends the bytes token `id` prints as. Control and unknown tokens print nothing unless

@@ -10,7 +10,7 @@
 //! whitespace-only match of two or more characters followed by a non-space gives its last
 //! character back to the next word (so " x" stays one word after "   ").
 
-use super::TokenizerError;
+use super::error::TokenizerError;
 use regex::Regex;
 use std::ops::Range;
 

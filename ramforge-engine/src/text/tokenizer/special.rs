@@ -8,8 +8,8 @@
 //! automaton itself and reads each distinct match state's pattern list once, so a megabyte of
 //! spaces (where dozens of space-run tokens match at every byte) costs one step per byte.
 
+use super::error::TokenizerError;
 use super::vocab::{TokenKind, Vocab};
-use super::TokenizerError;
 use aho_corasick::automaton::Automaton;
 use aho_corasick::nfa::contiguous::NFA;
 use aho_corasick::{Anchored, MatchKind};

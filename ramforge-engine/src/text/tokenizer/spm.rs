@@ -5,9 +5,9 @@
 //! Scores become dense ranks (highest score = rank 0, equal scores share a rank), so the same
 //! priority queue as BPE ([`MergeQueue`]) keeps n characters at O(n log n).
 
+use super::error::TokenizerError;
 use super::queue::MergeQueue;
 use super::vocab::Vocab;
-use super::TokenizerError;
 
 const NONE: u32 = u32::MAX;
 

@@ -1,7 +1,7 @@
 //! The vocabulary: every token's piece and kind, stored compactly (one text buffer, end offsets,
 //! and a hash index of ids) so a 50k-token vocabulary costs about a megabyte.
 
-use super::TokenizerError;
+use super::error::TokenizerError;
 use hashbrown::{DefaultHashBuilder, HashTable};
 use std::hash::BuildHasher;
 
@@ -9,15 +9,19 @@ use std::hash::BuildHasher;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
 pub enum TokenKind {
+    /// An ordinary token.
     Normal,
+    /// The unknown-token placeholder.
     Unknown,
     /// Control tokens (BOS, `<|im_end|>`): matched in text only when asked, never printed.
     Control,
     /// User-defined tokens: always matched in text before the model's algorithm runs.
     UserDefined,
+    /// A slot the vocabulary does not use.
     Unused,
     /// `<0xXX>` byte-fallback tokens.
     Byte,
+    /// Not defined by the model.
     Undefined,
 }
 
