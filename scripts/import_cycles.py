@@ -20,6 +20,7 @@ Python 3.11 standard library only.
 from __future__ import annotations
 
 import argparse
+import io
 import re
 import sys
 import tempfile
@@ -260,8 +261,7 @@ def load_file(crate: Crate, module: Module, facade: bool) -> None:
         elif t == "macro_rules" and nxt == "!" and i + 2 < len(toks):
             name = toks[i + 2][0]
             cur.items.add(name)
-            if _macro_export_before(toks, i):
-                cur.root.items.add(name)
+            if _macro_export_before(toks, i):  # `crate::name!` then means this file's macro
                 cur.root.uses.setdefault(name, _absolute(cur) + [name])
         elif t in PATH_STARTS and nxt == "::" and prev not in ("::", "$", "in"):
             path, j = [t], i + 1
@@ -635,15 +635,28 @@ class SelfTest(unittest.TestCase):
         })
         self.assertEqual(lines, [])
 
+    def test_exported_macro_is_the_defining_file_s(self):
+        lines = self.crate({
+            "lib.rs": "mod a;\nmod log;\npub fn root_fn() { crate::a::f() }\n",
+            "log.rs": "#[macro_export]\nmacro_rules! note { () => {} }\n",
+            "a.rs": "pub fn f() { crate::note!(); }\n",
+        })
+        self.assertEqual(lines, [])
+
     def test_use_trees(self):
         self.assertEqual(parse_use_tree("a :: { b , c :: { self , d as e } , * }".split()), [
             (["a", "b"], "b"), (["a", "c"], "c"), (["a", "c", "d"], "e"), (["a"], "*"),
         ])
 
 
-def self_test(verbosity: int) -> bool:
+def self_test(verbose: bool) -> bool:
+    """Run the tests above; their report goes to stderr when verbose or when one fails."""
     suite = unittest.defaultTestLoader.loadTestsFromTestCase(SelfTest)
-    return unittest.TextTestRunner(verbosity=verbosity, stream=sys.stderr).run(suite).wasSuccessful()
+    report = io.StringIO()
+    ok = unittest.TextTestRunner(verbosity=2 if verbose else 1, stream=report).run(suite).wasSuccessful()
+    if verbose or not ok:
+        sys.stderr.write(report.getvalue())
+    return ok
 
 
 def main() -> int:
@@ -654,8 +667,8 @@ def main() -> int:
                         help="the workspace (default: this script's checkout)")
     args = parser.parse_args()
     if args.self_test:
-        return 0 if self_test(verbosity=2) else 1
-    if not self_test(verbosity=0):
+        return 0 if self_test(verbose=True) else 1
+    if not self_test(verbose=False):
         print("import cycles: the resolver's self-test failed", file=sys.stderr)
         return 1
     return check(args.root, args.verbose)
