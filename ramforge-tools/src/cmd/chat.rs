@@ -6,10 +6,12 @@
 //! ends it. Ctrl-C while a reply is being generated stops that reply, prints its stats and
 //! returns to the prompt; Ctrl-C at the prompt quits.
 
-use super::util::{
-    cancel_flag, generate_to_stdout, human_bytes, load_engine, quiet, verbose, ModelChoice,
-};
-use super::{CmdError, CmdResult};
+use crate::args::{ModelChoice, RamBudget, Workers};
+use crate::cancel::cancel_flag;
+use crate::error::{CmdError, CmdResult};
+use crate::generate::{generate_to_stdout, load_engine};
+use crate::verbosity::{quiet, verbose};
+use ramforge_engine::budget::human_bytes;
 use ramforge_engine::chat::{bos_eos_texts, model_chat_template, render_chat, ChatMessage};
 use ramforge_engine::{
     process_memory, Engine, EngineOptions, GenerationStats, Model, SamplingParams, StopReason,
@@ -33,15 +35,13 @@ pub struct Args {
     /// Most tokens per reply.
     #[arg(short = 'n', long, default_value_t = 512)]
     pub max_tokens: usize,
-    /// Memory budget, e.g. 40M, 1.5G, 512MiB (powers of 1024); default unlimited.
-    #[arg(long, value_parser = super::run::parse_ram)]
-    pub ram: Option<u64>,
+    #[command(flatten)]
+    pub budget: RamBudget,
     /// Context positions for the whole conversation (default: min(trained, 2048)).
     #[arg(long)]
     pub ctx: Option<usize>,
-    /// Worker threads (0 = one per core).
-    #[arg(short, long, default_value_t = 0)]
-    pub threads: usize,
+    #[command(flatten)]
+    pub workers: Workers,
     /// Sampling temperature; 0 = greedy.
     #[arg(long, default_value_t = 0.7)]
     pub temperature: f32,
@@ -102,9 +102,9 @@ pub fn run(args: Args) -> CmdResult {
     };
     chat.reset();
     let options = EngineOptions {
-        ram: args.ram,
+        ram: args.budget.ram,
         ctx: args.ctx,
-        threads: args.threads,
+        threads: args.workers.threads,
         ..EngineOptions::default()
     };
     let mut engine = load_engine(model, &options)?;

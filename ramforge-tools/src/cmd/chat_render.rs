@@ -3,7 +3,7 @@
 //! `{"rendered": ...}`. CONVERSATIONS.json is a list of
 //! `{"messages": [{"role": ..., "content": ...}, ...], "add_generation_prompt": bool}`.
 
-use super::CmdResult;
+use crate::error::CmdResult;
 use ramforge_engine::chat::{bos_eos_texts, model_chat_template, render_chat, ChatMessage};
 use ramforge_gguf::GgufFile;
 use serde::Deserialize;

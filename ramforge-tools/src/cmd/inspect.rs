@@ -4,8 +4,8 @@
 //! strings; `--json` gives the same facts as one object with exact numbers (metadata in file
 //! order, long arrays summarized as element type, length and first items).
 
-use super::util::human_bytes;
-use super::CmdResult;
+use crate::error::CmdResult;
+use ramforge_engine::budget::human_bytes;
 use ramforge_gguf::{GgmlType, GgufFile, GgufHeader, Metadata, TensorInfo, Value};
 use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Serialize, Serializer};

@@ -6,7 +6,7 @@
 //! `{"text": ..., "tokens": [...]}`. With `--file`, every line is one text and the escapes
 //! `\n`, `\t`, `\\` are decoded (the golden inputs' convention).
 
-use super::CmdResult;
+use crate::error::CmdResult;
 use ramforge_engine::tokenizer::Tokenizer;
 use ramforge_gguf::GgufFile;
 use std::io::Write;
