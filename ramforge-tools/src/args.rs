@@ -3,7 +3,7 @@
 
 use crate::error::CmdError;
 use ramforge_engine::{KvType, SamplingParams};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Parses a `--ram` value (powers of 1024, e.g. 40M, 1.5G, 512MiB).
 pub fn parse_ram(text: &str) -> Result<u64, String> {
@@ -27,6 +27,32 @@ impl ModelChoice {
     pub fn path(&self, quiet: bool) -> Result<PathBuf, CmdError> {
         crate::default_model::or_default(self.model.clone().or(self.model_opt.clone()), quiet)
     }
+}
+
+/// `--template FILE` of `run --chat`, `chat` and `chat-render`: a Jinja chat template to use
+/// instead of the model's own.
+#[derive(clap::Args)]
+pub struct TemplateFile {
+    /// Use the Jinja chat template in FILE instead of the model's `tokenizer.chat_template`.
+    #[arg(long, value_name = "FILE")]
+    pub template: Option<PathBuf>,
+}
+
+impl TemplateFile {
+    /// The template text from the file, if one was given.
+    pub fn read(&self) -> Result<Option<String>, CmdError> {
+        read_template(self.template.as_deref())
+    }
+}
+
+/// The text of the template file `path`, if there is one.
+pub fn read_template(path: Option<&Path>) -> Result<Option<String>, CmdError> {
+    let Some(path) = path else {
+        return Ok(None);
+    };
+    std::fs::read_to_string(path)
+        .map(Some)
+        .map_err(|e| format!("cannot read template {}: {e}", path.display()).into())
 }
 
 /// `--ram` of `run` and `chat`: an optional budget.
@@ -57,7 +83,7 @@ pub struct KvCache {
 #[derive(clap::Args)]
 pub struct PromptBatch {
     /// Prompt tokens processed together.
-    #[arg(long, default_value_t = ramforge_engine::engine::DEFAULT_BATCH)]
+    #[arg(long, default_value_t = ramforge_engine::DEFAULT_BATCH)]
     pub batch: usize,
 }
 

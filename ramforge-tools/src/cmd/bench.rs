@@ -150,7 +150,7 @@ fn report(
         let out = serde_json::json!({
             "model": path,
             "model_bytes": file_bytes,
-            "architecture": cfg.arch.name(),
+            "architecture": cfg.arch.name,
             "layers": cfg.n_layer,
             "threads": engine.threads(),
             "ram_budget": args.ram,
@@ -198,7 +198,7 @@ fn report(
     println!(
         "model      {name} ({}, {}, {} layers)",
         human_bytes(file_bytes),
-        cfg.arch.name(),
+        cfg.arch.name,
         cfg.n_layer
     );
     println!("budget     {budget_text}");

@@ -6,18 +6,18 @@
 //! ends it. Ctrl-C while a reply is being generated stops that reply, prints its stats and
 //! returns to the prompt; Ctrl-C at the prompt quits.
 
-use crate::args::{ModelChoice, RamBudget, Workers};
+use crate::args::{ModelChoice, RamBudget, TemplateFile, Workers};
 use crate::cancel::cancel_flag;
 use crate::error::{CmdError, CmdResult};
 use crate::generate::{generate_to_stdout, load_engine};
 use crate::verbosity::{quiet, verbose};
 use ramforge_engine::budget::human_bytes;
-use ramforge_engine::chat::{bos_eos_texts, model_chat_template, render_chat, ChatMessage};
+use ramforge_engine::text::prompt::message;
+use ramforge_engine::text::{ChatMessage, ChatPrompt};
 use ramforge_engine::{
     process_memory, Engine, EngineOptions, GenerationStats, Model, SamplingParams, StopReason,
 };
 use std::io::{BufRead, IsTerminal, Write};
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 
@@ -29,9 +29,8 @@ pub struct Args {
     /// A system message that starts every conversation.
     #[arg(long)]
     pub system: Option<String>,
-    /// Use this Jinja chat template instead of the model's own.
-    #[arg(long, value_name = "FILE")]
-    pub template: Option<PathBuf>,
+    #[command(flatten)]
+    pub template: TemplateFile,
     /// Most tokens per reply.
     #[arg(short = 'n', long, default_value_t = 512)]
     pub max_tokens: usize,
@@ -52,9 +51,7 @@ pub struct Args {
 
 /// The conversation and what is needed to turn it into tokens.
 struct Conversation {
-    template: String,
-    bos: String,
-    eos: String,
+    prompt: ChatPrompt,
     system: Option<String>,
     messages: Vec<ChatMessage>,
 }
@@ -69,17 +66,7 @@ impl Conversation {
 
     /// The conversation so far, rendered and tokenized, ending with the assistant's turn.
     fn prompt(&self, model: &Model) -> Result<Vec<u32>, CmdError> {
-        let rendered = render_chat(&self.template, &self.messages, true, &self.bos, &self.eos)?;
-        // A template that writes BOS itself must not get a second one.
-        let add_special = self.bos.is_empty() || !rendered.starts_with(&self.bos);
-        Ok(model.tokenizer.encode(&rendered, add_special, true))
-    }
-}
-
-fn message(role: &str, content: &str) -> ChatMessage {
-    ChatMessage {
-        role: role.to_string(),
-        content: content.to_string(),
+        Ok(self.prompt.tokens(&model.tokenizer, &self.messages)?)
     }
 }
 
@@ -87,16 +74,8 @@ pub fn run(args: Args) -> CmdResult {
     let path = args.model.path(quiet())?;
     let model = Model::open(&path)?;
     let meta = &model.file.header().metadata;
-    let template = match &args.template {
-        Some(file) => std::fs::read_to_string(file)
-            .map_err(|e| format!("cannot read template {}: {e}", file.display()))?,
-        None => model_chat_template(meta)?.to_string(),
-    };
-    let (bos, eos) = bos_eos_texts(meta);
     let mut chat = Conversation {
-        template,
-        bos,
-        eos,
+        prompt: ChatPrompt::new(meta, args.template.read()?)?,
         system: args.system.clone(),
         messages: Vec::new(),
     };

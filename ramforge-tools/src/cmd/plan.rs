@@ -90,7 +90,7 @@ fn json(
         .collect();
     serde_json::json!({
         "model": args.model.display().to_string(),
-        "architecture": model.config.arch.name(),
+        "architecture": model.config.arch.name,
         "budget_bytes": args.ram,
         "fits": plan.is_some(),
         "minimum_budget_bytes": sizes.minimum,
@@ -123,7 +123,7 @@ fn text(model: &Model, args: &Args, sizes: &MemoryPlan, plan: Option<&MemoryPlan
     s += &format!(
         "{}: {} model, {} layers, width {}, vocabulary {}\n",
         args.model.display(),
-        cfg.arch.name(),
+        cfg.arch.name,
         cfg.n_layer,
         cfg.n_embd,
         model.tensors.n_vocab

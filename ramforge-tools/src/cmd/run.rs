@@ -1,14 +1,16 @@
 //! `ramforge-tools run`: generate text from a model (the default model if none is given),
 //! streamed to stdout as it is produced, under an optional RAM budget.
 
-use crate::args::{KvCache, ModelChoice, PromptBatch, RamBudget, Sampling, Workers};
+use crate::args::{read_template, KvCache, ModelChoice, PromptBatch, RamBudget, Sampling, Workers};
 use crate::error::{CmdError, CmdResult};
 use crate::generate::{generate_to_stdout, load_engine};
 use crate::verbosity::{quiet, verbose};
 use ramforge_engine::budget::human_bytes;
-use ramforge_engine::chat::{bos_eos_texts, model_chat_template, render_chat, ChatMessage};
+use ramforge_engine::text::prompt::message;
+use ramforge_engine::text::ChatPrompt;
 use ramforge_engine::{process_memory, Engine, EngineOptions, GenerationStats, Model, StopReason};
 use std::io::Write;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -31,6 +33,10 @@ pub struct Args {
     /// A system message for --chat.
     #[arg(long, requires = "chat")]
     pub system: Option<String>,
+    /// With --chat: use the Jinja chat template in FILE instead of the model's
+    /// `tokenizer.chat_template`.
+    #[arg(long, value_name = "FILE", requires = "chat")]
+    pub template: Option<PathBuf>,
     /// Most tokens to generate.
     #[arg(short = 'n', long, default_value_t = 128)]
     pub max_tokens: usize,
@@ -92,24 +98,13 @@ fn prompt_tokens(model: &Model, args: &Args) -> Result<Vec<u32>, CmdError> {
     if !args.chat {
         return Ok(tok.encode(&args.prompt, true, true));
     }
-    let meta = &model.file.header().metadata;
-    let template = model_chat_template(meta)?;
-    let (bos, eos) = bos_eos_texts(meta);
+    let prompt = ChatPrompt::new(&model.file.header().metadata, read_template(args.template.as_deref())?)?;
     let mut messages = Vec::new();
     if let Some(system) = &args.system {
-        messages.push(ChatMessage {
-            role: "system".into(),
-            content: system.clone(),
-        });
+        messages.push(message("system", system));
     }
-    messages.push(ChatMessage {
-        role: "user".into(),
-        content: args.prompt.clone(),
-    });
-    let rendered = render_chat(template, &messages, true, &bos, &eos)?;
-    // A template that writes BOS itself must not get a second one.
-    let add_special = bos.is_empty() || !rendered.starts_with(&bos);
-    Ok(tok.encode(&rendered, add_special, true))
+    messages.push(message("user", &args.prompt));
+    Ok(prompt.tokens(tok, &messages)?)
 }
 
 fn json_report(

@@ -7,7 +7,7 @@
 //! `\n`, `\t`, `\\` are decoded (the golden inputs' convention).
 
 use crate::error::CmdResult;
-use ramforge_engine::tokenizer::Tokenizer;
+use ramforge_engine::text::tokenizer::Tokenizer;
 use ramforge_gguf::GgufFile;
 use std::io::Write;
 use std::path::PathBuf;

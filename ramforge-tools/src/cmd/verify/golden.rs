@@ -8,7 +8,7 @@
 
 use crate::error::{CmdError, CmdResult};
 use ramforge_engine::budget::human_bytes;
-use ramforge_engine::tensors::is_float_type;
+use ramforge_engine::model::is_float_type;
 use ramforge_engine::{Engine, EngineOptions, KvType, Model};
 use serde::Deserialize;
 use std::io::{BufRead, Write};
