@@ -322,8 +322,8 @@ def load_crate(name: str, crate_dir: Path) -> Crate:
         roots += sorted((src / "bin").glob("*.rs")) + sorted((src / "bin").glob("*/main.rs"))
     for root in roots:
         if root.is_file():
-            folder = root.parent if root.parent != src / "bin" else src / "bin" / root.stem
-            module = Module("crate", root, None, folder)
+            # A crate root's `mod x;` files sit beside it, as a mod.rs's do.
+            module = Module("crate", root, None, root.parent)
             crate.roots.append(module)
             load_file(crate, module, facade=True)
     return crate
