@@ -147,11 +147,11 @@ class Ref:
 
 @dataclass
 class Crate:
+    """One crate's files and the paths in them, across all its roots (lib, main, bins)."""
     name: str
     dir: Path
     files: set[Path] = field(default_factory=set)
     refs: list[Ref] = field(default_factory=list)
-    roots: list[Module] = field(default_factory=list)
 
 
 def parse_use_tree(toks: list[str]) -> list[tuple[list[str], str | None]]:
@@ -246,7 +246,7 @@ def load_file(crate: Crate, module: Module, facade: bool) -> None:
             body = [x for x, _ in toks[i + 1:j]]
             is_pub = prev == "pub" or (prev == ")" and _pub_group_before(toks, i))
             for path, name in parse_use_tree(body):
-                if not path or path[0] == "::":
+                if not path:
                     continue
                 if name == "*":
                     cur.globs.append(path)
@@ -315,6 +315,7 @@ def _absolute(m: Module) -> list[str]:
 
 
 def load_crate(name: str, crate_dir: Path) -> Crate:
+    """Every file reachable by `mod` declarations from the crate's roots, parsed."""
     crate = Crate(name, crate_dir)
     src = crate_dir / "src"
     roots = [src / "lib.rs", src / "main.rs"]
@@ -324,7 +325,6 @@ def load_crate(name: str, crate_dir: Path) -> Crate:
         if root.is_file():
             # A crate root's `mod x;` files sit beside it, as a mod.rs's do.
             module = Module("crate", root, None, root.parent)
-            crate.roots.append(module)
             load_file(crate, module, facade=True)
     return crate
 
