@@ -39,6 +39,8 @@ ITEM_KEYWORDS = {"fn", "struct", "enum", "trait", "type", "const", "static", "un
 PATH_STARTS = {"crate", "super", "self"}
 # Token-generating macros: their paths belong to the code a proc macro emits, not to its crate.
 QUOTE_MACROS = {"quote", "quote_spanned", "parse_quote", "parse_quote_spanned"}
+RAW_STRING = re.compile(r'b?r(#*)"')
+CHAR_LITERAL = re.compile(r"'(?:\\(?:u\{[0-9a-fA-F]*\}|x[0-9a-fA-F]{2}|.)|[^\\'\n])'")
 
 
 # ---- stripping comments and literals ----
@@ -70,7 +72,7 @@ def strip_code(text: str) -> str:
                     j += 1
             out.append(blank(text[i:j]))
             i = j
-        elif (m := re.compile(r'b?r(#*)"').match(text, i)) and not _ident_char_before(text, i):
+        elif (m := RAW_STRING.match(text, i)) and not _ident_char_before(text, i):
             close = '"' + m.group(1)
             j = text.find(close, m.end())
             j = n if j < 0 else j + len(close)
@@ -84,7 +86,7 @@ def strip_code(text: str) -> str:
             out.append(blank(text[i:j]))
             i = j
         elif c == "'":
-            m = re.compile(r"'(?:\\(?:u\{[0-9a-fA-F]*\}|x[0-9a-fA-F]{2}|.)|[^\\'\n])'").match(text, i)
+            m = CHAR_LITERAL.match(text, i)
             if m:  # a char literal; otherwise a lifetime or label, which stays
                 out.append(blank(m.group(0)))
                 i = m.end()
@@ -147,11 +149,11 @@ class Ref:
 
 @dataclass
 class Crate:
+    """One crate's files and the paths in them, across all its roots (lib, main, bins)."""
     name: str
     dir: Path
     files: set[Path] = field(default_factory=set)
     refs: list[Ref] = field(default_factory=list)
-    roots: list[Module] = field(default_factory=list)
 
 
 def parse_use_tree(toks: list[str]) -> list[tuple[list[str], str | None]]:
@@ -246,7 +248,7 @@ def load_file(crate: Crate, module: Module, facade: bool) -> None:
             body = [x for x, _ in toks[i + 1:j]]
             is_pub = prev == "pub" or (prev == ")" and _pub_group_before(toks, i))
             for path, name in parse_use_tree(body):
-                if not path or path[0] == "::":
+                if not path:
                     continue
                 if name == "*":
                     cur.globs.append(path)
@@ -315,6 +317,7 @@ def _absolute(m: Module) -> list[str]:
 
 
 def load_crate(name: str, crate_dir: Path) -> Crate:
+    """Every file reachable by `mod` declarations from the crate's roots, parsed."""
     crate = Crate(name, crate_dir)
     src = crate_dir / "src"
     roots = [src / "lib.rs", src / "main.rs"]
@@ -322,9 +325,8 @@ def load_crate(name: str, crate_dir: Path) -> Crate:
         roots += sorted((src / "bin").glob("*.rs")) + sorted((src / "bin").glob("*/main.rs"))
     for root in roots:
         if root.is_file():
-            folder = root.parent if root.parent != src / "bin" else src / "bin" / root.stem
-            module = Module("crate", root, None, folder)
-            crate.roots.append(module)
+            # A crate root's `mod x;` files sit beside it, as a mod.rs's do.
+            module = Module("crate", root, None, root.parent)
             load_file(crate, module, facade=True)
     return crate
 
@@ -626,6 +628,10 @@ class SelfTest(unittest.TestCase):
         self.assertEqual(lines, [
             "demo: src/a/b.rs -> src/c.rs (crate::c::h) -> src/a.rs (crate::a) -> src/a/b.rs (self::b::g)"
         ])
+
+    def test_char_literals_go_and_lifetimes_stay(self):
+        code = "let c = '\\''; let q = '\"'; fn f<'a>(x: &'a str) { crate::x::y } // crate::z"
+        self.assertEqual(strip_code(code).split(), "let c = ; let q = ; fn f<'a>(x: &'a str) { crate::x::y }".split())
 
     def test_paths_inside_quote_are_the_generated_code_s(self):
         lines = self.crate({

@@ -1,5 +1,7 @@
-//! The clap flags that several commands share, each defined once and used via
-//! `#[command(flatten)]`, so that a flag means (and is documented as) the same everywhere.
+//! The clap flags that several commands share, each defined once.
+//!
+//! Commands take them with `#[command(flatten)]`, so a flag means (and is documented as) the
+//! same everywhere; one a single command has, or documents its own way, stays in that command.
 
 use crate::error::CmdError;
 use ramforge_engine::{KvType, SamplingParams};

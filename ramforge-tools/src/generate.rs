@@ -1,5 +1,7 @@
-//! The engine at work for `run`, `chat` and `bench`: loading with a progress bar, and
-//! generating with the text streamed to stdout and a bar over a long prompt.
+//! The engine at work, with progress on stderr and generated text streamed to stdout.
+//!
+//! `run`, `chat` and `bench` load through [`load_engine`]; `run` and `chat` generate through
+//! [`generate_to_stdout`].
 
 use crate::cancel::cancel_flag;
 use crate::error::CmdError;

@@ -1,5 +1,7 @@
-//! One module per subcommand; each owns its clap `Args` and a `run` function, and none uses
-//! another: what several share lives outside `cmd/` (`args`, `generate`, `default_model`, ...).
+//! One module per subcommand, each owning its clap `Args` and a `run` function.
+//!
+//! No command uses another: what several share lives outside `cmd/` (`args`, `generate`,
+//! `default_model`, ...).
 
 pub mod bench;
 pub mod chat;

@@ -1,6 +1,7 @@
-//! `ramforge-tools verify MODEL.gguf`: its flags, and which check they ask for: the kernel check
-//! on every tensor (`kernels`), or with `--golden FILE.jsonl` teacher-forced logits against
-//! llama.cpp (`golden`).
+//! `ramforge-tools verify MODEL.gguf`: the flags, and the check they ask for.
+//!
+//! Without `--golden`, the kernel check on every tensor (`kernels`); with `--golden FILE.jsonl`,
+//! teacher-forced logits against llama.cpp (`golden`).
 
 mod golden;
 mod kernels;
