@@ -3,8 +3,8 @@
 //! `{"rendered": ...}`. CONVERSATIONS.json is a list of
 //! `{"messages": [{"role": ..., "content": ...}, ...], "add_generation_prompt": bool}`.
 
-use crate::error::CmdResult;
 use crate::args::TemplateFile;
+use crate::error::CmdResult;
 use ramforge_engine::text::{ChatMessage, ChatPrompt};
 use ramforge_gguf::GgufFile;
 use serde::Deserialize;

@@ -98,7 +98,10 @@ fn prompt_tokens(model: &Model, args: &Args) -> Result<Vec<u32>, CmdError> {
     if !args.chat {
         return Ok(tok.encode(&args.prompt, true, true));
     }
-    let prompt = ChatPrompt::new(&model.file.header().metadata, read_template(args.template.as_deref())?)?;
+    let prompt = ChatPrompt::new(
+        &model.file.header().metadata,
+        read_template(args.template.as_deref())?,
+    )?;
     let mut messages = Vec::new();
     if let Some(system) = &args.system {
         messages.push(message("system", system));
