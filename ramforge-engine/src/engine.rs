@@ -300,6 +300,15 @@ impl Engine {
         self.history.clear();
     }
 
+    /// Keeps the first `n` tokens of the context (and their keys and values, still charged)
+    /// and forgets the rest, so a prompt that starts with them evaluates only what follows.
+    pub fn truncate_context(&mut self, n: usize) {
+        if n < self.history.len() {
+            self.history.truncate(n);
+            self.kv.set_len(n);
+        }
+    }
+
     /// Appends `tokens` to the context and returns the logits that follow the last of them.
     /// On error the context is reset, so the engine stays usable.
     pub fn eval(&mut self, tokens: &[u32]) -> Result<&[f32], EngineError> {

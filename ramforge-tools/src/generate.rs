@@ -45,11 +45,14 @@ fn prompt_bar(
 /// Generates from `prompt` with a progress bar over a long prompt, writing the text to stdout
 /// as it comes when `echo` (and nothing when not: `--json` prints at the end). A failed write
 /// to stdout (a closed pipe) is reported after the generation, which it does not stop.
+/// With `reuse_context`, the prefix the context already holds is not evaluated again
+/// (`chat`'s later turns).
 pub fn generate_to_stdout(
     engine: &mut ramforge_engine::Engine,
     prompt: &[u32],
     params: &ramforge_engine::SamplingParams,
     echo: bool,
+    reuse_context: bool,
 ) -> Result<ramforge_engine::GenerationStats, CmdError> {
     use std::io::Write;
     let stdout = std::io::stdout();
@@ -57,7 +60,13 @@ pub fn generate_to_stdout(
     let mut write_error: Option<std::io::Error> = None;
     let batch = engine.plan().request.batch;
     let bar = prompt_bar(engine, prompt.len(), batch);
-    let stats = engine.generate(
+    let generate = if reuse_context {
+        ramforge_engine::Engine::generate_reusing
+    } else {
+        ramforge_engine::Engine::generate
+    };
+    let stats = generate(
+        engine,
         prompt,
         params,
         &mut |_, text| {

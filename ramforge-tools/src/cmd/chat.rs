@@ -166,7 +166,7 @@ fn reply(
         max_tokens: params.max_tokens.min(room),
         ..params.clone()
     };
-    let stats = generate_to_stdout(engine, &prompt, &params, true)?;
+    let stats = generate_to_stdout(engine, &prompt, &params, true, true)?;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     writeln!(out)?;
@@ -178,7 +178,7 @@ fn reply(
 fn stats_text(engine: &Engine, s: &GenerationStats) -> String {
     let peak_rss = process_memory().map_or(0, |m| m.peak_rss);
     format!(
-        "[{}prompt {} tokens in {:.2} s ({:.1} tok/s), reply {} tokens in {:.2} s ({:.1} tok/s), \
+        "[{}prompt {} tokens ({} reused) in {:.2} s ({:.1} tok/s), reply {} tokens in {:.2} s ({:.1} tok/s), \
          context {}/{}, peak RSS {}]\n",
         if s.stop_reason == StopReason::Cancelled {
             "interrupted; "
@@ -186,6 +186,7 @@ fn stats_text(engine: &Engine, s: &GenerationStats) -> String {
             ""
         },
         s.prompt_tokens,
+        s.cached_tokens,
         s.prompt_secs,
         s.prompt_tokens_per_sec(),
         s.generated_tokens,

@@ -73,7 +73,7 @@ pub fn run(args: Args) -> CmdResult {
     let mut engine = load_engine(model, &options)?;
     let load_secs = started.elapsed().as_secs_f64();
     let params = args.sampling.params(args.max_tokens);
-    let stats = generate_to_stdout(&mut engine, &prompt, &params, !args.json)?;
+    let stats = generate_to_stdout(&mut engine, &prompt, &params, !args.json, false)?;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let mem = process_memory().unwrap_or_default();
