@@ -2,7 +2,7 @@
 //!
 //! One job: turn quantized GGML blocks into numbers (dequantize), numbers into blocks
 //! (quantize), and multiply quantized matrices by vectors. It depends on no other RAMforge
-//! crate, so it can be used on its own.
+//! crate but its proc macro and the type table (`ramforge-types`), so it can be used on its own.
 //!
 //! The block formats (Q4_0 ... Q8_K, IQ4_NL, IQ4_XS) are generated at compile time from the
 //! declarative specs in `specs/` by `ramforge_macros::block_formats!`; F32, F16 and BF16 are
@@ -28,11 +28,10 @@ pub mod isa;
 mod kernels;
 mod simd;
 mod spec_support;
-mod types;
 
 pub use error::QuantError;
 pub use kernels::Product;
-pub use types::GgmlType;
+pub use ramforge_types::GgmlType;
 
 /// Whether `ty` has kernels here (dequantize, quantize, matvec).
 pub fn is_supported(ty: GgmlType) -> bool {
