@@ -114,8 +114,14 @@ pub fn format_module(spec: &Spec, act: &Spec) -> TokenStream {
             Some(n) => quote!([#z; #n]),
         }
     });
-    let offsets = spec.fields.iter().map(|f| f.offset);
+    let offsets: Vec<_> = spec.fields.iter().map(|f| f.offset).collect();
     let offset_names = field_names.clone();
+    let offset_consts = spec.fields.iter().map(|f| {
+        let c = format_ident!("OFFSET_{}", f.name.to_ascii_uppercase());
+        let doc = format!("Byte offset of field `{}` in a block.", f.name);
+        let o = f.offset;
+        quote!(#[doc = #doc] pub const #c: usize = #o;)
+    });
 
     let binds = bindings(&spec.fields);
     let quant = &spec.quant;
@@ -161,7 +167,9 @@ pub fn format_module(spec: &Spec, act: &Spec) -> TokenStream {
             const SPEC_SOURCE: &[u8] = include_bytes!(#path);
 
             pub const TYPE: crate::GgmlType = crate::GgmlType::#ty;
-            /// The ggml type id the spec declares (checked against `GgmlType` in the tests).
+            /// The type activations are quantized to for `vec_dot`.
+            pub const ACT: crate::GgmlType = act::TYPE;
+            /// The ggml type id the spec declares (checked against `GgmlType` below).
             pub const ID: u32 = #id;
             /// Elements per block.
             pub const BLOCK: usize = #block;
@@ -173,7 +181,13 @@ pub fn format_module(spec: &Spec, act: &Spec) -> TokenStream {
             const HAS_MIN: bool = #has_min;
             /// Bound on `|x - dequantize(quantize(x))|` relative to the block's max `|x|`.
             pub const ROUNDTRIP_TOLERANCE: f32 = #tol;
+            #(#offset_consts)*
             #(#tables)*
+
+            const _: () = assert!(
+                TYPE.id() == ID && TYPE.block_size() == BLOCK && TYPE.type_size() == BYTES,
+                concat!(#path, ": id, block or bytes differ from the GgmlType table")
+            );
 
             /// One block as stored in the file: fields of bytes, so alignment is 1.
             #[repr(C)]
@@ -296,26 +310,35 @@ pub fn format_module(spec: &Spec, act: &Spec) -> TokenStream {
                 }
             }
 
-            pub(crate) static KERNELS: crate::kernels::Kernels = crate::kernels::Kernels {
+            /// The scalar reference kernels (the fast paths replace some of them per ISA).
+            pub(crate) static KERNELS: crate::kernel_table::Kernels = crate::kernel_table::Kernels {
                 dequantize: dequantize_row,
                 quantize: quantize_row,
-                dot: crate::kernels::Dot::Quant { act: act::TYPE, vec_dot },
+                dot: crate::kernel_table::Dot::Quant { act: ACT, vec_dot },
                 tile: None,
                 rows: None,
             };
+        }
+    }
+}
 
-            #[cfg(test)]
-            mod tests {
-                use super::*;
-                use proptest::prelude::*;
+/// Generates the property tests of one format's module (`crate::formats::<module>`), which
+/// go through the crate's public entry points.
+pub fn format_tests(spec: &Spec) -> TokenStream {
+    let module = format_ident!("{}", spec.module());
+    quote! {
+        mod #module {
+            use crate::formats::#module::*;
 
-                #[test]
-                fn spec_agrees_with_the_type_table() {
-                    assert_eq!(TYPE.id(), ID);
-                    assert_eq!(TYPE.block_size(), BLOCK);
-                    assert_eq!(TYPE.type_size(), BYTES);
-                    let _ = SPEC_SOURCE;
-                }
+            use proptest::prelude::*;
+
+            #[test]
+            fn spec_agrees_with_the_type_table() {
+                // Also a compile-time assertion in the format's module.
+                assert_eq!(TYPE.id(), ID);
+                assert_eq!(TYPE.block_size(), BLOCK);
+                assert_eq!(TYPE.type_size(), BYTES);
+            }
 
                 proptest! {
                     #![proptest_config(ProptestConfig::with_cases(48))]
@@ -389,23 +412,34 @@ pub fn format_module(spec: &Spec, act: &Spec) -> TokenStream {
                         prop_assert!(matches!(q, Err(crate::QuantError::RaggedRow { .. })), "{:?}", q);
                     }
                 }
-            }
         }
     }
 }
 
-/// The lookup from `GgmlType` to the generated kernels.
+/// What concerns all formats together: the list of them (`ALL`, and `for_each_format!` for
+/// code that needs each format's module by name) and the lookup of their scalar kernels.
 pub fn dispatch(specs: &[Spec]) -> TokenStream {
-    let arms = specs.iter().map(|s| {
-        let ty = format_ident!("{}", s.name);
-        let m = format_ident!("{}", s.module());
-        quote!(crate::GgmlType::#ty => Some(&#m::KERNELS),)
-    });
+    let types: Vec<_> = specs.iter().map(|s| format_ident!("{}", s.name)).collect();
+    let modules: Vec<_> = specs.iter().map(|s| format_ident!("{}", s.module())).collect();
     quote! {
-        /// The kernels generated for `ty`, if a spec declares it.
-        pub(crate) fn kernels(ty: crate::GgmlType) -> Option<&'static crate::kernels::Kernels> {
+        /// Every block format a spec declares, in spec-file order.
+        pub const ALL: &[crate::GgmlType] = &[#(crate::GgmlType::#types),*];
+
+        /// `for_each_format!(callback)` expands to
+        /// `callback! { (TYPE, module), ... }` with every format's `GgmlType` variant and
+        /// module name (`Q4_0, q4_0`), in the order of [`ALL`]: for code that needs each
+        /// format's items by name (tests, tables), so that a new spec needs no edit there.
+        macro_rules! for_each_format {
+            ($callback:ident) => {
+                $callback! { #((#types, #modules)),* }
+            };
+        }
+        pub(crate) use for_each_format;
+
+        /// The scalar reference kernels generated for `ty`, if a spec declares it.
+        pub(crate) fn kernels(ty: crate::GgmlType) -> Option<&'static crate::kernel_table::Kernels> {
             match ty {
-                #(#arms)*
+                #(crate::GgmlType::#types => Some(&#modules::KERNELS),)*
                 _ => None,
             }
         }

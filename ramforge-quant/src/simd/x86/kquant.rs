@@ -22,7 +22,7 @@ mod q8k;
 mod tests;
 
 use crate::formats;
-use crate::kernels::{Dot, Kernels, Tile};
+use crate::kernel_table::{Dot, Kernels, Tile};
 use crate::GgmlType;
 
 /// The AVX2 kernels for `ty`, if written.

@@ -21,7 +21,7 @@ mod gemm;
 #[cfg(test)]
 mod tests;
 
-use crate::kernels::{Dot, Kernels, Tile, ROWS, TILE, TILE_ROWS};
+use crate::kernel_table::{Dot, Kernels, Tile, ROWS, TILE, TILE_ROWS};
 use crate::{formats, GgmlType};
 
 // SAFETY (every wrapper below): these functions are reachable only through the statics in

@@ -5,7 +5,7 @@
 mod kquant;
 mod legacy;
 
-use crate::kernels::Kernels;
+use crate::kernel_table::Kernels;
 use crate::GgmlType;
 
 /// The AVX2 kernels for `ty`, if written.

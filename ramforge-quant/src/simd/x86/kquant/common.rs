@@ -225,9 +225,9 @@ pub(super) unsafe fn prefetch_next(w: &[u8], i: usize, blocks: usize) {
 /// where the wider kernel spilled and measured slower) and the length check they make
 /// first. All of them return bit for bit what `vec_dot` does.
 ///
-/// [`TILE`]: crate::kernels::TILE
-/// [`TILE_ROWS`]: crate::kernels::TILE_ROWS
-/// [`ROWS`]: crate::kernels::ROWS
+/// [`TILE`]: crate::kernel_table::TILE
+/// [`TILE_ROWS`]: crate::kernel_table::TILE_ROWS
+/// [`ROWS`]: crate::kernel_table::ROWS
 macro_rules! entry_points {
     ($format:literal, $group:literal) => {
         entry_points!(@common $format, $group);
@@ -235,13 +235,13 @@ macro_rules! entry_points {
         #[doc = concat!("One row of ", $format, " blocks dotted with 4 tokens' Q8_K rows, each weight block unpacked once.")]
         pub(super) fn tile(
             w: &[u8],
-            a: [&[u8]; crate::kernels::TILE],
-        ) -> [f32; crate::kernels::TILE] {
+            a: [&[u8]; crate::kernel_table::TILE],
+        ) -> [f32; crate::kernel_table::TILE] {
             for a in a {
                 check(w, a);
             }
             // SAFETY: as in `vec_dot`.
-            unsafe { dot::<1, { crate::kernels::TILE }>(w, a)[0] }
+            unsafe { dot::<1, { crate::kernel_table::TILE }>(w, a)[0] }
         }
     };
     (@common $format:literal, $group:literal) => {
@@ -254,8 +254,8 @@ macro_rules! entry_points {
         }
 
         #[doc = concat!("8 rows of ", $format, " blocks, back to back, dotted with one token's Q8_K row.")]
-        pub(super) fn rows(w: &[u8], a: &[u8]) -> [f32; crate::kernels::ROWS] {
-            const ROWS: usize = crate::kernels::ROWS;
+        pub(super) fn rows(w: &[u8], a: &[u8]) -> [f32; crate::kernel_table::ROWS] {
+            const ROWS: usize = crate::kernel_table::ROWS;
             const GROUP: usize = $group;
             const _: () = assert!(GROUP > 0 && ROWS / GROUP * GROUP == ROWS);
             assert!(w.len() % ROWS == 0);
@@ -280,15 +280,15 @@ macro_rules! entry_points {
         entry_points!(@common $format, $group);
 
         #[doc = concat!(
-            "[`TILE_ROWS`](crate::kernels::TILE_ROWS) rows of ", $format,
+            "[`TILE_ROWS`](crate::kernel_table::TILE_ROWS) rows of ", $format,
             " blocks, back to back, dotted with 4 tokens' Q8_K rows, run as calls of ",
             stringify!($tile_group), " rows (each activation block loaded once for them)."
         )]
         pub(super) fn tile_rows(
             w: &[u8],
-            a: [&[u8]; crate::kernels::TILE],
-        ) -> [[f32; crate::kernels::TILE]; crate::kernels::TILE_ROWS] {
-            const ROWS: usize = crate::kernels::TILE_ROWS;
+            a: [&[u8]; crate::kernel_table::TILE],
+        ) -> [[f32; crate::kernel_table::TILE]; crate::kernel_table::TILE_ROWS] {
+            const ROWS: usize = crate::kernel_table::TILE_ROWS;
             const GROUP: usize = $tile_group;
             const _: () = assert!(GROUP > 0 && ROWS / GROUP * GROUP == ROWS);
             assert!(w.len() % ROWS == 0);
@@ -296,10 +296,10 @@ macro_rules! entry_points {
             for a in a {
                 check(&w[..row], a);
             }
-            let mut out = [[0f32; crate::kernels::TILE]; ROWS];
+            let mut out = [[0f32; crate::kernel_table::TILE]; ROWS];
             for (g, part) in w.chunks_exact(GROUP * row).enumerate() {
                 // SAFETY: as in `vec_dot`; `part` is `GROUP` rows of the checked length.
-                let got = unsafe { dot::<GROUP, { crate::kernels::TILE }>(part, a) };
+                let got = unsafe { dot::<GROUP, { crate::kernel_table::TILE }>(part, a) };
                 out[g * GROUP..(g + 1) * GROUP].copy_from_slice(&got);
             }
             out

@@ -1,7 +1,7 @@
 //! The 32-element weight formats and their exact integer dots with Q8_0 / Q8_1 activation
 //! blocks, eight (weight block, activation block) lanes at a time.
 //!
-//! Every driver in [`super::dots`] is built on [`Weights::isums`]: lane k is the exact i32
+//! Every block-dot driver (the sibling module `dots`) is built on [`Weights::isums`]: lane k is the exact i32
 //! dot of weight block `w[k]` with activation block `a[k]`. The decode kernel gives the
 //! lanes eight weight rows and one shared activation block, the single-row dot eight
 //! consecutive blocks, the prefill tile four tokens times two blocks. Because the integer

@@ -17,7 +17,7 @@
 
 use super::blocks::{Weights, LANES};
 use super::common::{f16_to_f32, read_u16};
-use crate::kernels::{ROWS, TILE};
+use crate::kernel_table::{ROWS, TILE};
 use std::arch::x86_64::*;
 
 const _: () = assert!(ROWS == LANES && 2 * TILE == LANES);

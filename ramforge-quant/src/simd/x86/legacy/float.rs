@@ -7,7 +7,7 @@
 //! summation order differs (f32 rounding only).
 
 use super::common::{f16_to_f32, hsum_ps};
-use crate::kernels::TILE;
+use crate::kernel_table::TILE;
 use std::arch::x86_64::*;
 
 /// A float weight encoding: its element width and how 8 elements become 8 f32 lanes.

@@ -24,7 +24,7 @@
 
 use super::blocks::{Bytes, Weights, LANES};
 use super::common::{read_u16, read_u32};
-use crate::kernels::{TILE, TILE_ROWS};
+use crate::kernel_table::{TILE, TILE_ROWS};
 use std::arch::x86_64::*;
 
 /// A format without a min whose quants widen to 32 signed bytes (the value is `d * q`).
