@@ -33,10 +33,7 @@ pub(crate) fn kernels(ty: GgmlType) -> Result<&'static Kernels, QuantError> {
 }
 
 /// The kernels for `ty` on `isa` (which the caller has checked the CPU supports).
-pub(crate) fn kernels_for(
-    isa: isa::Isa,
-    ty: GgmlType,
-) -> Result<&'static Kernels, QuantError> {
+pub(crate) fn kernels_for(isa: isa::Isa, ty: GgmlType) -> Result<&'static Kernels, QuantError> {
     if let Some(k) = simd::kernels(isa, ty) {
         return Ok(k);
     }

@@ -34,8 +34,8 @@ mod lengths;
 mod simd;
 mod spec_support;
 
-pub use error::QuantError;
 pub use drivers::Product;
+pub use error::QuantError;
 pub use ramforge_types::GgmlType;
 
 /// Whether `ty` has kernels here (dequantize, quantize, matvec).

@@ -2,8 +2,8 @@
 //! the dot products to f32 summation tolerance, the tiles against their own `vec_dot`.
 
 use super::kernels;
-use crate::formats::{self, q8_k};
 use crate::dispatch::scalar_kernels;
+use crate::formats::{self, q8_k};
 use crate::kernel_table::{Dot, Kernels, Tile, ROWS, TILE, TILE_ROWS};
 use crate::GgmlType;
 use proptest::prelude::*;
