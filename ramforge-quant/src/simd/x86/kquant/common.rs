@@ -1,13 +1,16 @@
 //! Loads and reductions the super-block kernels share, and the Q8_K block layout they read.
 
+use crate::formats::q8_k;
 use std::arch::x86_64::*;
 
 /// Bytes of one Q8_K activation block: f32 `d`, 256 `qs`, 16 i16 `bsums`.
-pub(super) const Q8K_BYTES: usize = 292;
+pub(super) const Q8K_BYTES: usize = q8_k::BYTES;
+/// Offset of the f32 scale in a Q8_K block.
+pub(super) const Q8K_D: usize = q8_k::OFFSET_D;
 /// Offset of the quants in a Q8_K block.
-pub(super) const Q8K_QS: usize = 4;
+pub(super) const Q8K_QS: usize = q8_k::OFFSET_QS;
 /// Offset of the 16-element sums in a Q8_K block.
-pub(super) const Q8K_BSUMS: usize = 260;
+pub(super) const Q8K_BSUMS: usize = q8_k::OFFSET_BSUMS;
 
 /// 32 unaligned bytes.
 #[inline]
@@ -142,7 +145,7 @@ pub(super) unsafe fn act_blocks<const T: usize>(
     i: usize,
 ) -> ([*const u8; T], [f32; T]) {
     let ptrs: [*const u8; T] = std::array::from_fn(|t| a[t].as_ptr().add(i * Q8K_BYTES));
-    let ds = std::array::from_fn(|t| f32_at(ptrs[t]));
+    let ds = std::array::from_fn(|t| f32_at(ptrs[t].add(Q8K_D)));
     (ptrs, ds)
 }
 
