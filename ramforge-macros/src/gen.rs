@@ -310,14 +310,15 @@ pub fn format_module(spec: &Spec, act: &Spec) -> TokenStream {
                 }
             }
 
-            /// The scalar reference kernels (the fast paths replace some of them per ISA).
-            pub(crate) static KERNELS: crate::kernel_table::Kernels = crate::kernel_table::Kernels {
+            /// The scalar reference kernels: what a fast path starts from and replaces parts of.
+            pub(crate) const REFERENCE: crate::kernel_table::Kernels = crate::kernel_table::Kernels {
                 dequantize: dequantize_row,
                 quantize: quantize_row,
                 dot: crate::kernel_table::Dot::Quant { act: ACT, vec_dot },
                 tile: None,
                 rows: None,
             };
+            pub(crate) static KERNELS: crate::kernel_table::Kernels = REFERENCE;
         }
     }
 }

@@ -1,30 +1,8 @@
 //! Which kernels a type runs: the fast path of the active instruction set where there is one,
 //! else the scalar reference (generated from the specs, or the plain float kernels).
 
-use crate::kernel_table::{Dot, Kernels};
+use crate::kernel_table::Kernels;
 use crate::{float, formats, isa, simd, GgmlType, QuantError};
-
-static F32: Kernels = Kernels {
-    dequantize: float::dequantize_f32,
-    quantize: float::quantize_f32,
-    dot: Dot::Float(float::dot_f32),
-    tile: None,
-    rows: None,
-};
-static F16: Kernels = Kernels {
-    dequantize: float::dequantize_f16,
-    quantize: float::quantize_f16,
-    dot: Dot::Float(float::dot_f16),
-    tile: None,
-    rows: None,
-};
-static BF16: Kernels = Kernels {
-    dequantize: float::dequantize_bf16,
-    quantize: float::quantize_bf16,
-    dot: Dot::Float(float::dot_bf16),
-    tile: None,
-    rows: None,
-};
 
 /// The kernels for `ty` on the active instruction set ([`crate::isa`]), or `Unsupported`.
 /// A type without a fast path on that instruction set gets its scalar reference kernels.
@@ -43,9 +21,9 @@ pub(crate) fn kernels_for(isa: isa::Isa, ty: GgmlType) -> Result<&'static Kernel
 /// The scalar reference kernels for `ty` (generated from the specs, or the plain float ones).
 pub(crate) fn scalar_kernels(ty: GgmlType) -> Result<&'static Kernels, QuantError> {
     match ty {
-        GgmlType::F32 => Ok(&F32),
-        GgmlType::F16 => Ok(&F16),
-        GgmlType::BF16 => Ok(&BF16),
+        GgmlType::F32 => Ok(&float::F32),
+        GgmlType::F16 => Ok(&float::F16),
+        GgmlType::BF16 => Ok(&float::BF16),
         _ => formats::kernels(ty).ok_or(QuantError::Unsupported { ty }),
     }
 }

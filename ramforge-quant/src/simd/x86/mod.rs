@@ -4,6 +4,7 @@
 
 mod kquant;
 mod legacy;
+mod register;
 
 use crate::kernel_table::Kernels;
 use crate::GgmlType;

@@ -246,6 +246,9 @@ macro_rules! entry_points {
             // SAFETY: as in `vec_dot`.
             unsafe { dot::<1, { crate::kernel_table::TILE }>(w, a)[0] }
         }
+
+        /// The prefill kernel the kernel table registers.
+        pub(super) const PREFILL: crate::kernel_table::Tile = crate::kernel_table::Tile::Quant(tile);
     };
     (@common $format:literal, $group:literal) => {
         #[doc = concat!("The dot of a row of ", $format, " blocks with a row of Q8_K blocks.")]
@@ -307,6 +310,10 @@ macro_rules! entry_points {
             }
             out
         }
+
+        /// The prefill kernel the kernel table registers.
+        pub(super) const PREFILL: crate::kernel_table::Tile =
+            crate::kernel_table::Tile::QuantRows(tile_rows);
     };
 }
 pub(super) use entry_points;
