@@ -328,6 +328,7 @@ pub fn format_module(spec: &Spec, act: &Spec) -> TokenStream {
 pub fn format_tests(spec: &Spec) -> TokenStream {
     let module = format_ident!("{}", spec.module());
     quote! {
+        #[allow(unused, clippy::all, clippy::pedantic, non_upper_case_globals, non_snake_case)]
         mod #module {
             use crate::formats::#module::*;
 
@@ -341,78 +342,78 @@ pub fn format_tests(spec: &Spec) -> TokenStream {
                 assert_eq!(TYPE.type_size(), BYTES);
             }
 
-                proptest! {
-                    #![proptest_config(ProptestConfig::with_cases(48))]
+            proptest! {
+                #![proptest_config(ProptestConfig::with_cases(48))]
 
-                    #[test]
-                    fn round_trip_error_is_bounded(
-                        x in prop::collection::vec(-1.0f32..1.0, 2 * BLOCK),
-                        exp in -6i32..12,
-                    ) {
-                        let x: Vec<f32> = x.iter().map(|v| v * 2f32.powi(exp)).collect();
-                        let mut bytes = vec![0u8; 2 * BYTES];
-                        crate::quantize_row(TYPE, &x, &mut bytes).unwrap();
-                        let mut y = vec![0f32; 2 * BLOCK];
-                        crate::dequantize_row(TYPE, &bytes, &mut y).unwrap();
-                        for (xb, yb) in x.chunks(BLOCK).zip(y.chunks(BLOCK)) {
-                            let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
-                            for (a, b) in xb.iter().zip(yb) {
-                                prop_assert!((a - b).abs() <= ROUNDTRIP_TOLERANCE * amax,
-                                    "{} -> {} (block max {})", a, b, amax);
-                            }
+                #[test]
+                fn round_trip_error_is_bounded(
+                    x in prop::collection::vec(-1.0f32..1.0, 2 * BLOCK),
+                    exp in -6i32..12,
+                ) {
+                    let x: Vec<f32> = x.iter().map(|v| v * 2f32.powi(exp)).collect();
+                    let mut bytes = vec![0u8; 2 * BYTES];
+                    crate::quantize_row(TYPE, &x, &mut bytes).unwrap();
+                    let mut y = vec![0f32; 2 * BLOCK];
+                    crate::dequantize_row(TYPE, &bytes, &mut y).unwrap();
+                    for (xb, yb) in x.chunks(BLOCK).zip(y.chunks(BLOCK)) {
+                        let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
+                        for (a, b) in xb.iter().zip(yb) {
+                            prop_assert!((a - b).abs() <= ROUNDTRIP_TOLERANCE * amax,
+                                "{} -> {} (block max {})", a, b, amax);
                         }
-                    }
-
-                    #[test]
-                    fn matvec_matches_dequantized_dot(
-                        w in prop::collection::vec(-1.0f32..1.0, 3 * 2 * BLOCK),
-                        x in prop::collection::vec(-4.0f32..4.0, 2 * BLOCK),
-                    ) {
-                        let (rows, cols) = (3, 2 * BLOCK);
-                        let mut wq = vec![0u8; rows * 2 * BYTES];
-                        crate::quantize_row(TYPE, &w, &mut wq).unwrap();
-                        let mut wd = vec![0f32; rows * cols];
-                        crate::dequantize_row(TYPE, &wq, &mut wd).unwrap();
-                        let mut y = vec![0f32; rows];
-                        crate::matvec(TYPE, &wq, rows, cols, &x, &mut y).unwrap();
-                        let mut y_ref = vec![0f32; rows];
-                        matvec(&wq, cols, &x, &mut y_ref);
-                        for o in 0..rows {
-                            let wrow = &wd[o * cols..(o + 1) * cols];
-                            let exact: f64 = wrow.iter().zip(&x).map(|(a, b)| *a as f64 * *b as f64).sum();
-                            let tol = crate::matvec_tolerance(TYPE, wrow, &x).unwrap() as f64;
-                            prop_assert!((y[o] as f64 - exact).abs() <= tol, "row {}: {} vs {} (tol {})", o, y[o], exact, tol);
-                            if crate::isa::active() == crate::isa::Isa::Scalar {
-                                prop_assert_eq!(y[o], y_ref[o]);
-                            } else {
-                                // A fast kernel adds the same integer products in another
-                                // order: it may differ from the reference by f32 rounding (the
-                                // 10x headroom covers the scale * quant and min terms that
-                                // cancel inside w).
-                                let terms: f64 = wrow.iter().zip(&x).map(|(a, b)| (*a as f64 * *b as f64).abs()).sum();
-                                let slack = 1e-4 * terms + 1e-30;
-                                prop_assert!((y[o] as f64 - y_ref[o] as f64).abs() <= slack, "row {}: {} vs reference {}", o, y[o], y_ref[o]);
-                            }
-                        }
-                    }
-
-                    #[test]
-                    fn truncated_and_ragged_input_is_rejected(cut in 1usize..BYTES, extra in 1usize..BLOCK) {
-                        let bytes = vec![0u8; 2 * BYTES];
-                        let mut out = vec![0f32; 2 * BLOCK];
-                        let truncated = crate::dequantize_row(TYPE, &bytes[..2 * BYTES - cut], &mut out);
-                        prop_assert!(matches!(truncated, Err(crate::QuantError::ByteLength { .. })), "{:?}", truncated);
-                        let mut ragged = vec![0f32; BLOCK + extra];
-                        let r = crate::dequantize_row(TYPE, &bytes, &mut ragged);
-                        prop_assert!(matches!(r, Err(crate::QuantError::RaggedRow { .. })), "{:?}", r);
-                        let mut y = vec![0f32; 2];
-                        let x = vec![0f32; BLOCK];
-                        let m = crate::matvec(TYPE, &bytes[..2 * BYTES - cut], 2, BLOCK, &x, &mut y);
-                        prop_assert!(matches!(m, Err(crate::QuantError::ByteLength { .. })), "{:?}", m);
-                        let q = crate::quantize_row(TYPE, &ragged, &mut vec![0u8; 2 * BYTES]);
-                        prop_assert!(matches!(q, Err(crate::QuantError::RaggedRow { .. })), "{:?}", q);
                     }
                 }
+
+                #[test]
+                fn matvec_matches_dequantized_dot(
+                    w in prop::collection::vec(-1.0f32..1.0, 3 * 2 * BLOCK),
+                    x in prop::collection::vec(-4.0f32..4.0, 2 * BLOCK),
+                ) {
+                    let (rows, cols) = (3, 2 * BLOCK);
+                    let mut wq = vec![0u8; rows * 2 * BYTES];
+                    crate::quantize_row(TYPE, &w, &mut wq).unwrap();
+                    let mut wd = vec![0f32; rows * cols];
+                    crate::dequantize_row(TYPE, &wq, &mut wd).unwrap();
+                    let mut y = vec![0f32; rows];
+                    crate::matvec(TYPE, &wq, rows, cols, &x, &mut y).unwrap();
+                    let mut y_ref = vec![0f32; rows];
+                    matvec(&wq, cols, &x, &mut y_ref);
+                    for o in 0..rows {
+                        let wrow = &wd[o * cols..(o + 1) * cols];
+                        let exact: f64 = wrow.iter().zip(&x).map(|(a, b)| *a as f64 * *b as f64).sum();
+                        let tol = crate::matvec_tolerance(TYPE, wrow, &x).unwrap() as f64;
+                        prop_assert!((y[o] as f64 - exact).abs() <= tol, "row {}: {} vs {} (tol {})", o, y[o], exact, tol);
+                        if crate::isa::active() == crate::isa::Isa::Scalar {
+                            prop_assert_eq!(y[o], y_ref[o]);
+                        } else {
+                            // A fast kernel adds the same integer products in another
+                            // order: it may differ from the reference by f32 rounding (the
+                            // 10x headroom covers the scale * quant and min terms that
+                            // cancel inside w).
+                            let terms: f64 = wrow.iter().zip(&x).map(|(a, b)| (*a as f64 * *b as f64).abs()).sum();
+                            let slack = 1e-4 * terms + 1e-30;
+                            prop_assert!((y[o] as f64 - y_ref[o] as f64).abs() <= slack, "row {}: {} vs reference {}", o, y[o], y_ref[o]);
+                        }
+                    }
+                }
+
+                #[test]
+                fn truncated_and_ragged_input_is_rejected(cut in 1usize..BYTES, extra in 1usize..BLOCK) {
+                    let bytes = vec![0u8; 2 * BYTES];
+                    let mut out = vec![0f32; 2 * BLOCK];
+                    let truncated = crate::dequantize_row(TYPE, &bytes[..2 * BYTES - cut], &mut out);
+                    prop_assert!(matches!(truncated, Err(crate::QuantError::ByteLength { .. })), "{:?}", truncated);
+                    let mut ragged = vec![0f32; BLOCK + extra];
+                    let r = crate::dequantize_row(TYPE, &bytes, &mut ragged);
+                    prop_assert!(matches!(r, Err(crate::QuantError::RaggedRow { .. })), "{:?}", r);
+                    let mut y = vec![0f32; 2];
+                    let x = vec![0f32; BLOCK];
+                    let m = crate::matvec(TYPE, &bytes[..2 * BYTES - cut], 2, BLOCK, &x, &mut y);
+                    prop_assert!(matches!(m, Err(crate::QuantError::ByteLength { .. })), "{:?}", m);
+                    let q = crate::quantize_row(TYPE, &ragged, &mut vec![0u8; 2 * BYTES]);
+                    prop_assert!(matches!(q, Err(crate::QuantError::RaggedRow { .. })), "{:?}", q);
+                }
+            }
         }
     }
 }
@@ -421,7 +422,10 @@ pub fn format_tests(spec: &Spec) -> TokenStream {
 /// code that needs each format's module by name) and the lookup of their scalar kernels.
 pub fn dispatch(specs: &[Spec]) -> TokenStream {
     let types: Vec<_> = specs.iter().map(|s| format_ident!("{}", s.name)).collect();
-    let modules: Vec<_> = specs.iter().map(|s| format_ident!("{}", s.module())).collect();
+    let modules: Vec<_> = specs
+        .iter()
+        .map(|s| format_ident!("{}", s.module()))
+        .collect();
     quote! {
         /// Every block format a spec declares, in spec-file order.
         pub const ALL: &[crate::GgmlType] = &[#(crate::GgmlType::#types),*];
