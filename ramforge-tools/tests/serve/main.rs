@@ -3,6 +3,8 @@
 //! (`generation`), hang-ups and SIGTERM (`lifecycle`), and the real `openai` python client
 //! (`openai_client`).
 
+#[path = "../common/mod.rs"]
+mod common;
 mod errors;
 mod generation;
 mod lifecycle;

@@ -11,10 +11,7 @@ const OPENAI: &str = "openai==2.15.0";
 /// `$RAMFORGE_MODELS/.venv-openai/bin/python` with the pinned `openai`, made if missing.
 /// No python3, venv or pip fails the test: it is not skipped.
 fn openai_python() -> PathBuf {
-    let models = std::env::var_os("RAMFORGE_MODELS").map_or_else(
-        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models"),
-        PathBuf::from,
-    );
+    let models = super::common::models_dir();
     let venv = models.join(".venv-openai");
     let python = venv.join("bin/python");
     let has = |p: &PathBuf| {

@@ -11,17 +11,7 @@ use std::time::{Duration, Instant};
 
 /// The default model, the one the server tests run.
 pub fn smollm() -> PathBuf {
-    let dir = std::env::var_os("RAMFORGE_MODELS").map_or_else(
-        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models"),
-        PathBuf::from,
-    );
-    let p = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(
-        p.is_file(),
-        "{} is missing: run scripts/test.sh, which fetches the models",
-        p.display()
-    );
-    p
+    super::common::model_path("SmolLM2-135M-Instruct.Q4_1.gguf")
 }
 
 /// The model's id in the API.
