@@ -1,6 +1,6 @@
 //! Generation through the server: greedy chat identical to `run --chat`, completions identical
 //! to `run`, streamed text identical to plain, usage and finish_reason right, and a later turn
-//! of a conversation served from the prompt cache.
+//! of a conversation served from the prompt cache, with peak RSS within the budget + 16 MiB.
 
 use super::server::{chat_body, completion_body, smollm, Server, MODEL};
 use serde_json::Value;
@@ -133,9 +133,14 @@ fn greedy_answers_match_the_cli_and_streams_match_plain() {
     assert_eq!(streamed_text(&chunks, false), (text.to_string(), finish));
 }
 
+/// The budget of the test below, and what the HTTP side may add to it.
+const RAM: u64 = 48 << 20;
+const SLACK: u64 = 16 << 20;
+
 #[test]
-fn stop_strings_and_a_conversation_from_the_cache() {
-    let server = Server::start(&[]);
+fn stop_strings_and_a_conversation_from_the_cache_within_the_budget() {
+    // Under a budget half the model file's size: most layers stream.
+    let server = Server::start(&["--ram", "48M", "--ctx", "1024"]);
     let (_, plain) = server.post("/v1/completions", &completion_body("1, 2, 3, 4,", 16, ""));
     let text = plain["choices"][0]["text"].as_str().unwrap().to_string();
     // Stop at the first digit after the first few characters of the text.
@@ -165,5 +170,11 @@ fn stop_strings_and_a_conversation_from_the_cache() {
     assert!(
         cached >= one["usage"]["prompt_tokens"].as_u64().unwrap(),
         "{two}"
+    );
+    let peak = server.peak_rss();
+    assert!(
+        peak <= RAM + SLACK,
+        "peak RSS {} MiB over the budget + 16 MiB",
+        peak >> 20
     );
 }

@@ -126,6 +126,18 @@ impl Server {
         s
     }
 
+    /// The server's peak RSS so far (`VmHWM`), in bytes.
+    pub fn peak_rss(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+        line.split_whitespace()
+            .nth(1)
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+            << 10
+    }
+
     /// Sends SIGTERM and waits (at most `limit`) for the exit.
     pub fn terminate(mut self, limit: Duration) -> ExitStatus {
         // SAFETY: kill(2) on our own child's pid.
