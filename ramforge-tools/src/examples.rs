@@ -78,6 +78,15 @@ Examples:
 
 Token ids are synthetic (speed does not depend on them). Ctrl-C stops and prints what was measured.";
 
+pub const SERVE: &str = "\
+Examples:
+  ramforge-tools serve                                       # default model on http://127.0.0.1:8080
+  ramforge-tools serve model.gguf --ram 64M --port 0         # a free port, printed on stderr
+  ramforge-tools serve --host 0.0.0.0 --api-key secret --queue 4
+
+OpenAI's API: GET /v1/models, POST /v1/chat/completions and /v1/completions (\"stream\": true for
+server-sent events), GET /health. One request is generated at a time; --queue more wait.";
+
 /// The example command lines of a help section (without `ramforge-tools` and comments).
 #[cfg(test)]
 pub fn command_lines(section: &str) -> Vec<String> {

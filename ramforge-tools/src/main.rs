@@ -62,6 +62,8 @@ enum Command {
     Fetch(cmd::fetch::Args),
     #[command(after_help = examples::BENCH)]
     Bench(cmd::bench::Args),
+    #[command(after_help = examples::SERVE)]
+    Serve(cmd::serve::Args),
 }
 
 fn main() -> ExitCode {
@@ -83,6 +85,7 @@ fn main() -> ExitCode {
         Command::Synth(a) => cmd::synth::run(a),
         Command::Fetch(a) => cmd::fetch::run(a),
         Command::Bench(a) => cmd::bench::run(a),
+        Command::Serve(a) => cmd::serve::run(a),
     };
     match result {
         Ok(code) => code,

@@ -16,6 +16,7 @@ const COMMANDS: &[&str] = &[
     "synth",
     "fetch",
     "bench",
+    "serve",
 ];
 
 fn tool(args: &[&str]) -> Output {

@@ -10,6 +10,7 @@ pub mod fetch;
 pub mod inspect;
 pub mod plan;
 pub mod run;
+pub mod serve;
 pub mod synth;
 pub mod tokenize;
 pub mod verify;

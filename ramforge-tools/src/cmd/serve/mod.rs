@@ -1,0 +1,138 @@
+//! `ramforge-tools serve`: an OpenAI-compatible HTTP server (chat and text completions, plain
+//! and streamed) for one model under the RAM budget.
+//!
+//! One engine runs on its own thread (`worker`) and serves queued requests one at a time; the
+//! HTTP side (tokio + axum, `http`) reads requests strictly (`api`, `fields`), answers with
+//! OpenAI's shapes (`reply`, `answer`) and errors (`errors`). SIGINT or SIGTERM stops
+//! accepting connections, lets the requests in flight finish, and exits 0.
+
+mod answer;
+mod api;
+mod errors;
+mod fields;
+mod http;
+mod reply;
+mod state;
+mod worker;
+
+use crate::args::{ModelChoice, RamBudget, TemplateFile, Workers};
+use crate::error::CmdResult;
+use crate::generate::load_engine;
+use crate::note;
+use crate::verbosity::quiet;
+use ramforge_engine::text::ChatPrompt;
+use ramforge_engine::{EngineOptions, Model};
+use std::net::IpAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+/// Serve a model over HTTP with OpenAI's API (chat and text completions, streamed or not).
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    pub model: ModelChoice,
+    /// Address to listen on (the default takes connections from this machine only).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: IpAddr,
+    /// Port to listen on; 0 picks a free one (the address is printed on stderr).
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    #[command(flatten)]
+    pub budget: RamBudget,
+    /// Context positions, prompt and reply together (default: min(trained, 2048)).
+    #[arg(long)]
+    pub ctx: Option<usize>,
+    #[command(flatten)]
+    pub workers: Workers,
+    /// Require `Authorization: Bearer KEY` on /v1/* (/health stays open).
+    #[arg(long, value_name = "KEY")]
+    pub api_key: Option<String>,
+    #[command(flatten)]
+    pub template: TemplateFile,
+    /// Requests that may wait while one is generated; more get 503 with Retry-After.
+    #[arg(long, default_value_t = 16)]
+    pub queue: usize,
+}
+
+pub fn run(args: Args) -> CmdResult {
+    let path = args.model.path(quiet())?;
+    let model = Model::open(&path)?;
+    let meta = &model.file.header().metadata;
+    let chat = match (
+        ChatPrompt::new(meta, args.template.read()?),
+        &args.template.template,
+    ) {
+        (Ok(chat), _) => Some(chat),
+        (Err(e), Some(_)) => return Err(e.into()),
+        (Err(e), None) => {
+            note!("note: /v1/chat/completions is off: {e}");
+            None
+        }
+    };
+    let options = EngineOptions {
+        ram: args.budget.ram,
+        ctx: args.ctx,
+        threads: args.workers.threads,
+        ..EngineOptions::default()
+    };
+    let engine = load_engine(model, &options)?;
+    let tokenizer = Arc::clone(&engine.model().tokenizer);
+    let ctx = engine.context_size();
+    let (queue, engine_thread) = worker::start(engine, args.queue)?;
+    let state = Arc::new(state::State {
+        model_id: model_id(&path),
+        loaded: reply::unix_now(),
+        tokenizer,
+        chat,
+        ctx,
+        queue,
+        api_key: args.api_key.clone(),
+    });
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(listen(state, args.host, args.port, args.queue))?;
+    drop(runtime);
+    // Every queue handle went with the router: the engine thread ends once it is idle.
+    engine_thread
+        .join()
+        .map_err(|_| "the engine thread panicked")?;
+    note!("stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Binds, announces the address on stderr (one line, even with --quiet: scripts wait for
+/// it), and serves until SIGINT or SIGTERM, then until the requests in flight are done.
+async fn listen(
+    state: Arc<state::State>,
+    host: IpAddr,
+    port: u16,
+    queue: usize,
+) -> std::io::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    let listener = tokio::net::TcpListener::bind((host, port)).await?;
+    let addr = listener.local_addr()?;
+    eprintln!(
+        "listening on http://{addr} (model {}, context {}, queue {queue})",
+        state.model_id, state.ctx
+    );
+    let stop = async move {
+        tokio::select! {
+            _ = interrupt.recv() => {}
+            _ = terminate.recv() => {}
+        }
+        note!("stopping: no new connections; finishing the requests in flight");
+    };
+    axum::serve(listener, http::router(state))
+        .with_graceful_shutdown(stop)
+        .await
+}
+
+/// The model's id in the API: its file name without `.gguf`.
+fn model_id(path: &std::path::Path) -> String {
+    path.file_stem()
+        .map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned())
+}

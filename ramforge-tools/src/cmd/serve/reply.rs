@@ -1,0 +1,156 @@
+//! The OpenAI answer bodies: a whole `chat.completion` / `text_completion`, and the chunks of a
+//! streamed one (`chat.completion.chunk`, or `text_completion` pieces), with `usage`.
+
+use super::api::Endpoint;
+use ramforge_engine::StopReason;
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// What one generation used, in tokens.
+#[derive(Clone, Copy, Debug)]
+pub struct Usage {
+    pub prompt_tokens: usize,
+    pub cached_tokens: usize,
+    pub completion_tokens: usize,
+}
+
+impl Usage {
+    fn json(&self) -> Value {
+        json!({
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.prompt_tokens + self.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
+        })
+    }
+}
+
+/// OpenAI's `finish_reason`: `stop` for an end-of-generation token or a stop string, `length`
+/// for the token limit or a full context. (A cancelled generation has no client to tell.)
+pub fn finish_reason(reason: StopReason) -> &'static str {
+    match reason {
+        StopReason::MaxTokens | StopReason::ContextFull => "length",
+        StopReason::EndOfGeneration | StopReason::StopString | StopReason::Cancelled => "stop",
+    }
+}
+
+/// Seconds since the Unix epoch.
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// The fixed parts of one answer: its id, time, model and shape.
+pub struct Reply {
+    id: String,
+    created: u64,
+    model: String,
+    endpoint: Endpoint,
+}
+
+impl Reply {
+    /// A new answer with a fresh id (`chatcmpl-…` or `cmpl-…`).
+    pub fn new(endpoint: Endpoint, model: &str) -> Reply {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let prefix = match endpoint {
+            Endpoint::Chat => "chatcmpl",
+            Endpoint::Completion => "cmpl",
+        };
+        Reply {
+            id: format!("{prefix}-{:08x}{n:x}", rand::random::<u32>()),
+            created: unix_now(),
+            model: model.to_string(),
+            endpoint,
+        }
+    }
+
+    fn object(&self, streamed: bool) -> &'static str {
+        match (self.endpoint, streamed) {
+            (Endpoint::Chat, false) => "chat.completion",
+            (Endpoint::Chat, true) => "chat.completion.chunk",
+            (Endpoint::Completion, _) => "text_completion",
+        }
+    }
+
+    fn envelope(&self, streamed: bool, choices: Value) -> Value {
+        json!({
+            "id": self.id,
+            "object": self.object(streamed),
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": null,
+            "choices": choices,
+        })
+    }
+
+    /// The whole answer of a request that was not streamed.
+    pub fn whole(&self, text: &str, reason: StopReason, usage: Usage) -> Value {
+        let choice = match self.endpoint {
+            Endpoint::Chat => json!({
+                "index": 0,
+                "message": {"role": "assistant", "content": text, "refusal": null},
+                "logprobs": null,
+                "finish_reason": finish_reason(reason),
+            }),
+            Endpoint::Completion => json!({
+                "index": 0,
+                "text": text,
+                "logprobs": null,
+                "finish_reason": finish_reason(reason),
+            }),
+        };
+        let mut v = self.envelope(false, json!([choice]));
+        v["usage"] = usage.json();
+        v
+    }
+
+    /// A chunk carrying `text` (with the role, for the first chunk of a chat answer), or the
+    /// closing chunk with its `finish_reason`.
+    fn chunk(&self, text: Option<&str>, role: bool, reason: Option<StopReason>) -> Value {
+        let finish = reason.map(finish_reason);
+        let choice = match self.endpoint {
+            Endpoint::Chat => {
+                let mut delta = json!({});
+                if role {
+                    delta["role"] = "assistant".into();
+                }
+                if let Some(t) = text {
+                    delta["content"] = t.into();
+                }
+                json!({"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish})
+            }
+            Endpoint::Completion => json!({
+                "index": 0,
+                "text": text.unwrap_or(""),
+                "logprobs": null,
+                "finish_reason": finish,
+            }),
+        };
+        self.envelope(true, json!([choice]))
+    }
+
+    /// The first chunk of a stream: the assistant's role, for chat; none for completions.
+    pub fn opening_chunk(&self) -> Option<Value> {
+        (self.endpoint == Endpoint::Chat).then(|| self.chunk(Some(""), true, None))
+    }
+
+    /// A chunk of generated text.
+    pub fn text_chunk(&self, text: &str) -> Value {
+        self.chunk(Some(text), false, None)
+    }
+
+    /// The chunk that ends the choice.
+    pub fn closing_chunk(&self, reason: StopReason) -> Value {
+        self.chunk(None, false, Some(reason))
+    }
+
+    /// The usage chunk (`stream_options.include_usage`): no choices.
+    pub fn usage_chunk(&self, usage: Usage) -> Value {
+        let mut v = self.envelope(true, json!([]));
+        v["usage"] = usage.json();
+        v
+    }
+}

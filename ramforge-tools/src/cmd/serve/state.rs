@@ -1,0 +1,34 @@
+//! What every request handler shares: the model's name and tokenizer, the chat template, the
+//! context size, the engine's queue and the API key.
+
+use super::worker::Queue;
+use ramforge_engine::text::{ChatPrompt, Tokenizer};
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+/// The server's shared state.
+pub struct State {
+    /// The id clients name in `model` (the file name without `.gguf`).
+    pub model_id: String,
+    /// When the model was loaded (Unix seconds), its `created` in `/v1/models`.
+    pub loaded: u64,
+    pub tokenizer: Arc<Tokenizer>,
+    /// `None` when the model has no chat template and none was given.
+    pub chat: Option<ChatPrompt>,
+    /// Context positions: prompt and reply together.
+    pub ctx: usize,
+    pub queue: Queue,
+    pub api_key: Option<String>,
+}
+
+impl State {
+    /// The model's entry in `/v1/models`.
+    pub fn model_card(&self) -> Value {
+        json!({
+            "id": self.model_id,
+            "object": "model",
+            "created": self.loaded,
+            "owned_by": "ramforge",
+        })
+    }
+}

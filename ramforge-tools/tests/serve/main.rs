@@ -1,0 +1,12 @@
+//! `ramforge-tools serve` end to end, over loopback HTTP on an ephemeral port: routes and
+//! errors (`errors`), generation against the CLI's own output and streamed against plain
+//! (`generation`), hang-ups and SIGTERM (`lifecycle`), and the real `openai` python client
+//! (`openai_client`).
+
+#[path = "../common/mod.rs"]
+mod common;
+mod errors;
+mod generation;
+mod lifecycle;
+mod openai_client;
+mod server;

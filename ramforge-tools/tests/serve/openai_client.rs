@@ -1,0 +1,83 @@
+//! The real `openai` python package (pinned, installed by this test into a venv beside the
+//! models) against a running server: `openai_client.py` beside this file does the talking.
+
+use super::server::Server;
+use std::path::PathBuf;
+use std::process::Command;
+
+/// The pinned client version.
+const OPENAI: &str = "openai==2.15.0";
+
+/// `$RAMFORGE_MODELS/.venv-openai/bin/python` with the pinned `openai`, made if missing.
+/// No python3, venv or pip fails the test: it is not skipped.
+fn openai_python() -> PathBuf {
+    let models = super::common::models_dir();
+    let venv = models.join(".venv-openai");
+    let python = venv.join("bin/python");
+    let has = |p: &PathBuf| {
+        Command::new(p)
+            .args([
+                "-c",
+                &format!(
+                    "import openai, sys; sys.exit(openai.__version__ != '{}')",
+                    &OPENAI[8..]
+                ),
+            ])
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if has(&python) {
+        return python;
+    }
+    let made = Command::new("python3")
+        .arg("-m")
+        .arg("venv")
+        .arg(&venv)
+        .status();
+    assert!(
+        made.is_ok_and(|s| s.success()),
+        "python3 -m venv {} failed: install python3 with venv",
+        venv.display()
+    );
+    let pip = Command::new(&python)
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--disable-pip-version-check",
+            OPENAI,
+        ])
+        .status();
+    assert!(
+        pip.is_ok_and(|s| s.success()),
+        "pip install {OPENAI} into {} failed",
+        venv.display()
+    );
+    assert!(
+        has(&python),
+        "{OPENAI} is not importable after installing it"
+    );
+    python
+}
+
+#[test]
+fn the_openai_python_client_works_against_the_server() {
+    let python = openai_python();
+    let server = Server::start(&["--api-key", "test-key", "--ctx", "1024"]);
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/serve/openai_client.py");
+    let out = Command::new(python)
+        .arg(script)
+        .arg(server.url("/v1"))
+        .arg("test-key")
+        .output()
+        .expect("run openai_client.py");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "openai_client.py failed");
+    assert!(
+        stdout.contains("all openai client checks passed"),
+        "{stdout}"
+    );
+    assert_eq!(server.get("/health", None).0, 200);
+}
