@@ -9,6 +9,7 @@ BIN is ramforge-quant's `dequant-stdio` (requests on stdin, f32 on stdout). Chec
   2. random blocks of every supported format, with edge-case scales (zero, negative,
      subnormal and large f16; no inf/nan), against gguf.quants.dequantize
      (gguf-py has no Q8_1/Q8_K dequantizer: those two use the numpy formula d * qs);
+     block layouts (sizes, where the scales are) are read from the spec files in specs/;
   3. every tensor of every *.gguf file in DIR (all rows, or with --max-rows N a sample of
      N rows per tensor including the first and last).
 Agreement means |ours - ref| <= 1e-6 * |ref| element-wise (and bit-equal zeros).
@@ -20,6 +21,7 @@ import struct
 import subprocess
 import sys
 import time
+import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -29,12 +31,35 @@ import gguf.quants
 
 REL_TOL = 1e-6
 
+SPECS = Path(__file__).resolve().parent.parent / "specs"
+
+
+def load_specs() -> dict:
+    """The block-format specs (specs/*.toml) by type: the one home of block layouts."""
+    specs = {}
+    for f in sorted(SPECS.glob("*.toml")):
+        spec = tomllib.loads(f.read_text())
+        specs[T[spec["name"]]] = spec
+    return specs
+
+
+BLOCK_SPECS = load_specs()
+
+
+def field(qtype, name) -> dict:
+    """The spec's field `name` of `qtype` (offset, type, count)."""
+    return next(f for f in BLOCK_SPECS[qtype]["field"] if f["name"] == name)
+
+
+def geometry(qtype) -> tuple[int, int]:
+    """(elements, bytes) per block: the spec's, else gguf-py's (for the float types)."""
+    spec = BLOCK_SPECS.get(qtype)
+    return (spec["block"], spec["bytes"]) if spec else tuple(gguf.GGML_QUANT_SIZES[qtype])
+
+
 # Byte offsets of the f16 scale fields of each format (where edge values are planted).
-F16_FIELDS = {
-    T.Q4_0: [0], T.Q4_1: [0, 2], T.Q5_0: [0], T.Q5_1: [0, 2], T.Q8_0: [0], T.Q8_1: [0, 2],
-    T.Q2_K: [80, 82], T.Q3_K: [108], T.Q4_K: [0, 2], T.Q5_K: [0, 2], T.Q6_K: [208],
-    T.IQ4_NL: [0], T.IQ4_XS: [0], T.F16: [], T.BF16: [], T.F32: [], T.Q8_K: [],
-}
+F16_FIELDS = {qt: [f["offset"] for f in spec["field"] if f["type"] == "f16" and "count" not in f]
+              for qt, spec in BLOCK_SPECS.items()}
 EDGE_F16 = np.array([0.0, -0.0, 1.0, -1.0, 6e-8, -6e-8, 3e-5, -3e-5, 6.1e-5, 65504.0, -65504.0,
                      0.0123, -7.5], dtype=np.float16)
 
@@ -61,17 +86,23 @@ class Rust:
 
 def reference(qtype, raw: np.ndarray, count: int) -> np.ndarray:
     """gguf-py's dequantization (numpy formula for the two types gguf-py lacks)."""
-    if qtype == T.Q8_1:
-        b = raw.reshape(-1, 36)
-        d = b[:, 0:2].copy().view(np.float16).astype(np.float32)
-        return (d * b[:, 4:].view(np.int8).astype(np.float32)).reshape(-1)
-    if qtype == T.Q8_K:
-        b = raw.reshape(-1, 292)
-        d = b[:, 0:4].copy().view(np.float32)
-        return (d * b[:, 4:260].view(np.int8).astype(np.float32)).reshape(-1)
+    if qtype in (T.Q8_1, T.Q8_K):
+        return scale_times_quants(qtype, raw)
     if qtype == T.F32:
         return raw.view(np.float32).reshape(-1)
-    return np.asarray(gguf.quants.dequantize(raw, qtype), dtype=np.float32).reshape(-1)[:count]
+    with np.errstate(over="ignore"):  # MXFP4's largest exponents overflow f32, as in ggml
+        return np.asarray(gguf.quants.dequantize(raw, qtype), dtype=np.float32).reshape(-1)[:count]
+
+
+def scale_times_quants(qtype, raw: np.ndarray) -> np.ndarray:
+    """`d * qs` per block, with the spec's fields (d: f16 or f32, qs: i8)."""
+    b = raw.reshape(-1, geometry(qtype)[1])
+    d, qs = field(qtype, "d"), field(qtype, "qs")
+    width = {"f16": 2, "f32": 4}[d["type"]]
+    dt = {"f16": np.float16, "f32": np.float32}[d["type"]]
+    scale = b[:, d["offset"]:d["offset"] + width].copy().view(dt).astype(np.float32)
+    quants = b[:, qs["offset"]:qs["offset"] + qs["count"]].view(np.int8).astype(np.float32)
+    return (scale * quants).reshape(-1)
 
 
 def compare(label, ours, ref) -> str | None:
@@ -79,7 +110,8 @@ def compare(label, ours, ref) -> str | None:
         return f"{label}: {ours.shape[0]} values, reference has {ref.shape[0]}"
     if not np.array_equal(np.isnan(ours), np.isnan(ref)):
         return f"{label}: NaN positions differ"
-    ok = np.isnan(ref) | (ours == ref) | (np.abs(ours.astype(np.float64) - ref) <= REL_TOL * np.abs(ref.astype(np.float64)))
+    with np.errstate(invalid="ignore"):  # inf - inf, where both are the same infinity
+        ok = np.isnan(ref) | (ours == ref) | (np.abs(ours.astype(np.float64) - ref) <= REL_TOL * np.abs(ref.astype(np.float64)))
     if ok.all():
         return None
     i = int(np.argmin(ok))
@@ -95,19 +127,22 @@ def check_table(binary) -> list[str]:
         qt = T(tid)
         if qt.name != name:
             errors.append(f"type id {tid}: Rust calls it {name}, gguf-py {qt.name}")
-        want = (32, 36) if qt == T.Q8_1 else gguf.GGML_QUANT_SIZES[qt]
-        if (block, size) != tuple(want):
+        want = geometry(qt) if qt == T.Q8_1 else tuple(gguf.GGML_QUANT_SIZES[qt])
+        if (block, size) != want:
             errors.append(f"{name}: Rust has block {block}/{size} bytes, expected {want}")
         if sup == "true":
             supported.append(qt)
+    errors += [f"{qt.name} has a spec but Rust does not support it" for qt in BLOCK_SPECS if qt not in supported]
     return errors, supported
 
 
 def random_blocks(qtype, n_blocks, rng) -> np.ndarray:
-    block, size = (32, 36) if qtype == T.Q8_1 else gguf.GGML_QUANT_SIZES[qtype]
+    block, size = geometry(qtype)
     raw = rng.integers(0, 256, size=(n_blocks, size), dtype=np.uint8)
     if qtype in (T.F16, T.BF16, T.F32, T.Q8_K):
         # Plain floats and the f32 scale: random finite values plus edge cases.
+        # (Q8_K's f32 scale is its field d, at offset 0.)
+        assert qtype != T.Q8_K or field(qtype, "d") == {"name": "d", "type": "f32", "offset": 0}
         width = {T.F16: 2, T.BF16: 2, T.F32: 4, T.Q8_K: 4}[qtype]
         dt = {T.F16: np.float16, T.BF16: np.float32, T.F32: np.float32, T.Q8_K: np.float32}[qtype]
         if qtype == T.BF16:
@@ -131,7 +166,7 @@ def random_blocks(qtype, n_blocks, rng) -> np.ndarray:
 def check_random(rust, types, n_blocks, rng) -> list[str]:
     errors = []
     for qt in types:
-        block, _ = (32, 36) if qt == T.Q8_1 else gguf.GGML_QUANT_SIZES[qt]
+        block, _ = geometry(qt)
         raw = random_blocks(qt, n_blocks, rng)
         count = n_blocks * block
         err = compare(f"random {qt.name}", rust.dequantize(qt, raw.tobytes(), count), reference(qt, raw, count))

@@ -62,6 +62,7 @@ need_models() { # the model files and the reference python every test needs; wit
 
 # ---- the steps, in order: NAME MINUTES COMMAND ----
 step fmt      2  cargo fmt --all --check -- --color never
+step cycles   2  python3 scripts/import_cycles.py
 step clippy   15 cargo clippy --workspace --all-targets -- -D warnings
 step test     35 cargo test --workspace --no-fail-fast
 step fuzz     12 bash scripts/fuzz.sh "$fuzz_seconds"

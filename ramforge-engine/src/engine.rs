@@ -99,7 +99,7 @@ impl Engine {
                 }
             })?;
         let weights = Weights::load(&model.file, &model.tensors, &plan, &budget, progress)?;
-        let depth_control = DepthControl::new(&weights.matrices.stats);
+        let depth_control = DepthControl::new(weights.matrices.stats());
         let scratch = Scratch::new(&budget, cfg, &model.tensors, plan.request.batch, ctx)?;
         let logits = ChargedVec::zeroed(&budget, "logits", model.tensors.n_vocab)?;
         let kv = KvCache::for_model(&budget, plan.request.kv_type, cfg, ctx);
@@ -125,8 +125,7 @@ impl Engine {
     /// adapt again from measurements. Returns the depth the ring keeps (it may stay shallower
     /// when the budget has no room for more buffers); 0 when nothing is streamed.
     pub fn set_prefetch_depth(&mut self, depth: Option<usize>) -> usize {
-        let stats = self.weights.matrices.stats;
-        self.depth_control.fix(depth, &stats);
+        self.depth_control.fix(depth, self.weights.matrices.stats());
         let ring = self.plan.stream_buffers;
         match depth {
             Some(d) => self.apply_prefetch_depth(d.clamp(1, ring.max(1))),
@@ -151,14 +150,6 @@ impl Engine {
         })
     }
 
-    /// Records the buffers the prefetch ring holds now in the stats.
-    fn record_prefetch_depth(&mut self) {
-        if let Some(p) = self.weights.matrices.prefetcher() {
-            let depth = p.depth() as u64;
-            self.weights.matrices.stats.prefetch_depth = depth;
-        }
-    }
-
     /// Before a pass that starts with `token`: fails if the model file was replaced or
     /// written to (see [`crate::stream::identity`]), then adapts the prefetch depth when a window
     /// of measurements is complete.
@@ -166,7 +157,7 @@ impl Engine {
         self.check_file(token, "stopped before reading")?;
         if let Some(depth) = self
             .depth_control
-            .at_pass_start(&self.plan, &self.weights.matrices.stats)
+            .at_pass_start(&self.plan, self.weights.matrices.stats())
         {
             self.apply_prefetch_depth(depth);
         }
@@ -275,7 +266,7 @@ impl Engine {
 
     /// Storage traffic and layout figures so far.
     pub fn residency(&self) -> &ResidencyStats {
-        &self.weights.matrices.stats
+        self.weights.matrices.stats()
     }
 
     /// Vocabulary size (length of the logits).
@@ -292,6 +283,15 @@ impl Engine {
     pub fn reset(&mut self) {
         self.kv.clear();
         self.history.clear();
+    }
+
+    /// Keeps the first `n` tokens of the context (and their keys and values, still charged)
+    /// and forgets the rest, so a prompt that starts with them evaluates only what follows.
+    pub fn truncate_context(&mut self, n: usize) {
+        if n < self.history.len() {
+            self.history.truncate(n);
+            self.kv.set_len(n);
+        }
     }
 
     /// Appends `tokens` to the context and returns the logits that follow the last of them.
@@ -322,8 +322,14 @@ impl Engine {
         let pool = Arc::clone(&self.pool);
         let started = Instant::now();
         let result = pool.install(|| self.eval_batches(tokens, cancel));
-        self.weights.matrices.stats.eval_secs += started.elapsed().as_secs_f64();
-        self.record_prefetch_depth();
+        let added = if matches!(result, Ok(true)) {
+            tokens.len()
+        } else {
+            0
+        };
+        self.weights
+            .matrices
+            .record_eval(started.elapsed().as_secs_f64(), added);
         match result {
             Ok(false) => {
                 self.reset();
@@ -332,7 +338,6 @@ impl Engine {
             Ok(true) => {
                 self.history.extend_from_slice(tokens);
                 self.kv.set_len(self.history.len());
-                self.weights.matrices.stats.tokens += tokens.len() as u64;
                 Ok(true)
             }
             Err(e) => {

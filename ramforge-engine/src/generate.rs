@@ -31,6 +31,9 @@ pub enum StopReason {
 pub struct GenerationStats {
     /// Tokens of the prompt.
     pub prompt_tokens: usize,
+    /// Leading prompt tokens whose keys and values were reused from the context
+    /// ([`Engine::generate_reusing`]); 0 for [`Engine::generate`].
+    pub cached_tokens: usize,
     /// Tokens generated (an end-of-generation token that stopped it is not counted).
     pub generated_tokens: usize,
     /// The generated tokens.
@@ -53,9 +56,9 @@ pub struct GenerationStats {
 }
 
 impl GenerationStats {
-    /// Prompt tokens processed per second.
+    /// Prompt tokens evaluated (those not reused from the context) per second.
     pub fn prompt_tokens_per_sec(&self) -> f64 {
-        rate(self.prompt_tokens, self.prompt_secs)
+        rate(self.prompt_tokens - self.cached_tokens, self.prompt_secs)
     }
 
     /// Decode speed: tokens after the first, over the time spent producing them.
@@ -86,8 +89,47 @@ impl Engine {
         on_token: &mut dyn FnMut(u32, &str),
         cancel: &AtomicBool,
     ) -> Result<GenerationStats, EngineError> {
-        params.validate().map_err(EngineError::Invalid)?;
         self.reset();
+        self.generate_from(0, prompt, params, on_token, cancel)
+    }
+
+    /// [`Engine::generate`] that keeps the longest prefix the context already holds (the
+    /// previous prompt and reply of a conversation) and evaluates only the rest of `prompt`:
+    /// the second turn of a chat prefills only its new tokens. At least the last prompt token
+    /// is evaluated, for its logits. The reused keys and values were computed in other batches,
+    /// so logits may differ from a fresh [`Engine::generate`] in f32 rounding.
+    pub fn generate_reusing(
+        &mut self,
+        prompt: &[u32],
+        params: &SamplingParams,
+        on_token: &mut dyn FnMut(u32, &str),
+        cancel: &AtomicBool,
+    ) -> Result<GenerationStats, EngineError> {
+        let common = self
+            .history()
+            .iter()
+            .zip(prompt)
+            .take_while(|(a, b)| a == b)
+            .count();
+        let keep = common.min(prompt.len().saturating_sub(1));
+        self.truncate_context(keep);
+        self.generate_from(keep, prompt, params, on_token, cancel)
+    }
+
+    /// Generates after `prompt`, whose first `cached` tokens the context already holds.
+    fn generate_from(
+        &mut self,
+        cached: usize,
+        prompt: &[u32],
+        params: &SamplingParams,
+        on_token: &mut dyn FnMut(u32, &str),
+        cancel: &AtomicBool,
+    ) -> Result<GenerationStats, EngineError> {
+        debug_assert_eq!(self.n_past(), cached);
+        if let Err(e) = params.validate() {
+            self.reset();
+            return Err(EngineError::Invalid(e));
+        }
         if prompt.is_empty() {
             return Err(EngineError::Invalid("the prompt has no tokens".into()));
         }
@@ -100,11 +142,12 @@ impl Engine {
         }
         let before = *self.residency();
         let started = Instant::now();
-        let prompt_done = self.eval_unless_cancelled(prompt, Some(cancel))?;
+        let prompt_done = self.eval_unless_cancelled(&prompt[cached..], Some(cancel))?;
         let prompt_secs = started.elapsed().as_secs_f64();
         if !prompt_done {
             return Ok(GenerationStats {
                 prompt_tokens: prompt.len(),
+                cached_tokens: cached,
                 generated_tokens: 0,
                 tokens: Vec::new(),
                 text: String::new(),
@@ -163,6 +206,7 @@ impl Engine {
         }
         Ok(GenerationStats {
             prompt_tokens: prompt.len(),
+            cached_tokens: cached,
             generated_tokens: tokens.len(),
             tokens,
             text,

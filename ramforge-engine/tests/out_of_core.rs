@@ -199,11 +199,7 @@ fn truncate_mid_generation(tag: &str, evict: bool, cut_at: Cut) {
         .map(|(l, _)| l.matrices());
     let first = match cut_at {
         Cut::LastInFile => streamed.flatten().max_by_key(|t| t.offset),
-        Cut::FirstStreamed => streamed
-            .next()
-            .unwrap()
-            .into_iter()
-            .min_by_key(|t| t.offset),
+        Cut::FirstStreamed => streamed.next().unwrap().min_by_key(|t| t.offset),
     }
     .unwrap()
     .clone();

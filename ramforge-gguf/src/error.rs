@@ -1,7 +1,7 @@
 //! The one error type of this crate. Every variant renders as a single line that names the
 //! byte offset and the key or tensor concerned.
 
-use ramforge_quant::GgmlType;
+use ramforge_types::GgmlType;
 
 #[derive(Debug, thiserror::Error)]
 pub enum GgufError {

@@ -10,6 +10,7 @@
 
 mod error;
 mod file;
+mod limits;
 mod parse;
 mod tensor;
 mod value;
@@ -17,11 +18,11 @@ mod write;
 
 pub use error::GgufError;
 pub use file::{page_size, GgufFile, TensorMap, TensorReader};
-pub use parse::{
-    parse_header, GgufHeader, ALIGNMENT_KEY, DEFAULT_ALIGNMENT, MAGIC, MAX_ARRAY_DEPTH, MAX_DIMS,
-    MAX_TENSOR_NAME,
+pub use limits::{
+    ALIGNMENT_KEY, DEFAULT_ALIGNMENT, MAGIC, MAX_ARRAY_DEPTH, MAX_DIMS, MAX_TENSOR_NAME,
 };
-pub use ramforge_quant::GgmlType;
+pub use parse::{parse_header, GgufHeader};
+pub use ramforge_types::GgmlType;
 pub use tensor::TensorInfo;
 pub use value::{Metadata, Value, ValueType};
 pub use write::{GgufWriter, TensorData};

@@ -4,23 +4,13 @@
 //! allocation, so hostile headers fail fast with small memory.
 
 use crate::error::GgufError;
+use crate::limits::{
+    align_up, ALIGNMENT_KEY, DEFAULT_ALIGNMENT, MAGIC, MAX_ARRAY_DEPTH, MAX_DIMS, MAX_TENSOR_NAME,
+};
 use crate::tensor::TensorInfo;
 use crate::value::{Metadata, Value, ValueType};
-use ramforge_quant::GgmlType;
+use ramforge_types::GgmlType;
 use std::collections::HashSet;
-
-/// GGUF magic bytes.
-pub const MAGIC: [u8; 4] = *b"GGUF";
-/// Alignment used when `general.alignment` is absent.
-pub const DEFAULT_ALIGNMENT: u64 = 32;
-/// The metadata key that sets the data alignment.
-pub const ALIGNMENT_KEY: &str = "general.alignment";
-/// Longest tensor name GGUF allows.
-pub const MAX_TENSOR_NAME: u64 = 64;
-/// Deepest array nesting accepted (arrays of arrays of ...).
-pub const MAX_ARRAY_DEPTH: usize = 4;
-/// Most dimensions a tensor may have.
-pub const MAX_DIMS: u32 = 4;
 
 /// Fewest bytes one metadata entry occupies: key length (8) + value type (4) + a 1-byte value.
 const MIN_KV_BYTES: u64 = 13;
@@ -237,11 +227,6 @@ fn check_tensor_placement(
         }
     }
     Ok(())
-}
-
-/// `x` rounded up to a multiple of `align` (a power of two), or `None` on overflow.
-pub(crate) fn align_up(x: u64, align: u64) -> Option<u64> {
-    x.checked_add(align - 1).map(|v| v / align * align)
 }
 
 /// A bounds-checked little-endian reader over the header bytes.

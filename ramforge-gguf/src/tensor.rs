@@ -1,8 +1,8 @@
 //! Tensor descriptions from the GGUF header.
 
 use crate::error::GgufError;
-use crate::parse::MAX_DIMS;
-use ramforge_quant::GgmlType;
+use crate::limits::MAX_DIMS;
+use ramforge_types::GgmlType;
 
 /// One tensor's description.
 ///

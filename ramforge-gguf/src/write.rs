@@ -9,10 +9,11 @@
 
 use crate::error::GgufError;
 use crate::file::GgufFile;
-use crate::parse::{align_up, parse_header, GgufHeader, ALIGNMENT_KEY, DEFAULT_ALIGNMENT, MAGIC};
+use crate::limits::{align_up, ALIGNMENT_KEY, DEFAULT_ALIGNMENT, MAGIC};
+use crate::parse::{parse_header, GgufHeader};
 use crate::tensor::TensorInfo;
 use crate::value::{Metadata, Value};
-use ramforge_quant::GgmlType;
+use ramforge_types::GgmlType;
 use std::borrow::Cow;
 use std::io::{Read, Write};
 use std::path::Path;

@@ -114,8 +114,14 @@ pub fn format_module(spec: &Spec, act: &Spec) -> TokenStream {
             Some(n) => quote!([#z; #n]),
         }
     });
-    let offsets = spec.fields.iter().map(|f| f.offset);
+    let offsets: Vec<_> = spec.fields.iter().map(|f| f.offset).collect();
     let offset_names = field_names.clone();
+    let offset_consts = spec.fields.iter().map(|f| {
+        let c = format_ident!("OFFSET_{}", f.name.to_ascii_uppercase());
+        let doc = format!("Byte offset of field `{}` in a block.", f.name);
+        let o = f.offset;
+        quote!(#[doc = #doc] pub const #c: usize = #o;)
+    });
 
     let binds = bindings(&spec.fields);
     let quant = &spec.quant;
@@ -161,7 +167,9 @@ pub fn format_module(spec: &Spec, act: &Spec) -> TokenStream {
             const SPEC_SOURCE: &[u8] = include_bytes!(#path);
 
             pub const TYPE: crate::GgmlType = crate::GgmlType::#ty;
-            /// The ggml type id the spec declares (checked against `GgmlType` in the tests).
+            /// The type activations are quantized to for `vec_dot`.
+            pub const ACT: crate::GgmlType = act::TYPE;
+            /// The ggml type id the spec declares (checked against `GgmlType` below).
             pub const ID: u32 = #id;
             /// Elements per block.
             pub const BLOCK: usize = #block;
@@ -173,7 +181,13 @@ pub fn format_module(spec: &Spec, act: &Spec) -> TokenStream {
             const HAS_MIN: bool = #has_min;
             /// Bound on `|x - dequantize(quantize(x))|` relative to the block's max `|x|`.
             pub const ROUNDTRIP_TOLERANCE: f32 = #tol;
+            #(#offset_consts)*
             #(#tables)*
+
+            const _: () = assert!(
+                TYPE.id() == ID && TYPE.block_size() == BLOCK && TYPE.type_size() == BYTES,
+                concat!(#path, ": id, block or bytes differ from the GgmlType table")
+            );
 
             /// One block as stored in the file: fields of bytes, so alignment is 1.
             #[repr(C)]
@@ -296,116 +310,141 @@ pub fn format_module(spec: &Spec, act: &Spec) -> TokenStream {
                 }
             }
 
-            pub(crate) static KERNELS: crate::kernels::Kernels = crate::kernels::Kernels {
+            /// The scalar reference kernels: what a fast path starts from and replaces parts of.
+            pub(crate) const REFERENCE: crate::kernel_table::Kernels = crate::kernel_table::Kernels {
                 dequantize: dequantize_row,
                 quantize: quantize_row,
-                dot: crate::kernels::Dot::Quant { act: act::TYPE, vec_dot },
+                dot: crate::kernel_table::Dot::Quant { act: ACT, vec_dot },
                 tile: None,
                 rows: None,
             };
+            pub(crate) static KERNELS: crate::kernel_table::Kernels = REFERENCE;
+        }
+    }
+}
 
-            #[cfg(test)]
-            mod tests {
-                use super::*;
-                use proptest::prelude::*;
+/// Generates the property tests of one format's module (`crate::formats::<module>`), which
+/// go through the crate's public entry points.
+pub fn format_tests(spec: &Spec) -> TokenStream {
+    let module = format_ident!("{}", spec.module());
+    quote! {
+        #[allow(unused, clippy::all, clippy::pedantic, non_upper_case_globals, non_snake_case)]
+        mod #module {
+            use crate::formats::#module::*;
+
+            use proptest::prelude::*;
+
+            #[test]
+            fn spec_agrees_with_the_type_table() {
+                // Also a compile-time assertion in the format's module.
+                assert_eq!(TYPE.id(), ID);
+                assert_eq!(TYPE.block_size(), BLOCK);
+                assert_eq!(TYPE.type_size(), BYTES);
+            }
+
+            proptest! {
+                #![proptest_config(ProptestConfig::with_cases(48))]
 
                 #[test]
-                fn spec_agrees_with_the_type_table() {
-                    assert_eq!(TYPE.id(), ID);
-                    assert_eq!(TYPE.block_size(), BLOCK);
-                    assert_eq!(TYPE.type_size(), BYTES);
-                    let _ = SPEC_SOURCE;
+                fn round_trip_error_is_bounded(
+                    x in prop::collection::vec(-1.0f32..1.0, 2 * BLOCK),
+                    exp in -6i32..12,
+                ) {
+                    let x: Vec<f32> = x.iter().map(|v| v * 2f32.powi(exp)).collect();
+                    let mut bytes = vec![0u8; 2 * BYTES];
+                    crate::quantize_row(TYPE, &x, &mut bytes).unwrap();
+                    let mut y = vec![0f32; 2 * BLOCK];
+                    crate::dequantize_row(TYPE, &bytes, &mut y).unwrap();
+                    for (xb, yb) in x.chunks(BLOCK).zip(y.chunks(BLOCK)) {
+                        let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
+                        for (a, b) in xb.iter().zip(yb) {
+                            prop_assert!((a - b).abs() <= ROUNDTRIP_TOLERANCE * amax,
+                                "{} -> {} (block max {})", a, b, amax);
+                        }
+                    }
                 }
 
-                proptest! {
-                    #![proptest_config(ProptestConfig::with_cases(48))]
-
-                    #[test]
-                    fn round_trip_error_is_bounded(
-                        x in prop::collection::vec(-1.0f32..1.0, 2 * BLOCK),
-                        exp in -6i32..12,
-                    ) {
-                        let x: Vec<f32> = x.iter().map(|v| v * 2f32.powi(exp)).collect();
-                        let mut bytes = vec![0u8; 2 * BYTES];
-                        crate::quantize_row(TYPE, &x, &mut bytes).unwrap();
-                        let mut y = vec![0f32; 2 * BLOCK];
-                        crate::dequantize_row(TYPE, &bytes, &mut y).unwrap();
-                        for (xb, yb) in x.chunks(BLOCK).zip(y.chunks(BLOCK)) {
-                            let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
-                            for (a, b) in xb.iter().zip(yb) {
-                                prop_assert!((a - b).abs() <= ROUNDTRIP_TOLERANCE * amax,
-                                    "{} -> {} (block max {})", a, b, amax);
-                            }
+                #[test]
+                fn matvec_matches_dequantized_dot(
+                    w in prop::collection::vec(-1.0f32..1.0, 3 * 2 * BLOCK),
+                    x in prop::collection::vec(-4.0f32..4.0, 2 * BLOCK),
+                ) {
+                    let (rows, cols) = (3, 2 * BLOCK);
+                    let mut wq = vec![0u8; rows * 2 * BYTES];
+                    crate::quantize_row(TYPE, &w, &mut wq).unwrap();
+                    let mut wd = vec![0f32; rows * cols];
+                    crate::dequantize_row(TYPE, &wq, &mut wd).unwrap();
+                    let mut y = vec![0f32; rows];
+                    crate::matvec(TYPE, &wq, rows, cols, &x, &mut y).unwrap();
+                    let mut y_ref = vec![0f32; rows];
+                    matvec(&wq, cols, &x, &mut y_ref);
+                    for o in 0..rows {
+                        let wrow = &wd[o * cols..(o + 1) * cols];
+                        let exact: f64 = wrow.iter().zip(&x).map(|(a, b)| *a as f64 * *b as f64).sum();
+                        let tol = crate::matvec_tolerance(TYPE, wrow, &x).unwrap() as f64;
+                        prop_assert!((y[o] as f64 - exact).abs() <= tol, "row {}: {} vs {} (tol {})", o, y[o], exact, tol);
+                        if crate::isa::active() == crate::isa::Isa::Scalar {
+                            prop_assert_eq!(y[o], y_ref[o]);
+                        } else {
+                            // A fast kernel adds the same integer products in another
+                            // order: it may differ from the reference by f32 rounding (the
+                            // 10x headroom covers the scale * quant and min terms that
+                            // cancel inside w).
+                            let terms: f64 = wrow.iter().zip(&x).map(|(a, b)| (*a as f64 * *b as f64).abs()).sum();
+                            let slack = 1e-4 * terms + 1e-30;
+                            prop_assert!((y[o] as f64 - y_ref[o] as f64).abs() <= slack, "row {}: {} vs reference {}", o, y[o], y_ref[o]);
                         }
                     }
+                }
 
-                    #[test]
-                    fn matvec_matches_dequantized_dot(
-                        w in prop::collection::vec(-1.0f32..1.0, 3 * 2 * BLOCK),
-                        x in prop::collection::vec(-4.0f32..4.0, 2 * BLOCK),
-                    ) {
-                        let (rows, cols) = (3, 2 * BLOCK);
-                        let mut wq = vec![0u8; rows * 2 * BYTES];
-                        crate::quantize_row(TYPE, &w, &mut wq).unwrap();
-                        let mut wd = vec![0f32; rows * cols];
-                        crate::dequantize_row(TYPE, &wq, &mut wd).unwrap();
-                        let mut y = vec![0f32; rows];
-                        crate::matvec(TYPE, &wq, rows, cols, &x, &mut y).unwrap();
-                        let mut y_ref = vec![0f32; rows];
-                        matvec(&wq, cols, &x, &mut y_ref);
-                        for o in 0..rows {
-                            let wrow = &wd[o * cols..(o + 1) * cols];
-                            let exact: f64 = wrow.iter().zip(&x).map(|(a, b)| *a as f64 * *b as f64).sum();
-                            let tol = crate::matvec_tolerance(TYPE, wrow, &x).unwrap() as f64;
-                            prop_assert!((y[o] as f64 - exact).abs() <= tol, "row {}: {} vs {} (tol {})", o, y[o], exact, tol);
-                            if crate::isa::active() == crate::isa::Isa::Scalar {
-                                prop_assert_eq!(y[o], y_ref[o]);
-                            } else {
-                                // A fast kernel adds the same integer products in another
-                                // order: it may differ from the reference by f32 rounding (the
-                                // 10x headroom covers the scale * quant and min terms that
-                                // cancel inside w).
-                                let terms: f64 = wrow.iter().zip(&x).map(|(a, b)| (*a as f64 * *b as f64).abs()).sum();
-                                let slack = 1e-4 * terms + 1e-30;
-                                prop_assert!((y[o] as f64 - y_ref[o] as f64).abs() <= slack, "row {}: {} vs reference {}", o, y[o], y_ref[o]);
-                            }
-                        }
-                    }
-
-                    #[test]
-                    fn truncated_and_ragged_input_is_rejected(cut in 1usize..BYTES, extra in 1usize..BLOCK) {
-                        let bytes = vec![0u8; 2 * BYTES];
-                        let mut out = vec![0f32; 2 * BLOCK];
-                        let truncated = crate::dequantize_row(TYPE, &bytes[..2 * BYTES - cut], &mut out);
-                        prop_assert!(matches!(truncated, Err(crate::QuantError::ByteLength { .. })), "{:?}", truncated);
-                        let mut ragged = vec![0f32; BLOCK + extra];
-                        let r = crate::dequantize_row(TYPE, &bytes, &mut ragged);
-                        prop_assert!(matches!(r, Err(crate::QuantError::RaggedRow { .. })), "{:?}", r);
-                        let mut y = vec![0f32; 2];
-                        let x = vec![0f32; BLOCK];
-                        let m = crate::matvec(TYPE, &bytes[..2 * BYTES - cut], 2, BLOCK, &x, &mut y);
-                        prop_assert!(matches!(m, Err(crate::QuantError::ByteLength { .. })), "{:?}", m);
-                        let q = crate::quantize_row(TYPE, &ragged, &mut vec![0u8; 2 * BYTES]);
-                        prop_assert!(matches!(q, Err(crate::QuantError::RaggedRow { .. })), "{:?}", q);
-                    }
+                #[test]
+                fn truncated_and_ragged_input_is_rejected(cut in 1usize..BYTES, extra in 1usize..BLOCK) {
+                    let bytes = vec![0u8; 2 * BYTES];
+                    let mut out = vec![0f32; 2 * BLOCK];
+                    let truncated = crate::dequantize_row(TYPE, &bytes[..2 * BYTES - cut], &mut out);
+                    prop_assert!(matches!(truncated, Err(crate::QuantError::ByteLength { .. })), "{:?}", truncated);
+                    let mut ragged = vec![0f32; BLOCK + extra];
+                    let r = crate::dequantize_row(TYPE, &bytes, &mut ragged);
+                    prop_assert!(matches!(r, Err(crate::QuantError::RaggedRow { .. })), "{:?}", r);
+                    let mut y = vec![0f32; 2];
+                    let x = vec![0f32; BLOCK];
+                    let m = crate::matvec(TYPE, &bytes[..2 * BYTES - cut], 2, BLOCK, &x, &mut y);
+                    prop_assert!(matches!(m, Err(crate::QuantError::ByteLength { .. })), "{:?}", m);
+                    let q = crate::quantize_row(TYPE, &ragged, &mut vec![0u8; 2 * BYTES]);
+                    prop_assert!(matches!(q, Err(crate::QuantError::RaggedRow { .. })), "{:?}", q);
                 }
             }
         }
     }
 }
 
-/// The lookup from `GgmlType` to the generated kernels.
+/// What concerns all formats together: the list of them (`ALL`, and `for_each_format!` for
+/// code that needs each format's module by name) and the lookup of their scalar kernels.
 pub fn dispatch(specs: &[Spec]) -> TokenStream {
-    let arms = specs.iter().map(|s| {
-        let ty = format_ident!("{}", s.name);
-        let m = format_ident!("{}", s.module());
-        quote!(crate::GgmlType::#ty => Some(&#m::KERNELS),)
-    });
+    let types: Vec<_> = specs.iter().map(|s| format_ident!("{}", s.name)).collect();
+    let modules: Vec<_> = specs
+        .iter()
+        .map(|s| format_ident!("{}", s.module()))
+        .collect();
     quote! {
-        /// The kernels generated for `ty`, if a spec declares it.
-        pub(crate) fn kernels(ty: crate::GgmlType) -> Option<&'static crate::kernels::Kernels> {
+        /// Every block format a spec declares, in spec-file order.
+        pub const ALL: &[crate::GgmlType] = &[#(crate::GgmlType::#types),*];
+
+        /// `for_each_format!(callback)` expands to
+        /// `callback! { (TYPE, module), ... }` with every format's `GgmlType` variant and
+        /// module name (`Q4_0, q4_0`), in the order of [`ALL`]: for code that needs each
+        /// format's items by name (tests, tables), so that a new spec needs no edit there.
+        macro_rules! for_each_format {
+            ($callback:ident) => {
+                $callback! { #((#types, #modules)),* }
+            };
+        }
+        pub(crate) use for_each_format;
+
+        /// The scalar reference kernels generated for `ty`, if a spec declares it.
+        pub(crate) fn kernels(ty: crate::GgmlType) -> Option<&'static crate::kernel_table::Kernels> {
             match ty {
-                #(#arms)*
+                #(crate::GgmlType::#types => Some(&#modules::KERNELS),)*
                 _ => None,
             }
         }

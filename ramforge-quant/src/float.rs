@@ -1,5 +1,6 @@
 //! F32, F16 and BF16 rows: converted natively (the `half` crate), dotted with f32 activations.
 
+use crate::kernel_table::{Dot, Kernels};
 use half::{bf16, f16};
 
 /// Element decoders for the plain float types, little-endian.
@@ -126,3 +127,28 @@ pub(crate) fn dot_bf16(row: &[u8], x: &[f32]) -> f32 {
         h.convert_to_f32_slice(w)
     })
 }
+
+/// The scalar kernels of the float types (a fast path replaces some of them per ISA).
+pub(crate) const F32: Kernels = Kernels {
+    dequantize: dequantize_f32,
+    quantize: quantize_f32,
+    dot: Dot::Float(dot_f32),
+    tile: None,
+    rows: None,
+};
+
+pub(crate) const F16: Kernels = Kernels {
+    dequantize: dequantize_f16,
+    quantize: quantize_f16,
+    dot: Dot::Float(dot_f16),
+    tile: None,
+    rows: None,
+};
+
+pub(crate) const BF16: Kernels = Kernels {
+    dequantize: dequantize_bf16,
+    quantize: quantize_bf16,
+    dot: Dot::Float(dot_bf16),
+    tile: None,
+    rows: None,
+};

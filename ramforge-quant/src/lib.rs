@@ -2,9 +2,9 @@
 //!
 //! One job: turn quantized GGML blocks into numbers (dequantize), numbers into blocks
 //! (quantize), and multiply quantized matrices by vectors. It depends on no other RAMforge
-//! crate, so it can be used on its own.
+//! crate but its proc macro and the type table (`ramforge-types`), so it can be used on its own.
 //!
-//! The block formats (Q4_0 ... Q8_K, IQ4_NL, IQ4_XS) are generated at compile time from the
+//! The block formats (Q4_0 ... Q8_K, IQ4_NL, IQ4_XS, MXFP4) are generated at compile time from the
 //! declarative specs in `specs/` by `ramforge_macros::block_formats!`; F32, F16 and BF16 are
 //! handled natively. Layout convention: a weight matrix of GGUF shape `[cols, rows]` is `rows`
 //! rows of `cols` elements, and `y[o] = sum_i W[o][i] x[i]`.
@@ -21,38 +21,42 @@
 //! # Ok::<(), ramforge_quant::QuantError>(())
 //! ```
 
+mod dispatch;
+mod drivers;
 mod error;
 mod float;
+#[cfg(test)]
+mod format_tests;
 pub mod formats;
 pub mod isa;
-mod kernels;
+mod kernel_table;
+mod lengths;
 mod simd;
 mod spec_support;
-mod types;
 
+pub use drivers::Product;
 pub use error::QuantError;
-pub use kernels::Product;
-pub use types::GgmlType;
+pub use ramforge_types::GgmlType;
 
 /// Whether `ty` has kernels here (dequantize, quantize, matvec).
 pub fn is_supported(ty: GgmlType) -> bool {
-    kernels::kernels(ty).is_ok()
+    dispatch::kernels(ty).is_ok()
 }
 
 /// The type activations are quantized to before being dotted with `ty` weights, as ggml
 /// pairs them (`None` for float weights, which dot with f32 activations).
 pub fn vec_dot_type(ty: GgmlType) -> Result<Option<GgmlType>, QuantError> {
-    Ok(match kernels::kernels(ty)?.dot {
-        kernels::Dot::Float(_) => None,
-        kernels::Dot::Quant { act, .. } => Some(act),
+    Ok(match dispatch::kernels(ty)?.dot {
+        kernel_table::Dot::Float(_) => None,
+        kernel_table::Dot::Quant { act, .. } => Some(act),
     })
 }
 
 /// Dequantizes one row: `dst.len()` elements from exactly `ty.row_size(dst.len())` bytes.
 pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), QuantError> {
-    let k = kernels::kernels(ty)?;
-    let bytes = kernels::row_bytes(ty, dst.len())?;
-    kernels::check_bytes(ty, bytes, src.len())?;
+    let k = dispatch::kernels(ty)?;
+    let bytes = lengths::row_bytes(ty, dst.len())?;
+    lengths::check_bytes(ty, bytes, src.len())?;
     (k.dequantize)(src, dst);
     Ok(())
 }
@@ -61,9 +65,9 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), Q
 /// with the reference (round-to-nearest) quantizer. For Q8_0, Q8_1 and Q8_K the result is
 /// bit-identical to ggml's reference quantizer.
 pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {
-    let k = kernels::kernels(ty)?;
-    let bytes = kernels::row_bytes(ty, src.len())?;
-    kernels::check_bytes(ty, bytes, dst.len())?;
+    let k = dispatch::kernels(ty)?;
+    let bytes = lengths::row_bytes(ty, src.len())?;
+    lengths::check_bytes(ty, bytes, dst.len())?;
     (k.quantize)(src, dst);
     Ok(())
 }
@@ -82,7 +86,7 @@ pub fn matvec(
     x: &[f32],
     y: &mut [f32],
 ) -> Result<(), QuantError> {
-    kernels::matvec(ty, weights, rows, cols, x, y)
+    drivers::matvec(ty, weights, rows, cols, x, y)
 }
 
 /// Batched product for prompt processing: `x` is `n` rows of `cols`, `y` is `n` rows of
@@ -99,7 +103,7 @@ pub fn matmul(
     n: usize,
     y: &mut [f32],
 ) -> Result<(), QuantError> {
-    kernels::matmul(ty, weights, rows, cols, x, n, y)
+    drivers::matmul(ty, weights, rows, cols, x, n, y)
 }
 
 /// Several products of the same activations in one parallel region (Q, K and V of a layer;
@@ -117,7 +121,7 @@ pub fn matmul_many(
     n: usize,
     scratch: &mut [u8],
 ) -> Result<(), QuantError> {
-    kernels::matmul_many(products, cols, x, n, scratch)
+    drivers::matmul_many(products, cols, x, n, scratch)
 }
 
 /// Bytes of scratch [`matmul_many`] needs for products of `types` over `n` tokens of `cols`
@@ -127,7 +131,7 @@ pub fn activation_scratch_bytes(
     cols: usize,
     n: usize,
 ) -> Result<usize, QuantError> {
-    kernels::activation_scratch_bytes(types, cols, n)
+    drivers::activation_scratch_bytes(types, cols, n)
 }
 
 /// How far [`matvec`] may lie from the exact `sum_i W[o][i] x[i]` of the dequantized row `w`
@@ -138,7 +142,7 @@ pub fn activation_scratch_bytes(
 /// `sum_i |w[i]| * err(block of i)`; on top, `1e-5 * sum_i |w[i] x[i]|` covers f32 summation.
 /// Float weights dot with f32 activations and get only the summation term.
 pub fn matvec_tolerance(ty: GgmlType, w: &[f32], x: &[f32]) -> Result<f32, QuantError> {
-    kernels::check_elements(ty, "x", w.len(), x.len())?;
+    lengths::check_elements(ty, "x", w.len(), x.len())?;
     let sum_abs: f64 = w
         .iter()
         .zip(x)

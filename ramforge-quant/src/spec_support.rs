@@ -60,3 +60,24 @@ pub fn int_dot(a: &[i8], b: &[i8]) -> i32 {
 pub fn int_sum(a: &[i8]) -> i32 {
     a.iter().map(|&x| x as i32).sum()
 }
+
+/// An E8M0 shared exponent (a u8 `e`, no sign, no mantissa) as ggml's `E8M0_TO_FP32_HALF`:
+/// `2^(e - 127) / 2 = 2^(e - 128)`, exact in f32 for every `e` (subnormal for `e < 2`).
+pub fn e8m0_half(e: u8) -> f32 {
+    let bits = if e < 2 {
+        0x0020_0000u32 << e
+    } else {
+        (e as u32 - 1) << 23
+    };
+    f32::from_bits(bits)
+}
+
+/// The E8M0 exponent of the MXFP4 quantizer for a block whose largest magnitude is `amax`
+/// (gguf-py's `floor(log2(amax)) - 2 + 127`, clamped to a byte; 0 for an all-zero block).
+pub fn e8m0_for(amax: f32) -> u8 {
+    if amax > 0.0 {
+        (amax.log2().floor() as i32 - 2 + 127).clamp(0, 255) as u8
+    } else {
+        0
+    }
+}

@@ -70,8 +70,8 @@ fn supported() -> Vec<GgmlType> {
 }
 
 #[test]
-fn all_fourteen_block_formats_and_three_float_types_are_supported() {
-    assert_eq!(supported().len(), 17);
+fn all_fifteen_block_formats_and_three_float_types_are_supported() {
+    assert_eq!(supported().len(), 18);
     for ty in [GgmlType::Q4_1, GgmlType::Q5_1] {
         assert_eq!(vec_dot_type(ty).unwrap(), Some(GgmlType::Q8_1));
     }
@@ -80,6 +80,7 @@ fn all_fourteen_block_formats_and_three_float_types_are_supported() {
         GgmlType::Q5_0,
         GgmlType::Q8_0,
         GgmlType::IQ4_NL,
+        GgmlType::MXFP4,
     ] {
         assert_eq!(vec_dot_type(ty).unwrap(), Some(GgmlType::Q8_0));
     }

@@ -1,13 +1,24 @@
 //! `ramforge-tools`: the command-line front end of RAMforge.
 //!
-//! One module per command under `cmd/`; each owns its clap `Args` and a `run` function.
+//! One module per command under `cmd/`; each owns its clap `Args` and a `run` function. What
+//! several commands share sits beside `cmd/`: `args` (flags), `generate` (the engine at work),
+//! `default_model`, `progress`, `cancel`, `verbosity`, `sha256`, `error`.
 //! Errors are printed as one line on stderr; runtime failures exit 1, usage errors exit 2.
 
+mod args;
+mod cancel;
 mod cmd;
+mod default_model;
+mod error;
 mod examples;
+mod generate;
+mod progress;
+mod sha256;
+mod verbosity;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
+use verbosity::Verbosity;
 
 #[derive(Parser)]
 #[command(
@@ -56,10 +67,10 @@ enum Command {
 fn main() -> ExitCode {
     restore_default_sigpipe();
     let cli = Cli::parse();
-    cmd::util::set_verbosity(match (cli.quiet, cli.verbose) {
-        (true, _) => cmd::util::Verbosity::Quiet,
-        (false, true) => cmd::util::Verbosity::Verbose,
-        (false, false) => cmd::util::Verbosity::Normal,
+    verbosity::set_verbosity(match (cli.quiet, cli.verbose) {
+        (true, _) => Verbosity::Quiet,
+        (false, true) => Verbosity::Verbose,
+        (false, false) => Verbosity::Normal,
     });
     let result = match cli.command {
         Command::Run(a) => cmd::run::run(a),

@@ -1,9 +1,8 @@
 //! The README's "What it supports" section is generated from the code's own lists: this test
 //! regenerates it and fails when the README differs. `RAMFORGE_BLESS=1` rewrites the README.
 
-use ramforge_engine::config::RopeStyle;
-use ramforge_engine::tokenizer::{KNOWN_PRE_TOKENIZERS, SUPPORTED_MODELS};
-use ramforge_engine::Arch;
+use ramforge_engine::model::arch::{RopeStyle, ALL as ARCHITECTURES};
+use ramforge_engine::text::tokenizer::{KNOWN_PRE_TOKENIZERS, SUPPORTED_MODELS};
 use ramforge_quant::GgmlType;
 use std::fmt::Write;
 use std::path::PathBuf;
@@ -28,12 +27,12 @@ fn supported_section() -> String {
     let mut s = String::new();
     s.push_str("\n### Architectures (`general.architecture`)\n\n");
     s.push_str("| architecture | RoPE rotates |\n|---|---|\n");
-    for arch in Arch::ALL {
-        let pairs = match arch.rope_style() {
+    for arch in ARCHITECTURES {
+        let pairs = match arch.rope {
             RopeStyle::Adjacent => "adjacent pairs `(x[2j], x[2j+1])`",
             RopeStyle::Neox => "neox pairs `(x[j], x[j+d/2])`",
         };
-        writeln!(s, "| `{}` | {pairs} |", arch.name()).unwrap();
+        writeln!(s, "| `{}` | {pairs} |", arch.name).unwrap();
     }
 
     s.push_str("\n### Tensor types\n\n");

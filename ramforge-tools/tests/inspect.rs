@@ -115,6 +115,10 @@ fn text_is_human_readable() {
     assert!(tokens.len() < 200, "long arrays are summarized: {tokens}");
     assert!(text.contains("\ntypes:\n"));
     assert!(text.contains("  file            241.4 MiB"), "{text}");
+    assert!(
+        text.contains("  chat template  none (no tokenizer.chat_template)"),
+        "{text}"
+    );
     let out = inspect(&[model("SmolLM2-135M-Instruct.Q4_1.gguf").as_os_str()]);
     let text = String::from_utf8(out.stdout).unwrap();
     let template = text
@@ -125,6 +129,15 @@ fn text_is_human_readable() {
         template.contains("chars)"),
         "long strings are cut: {template}"
     );
+    let size = text
+        .lines()
+        .find(|l| l.starts_with("  chat template"))
+        .unwrap();
+    assert!(size.contains("bytes)") && !size.contains("none"), "{size}");
+    let j = json_of("SmolLM2-135M-Instruct.Q4_1.gguf");
+    let template = j["metadata"]["tokenizer.chat_template"].as_str().unwrap();
+    assert_eq!(j["chat_template_bytes"], template.len());
+    assert!(json_of("gemma-3-270m-q4_k_m.gguf")["chat_template_bytes"].is_null());
 }
 
 #[test]

@@ -45,7 +45,7 @@ pub struct Matrices {
     stream: Option<Prefetcher>,
     output: Output,
     embd_row: ChargedVec<u8>,
-    pub stats: ResidencyStats,
+    stats: ResidencyStats,
 }
 
 /// Reads a whole 1-D tensor as f32 (norms, biases, RoPE factors).
@@ -261,6 +261,21 @@ fn read_mode(file: &GgufFile, tensors: &ModelTensors, plan: &MemoryPlan) -> Read
 }
 
 impl Matrices {
+    /// The storage traffic so far.
+    pub fn stats(&self) -> &ResidencyStats {
+        &self.stats
+    }
+
+    /// Records a finished `eval`: its seconds, and the tokens it added to the context (0 when
+    /// it failed or was cancelled); and the prefetch depth the ring keeps now.
+    pub fn record_eval(&mut self, secs: f64, tokens: usize) {
+        self.stats.eval_secs += secs;
+        self.stats.tokens += tokens as u64;
+        if let Some(p) = &self.stream {
+            self.stats.prefetch_depth = p.depth() as u64;
+        }
+    }
+
     /// The prefetch ring, when layers are streamed (the engine adapts its depth).
     pub fn prefetcher(&mut self) -> Option<&mut Prefetcher> {
         self.stream.as_mut()

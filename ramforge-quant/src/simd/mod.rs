@@ -6,7 +6,7 @@
 mod x86;
 
 use crate::isa::Isa;
-use crate::kernels::Kernels;
+use crate::kernel_table::Kernels;
 use crate::GgmlType;
 
 /// The fast kernels for `ty` on `isa`, if there are any.

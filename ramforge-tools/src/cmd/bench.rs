@@ -5,8 +5,12 @@
 //! it needs no tokenizer: prefill is the prompt in one `eval` per batch, decode is one `eval` per
 //! token of the greedy continuation. Ctrl-C stops it and prints what was measured so far.
 
-use super::util::{cancel_flag, human_bytes, progress_bar};
-use super::CmdResult;
+use crate::cancel::cancel_flag;
+use crate::error::CmdResult;
+use crate::generate::load_engine;
+use crate::progress::progress_bar;
+use crate::verbosity::quiet;
+use ramforge_engine::budget::human_bytes;
 use ramforge_engine::sampling::argmax;
 use ramforge_engine::{process_memory, Engine, EngineOptions, ResidencyStats};
 use std::path::PathBuf;
@@ -21,7 +25,7 @@ pub struct Args {
     #[arg(short, long, value_name = "FILE")]
     pub model: Option<PathBuf>,
     /// RAM budget (e.g. 64M, 1.5G; powers of 1024). Default: no limit.
-    #[arg(long, value_name = "SIZE", value_parser = super::run::parse_ram)]
+    #[arg(long, value_name = "SIZE", value_parser = crate::args::parse_ram)]
     pub ram: Option<u64>,
     /// Prompt tokens to process (the prefill measurement).
     #[arg(short = 'p', long, default_value_t = 128, value_name = "N",
@@ -67,10 +71,7 @@ fn rate(tokens: usize, secs: f64) -> f64 {
 }
 
 pub fn run(args: Args) -> CmdResult {
-    let path = match &args.model {
-        Some(p) => p.clone(),
-        None => super::fetch::ensure_default_model(super::util::quiet())?,
-    };
+    let path = crate::default_model::or_default(args.model.clone(), quiet())?;
     let n_prompt = args.prompt_tokens as usize;
     let n_gen = args.gen_tokens as usize;
     let options = EngineOptions {
@@ -79,7 +80,7 @@ pub fn run(args: Args) -> CmdResult {
         threads: args.threads,
         ..EngineOptions::default()
     };
-    let mut engine = super::util::load_engine(ramforge_engine::Model::open(&path)?, &options)?;
+    let mut engine = load_engine(ramforge_engine::Model::open(&path)?, &options)?;
     let cancel = cancel_flag();
     cancel.store(false, Ordering::SeqCst);
 
@@ -149,7 +150,7 @@ fn report(
         let out = serde_json::json!({
             "model": path,
             "model_bytes": file_bytes,
-            "architecture": cfg.arch.name(),
+            "architecture": cfg.arch.name,
             "layers": cfg.n_layer,
             "threads": engine.threads(),
             "ram_budget": args.ram,
@@ -197,7 +198,7 @@ fn report(
     println!(
         "model      {name} ({}, {}, {} layers)",
         human_bytes(file_bytes),
-        cfg.arch.name(),
+        cfg.arch.name,
         cfg.n_layer
     );
     println!("budget     {budget_text}");

@@ -6,16 +6,18 @@
 //! ends it. Ctrl-C while a reply is being generated stops that reply, prints its stats and
 //! returns to the prompt; Ctrl-C at the prompt quits.
 
-use super::util::{
-    cancel_flag, generate_to_stdout, human_bytes, load_engine, quiet, verbose, ModelChoice,
-};
-use super::{CmdError, CmdResult};
-use ramforge_engine::chat::{bos_eos_texts, model_chat_template, render_chat, ChatMessage};
+use crate::args::{ModelChoice, RamBudget, TemplateFile, Workers};
+use crate::cancel::cancel_flag;
+use crate::error::{CmdError, CmdResult};
+use crate::generate::{generate_to_stdout, load_engine};
+use crate::verbosity::{quiet, verbose};
+use ramforge_engine::budget::human_bytes;
+use ramforge_engine::text::prompt::message;
+use ramforge_engine::text::{ChatMessage, ChatPrompt};
 use ramforge_engine::{
     process_memory, Engine, EngineOptions, GenerationStats, Model, SamplingParams, StopReason,
 };
 use std::io::{BufRead, IsTerminal, Write};
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 
@@ -27,21 +29,18 @@ pub struct Args {
     /// A system message that starts every conversation.
     #[arg(long)]
     pub system: Option<String>,
-    /// Use this Jinja chat template instead of the model's own.
-    #[arg(long, value_name = "FILE")]
-    pub template: Option<PathBuf>,
+    #[command(flatten)]
+    pub template: TemplateFile,
     /// Most tokens per reply.
     #[arg(short = 'n', long, default_value_t = 512)]
     pub max_tokens: usize,
-    /// Memory budget, e.g. 40M, 1.5G, 512MiB (powers of 1024); default unlimited.
-    #[arg(long, value_parser = super::run::parse_ram)]
-    pub ram: Option<u64>,
+    #[command(flatten)]
+    pub budget: RamBudget,
     /// Context positions for the whole conversation (default: min(trained, 2048)).
     #[arg(long)]
     pub ctx: Option<usize>,
-    /// Worker threads (0 = one per core).
-    #[arg(short, long, default_value_t = 0)]
-    pub threads: usize,
+    #[command(flatten)]
+    pub workers: Workers,
     /// Sampling temperature; 0 = greedy.
     #[arg(long, default_value_t = 0.7)]
     pub temperature: f32,
@@ -52,9 +51,7 @@ pub struct Args {
 
 /// The conversation and what is needed to turn it into tokens.
 struct Conversation {
-    template: String,
-    bos: String,
-    eos: String,
+    prompt: ChatPrompt,
     system: Option<String>,
     messages: Vec<ChatMessage>,
 }
@@ -69,17 +66,7 @@ impl Conversation {
 
     /// The conversation so far, rendered and tokenized, ending with the assistant's turn.
     fn prompt(&self, model: &Model) -> Result<Vec<u32>, CmdError> {
-        let rendered = render_chat(&self.template, &self.messages, true, &self.bos, &self.eos)?;
-        // A template that writes BOS itself must not get a second one.
-        let add_special = self.bos.is_empty() || !rendered.starts_with(&self.bos);
-        Ok(model.tokenizer.encode(&rendered, add_special, true))
-    }
-}
-
-fn message(role: &str, content: &str) -> ChatMessage {
-    ChatMessage {
-        role: role.to_string(),
-        content: content.to_string(),
+        Ok(self.prompt.tokens(&model.tokenizer, &self.messages)?)
     }
 }
 
@@ -87,24 +74,16 @@ pub fn run(args: Args) -> CmdResult {
     let path = args.model.path(quiet())?;
     let model = Model::open(&path)?;
     let meta = &model.file.header().metadata;
-    let template = match &args.template {
-        Some(file) => std::fs::read_to_string(file)
-            .map_err(|e| format!("cannot read template {}: {e}", file.display()))?,
-        None => model_chat_template(meta)?.to_string(),
-    };
-    let (bos, eos) = bos_eos_texts(meta);
     let mut chat = Conversation {
-        template,
-        bos,
-        eos,
+        prompt: ChatPrompt::new(meta, args.template.read()?)?,
         system: args.system.clone(),
         messages: Vec::new(),
     };
     chat.reset();
     let options = EngineOptions {
-        ram: args.ram,
+        ram: args.budget.ram,
         ctx: args.ctx,
-        threads: args.threads,
+        threads: args.workers.threads,
         ..EngineOptions::default()
     };
     let mut engine = load_engine(model, &options)?;
@@ -187,7 +166,7 @@ fn reply(
         max_tokens: params.max_tokens.min(room),
         ..params.clone()
     };
-    let stats = generate_to_stdout(engine, &prompt, &params, true)?;
+    let stats = generate_to_stdout(engine, &prompt, &params, true, true)?;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     writeln!(out)?;
@@ -199,7 +178,7 @@ fn reply(
 fn stats_text(engine: &Engine, s: &GenerationStats) -> String {
     let peak_rss = process_memory().map_or(0, |m| m.peak_rss);
     format!(
-        "[{}prompt {} tokens in {:.2} s ({:.1} tok/s), reply {} tokens in {:.2} s ({:.1} tok/s), \
+        "[{}prompt {} tokens ({} reused) in {:.2} s ({:.1} tok/s), reply {} tokens in {:.2} s ({:.1} tok/s), \
          context {}/{}, peak RSS {}]\n",
         if s.stop_reason == StopReason::Cancelled {
             "interrupted; "
@@ -207,6 +186,7 @@ fn stats_text(engine: &Engine, s: &GenerationStats) -> String {
             ""
         },
         s.prompt_tokens,
+        s.cached_tokens,
         s.prompt_secs,
         s.prompt_tokens_per_sec(),
         s.generated_tokens,

@@ -3,8 +3,9 @@
 //! `{"rendered": ...}`. CONVERSATIONS.json is a list of
 //! `{"messages": [{"role": ..., "content": ...}, ...], "add_generation_prompt": bool}`.
 
-use super::CmdResult;
-use ramforge_engine::chat::{bos_eos_texts, model_chat_template, render_chat, ChatMessage};
+use crate::args::TemplateFile;
+use crate::error::CmdResult;
+use ramforge_engine::text::{ChatMessage, ChatPrompt};
 use ramforge_gguf::GgufFile;
 use serde::Deserialize;
 use std::io::Write;
@@ -17,9 +18,8 @@ pub struct Args {
     pub model: PathBuf,
     /// JSON list of {"messages": [...], "add_generation_prompt": bool}.
     pub conversations: PathBuf,
-    /// Use the Jinja template in FILE instead of the model's `tokenizer.chat_template`.
-    #[arg(long, value_name = "FILE")]
-    pub template: Option<PathBuf>,
+    #[command(flatten)]
+    pub template: TemplateFile,
 }
 
 /// One conversation of the input list.
@@ -39,15 +39,11 @@ pub fn run(args: Args) -> CmdResult {
         .map_err(|e| format!("{}: {e}", args.conversations.display()))?;
     let file = GgufFile::open(&args.model)?;
     let md = &file.header().metadata;
-    let template = match &args.template {
-        Some(path) => read(path)?,
-        None => model_chat_template(md)?.to_string(),
-    };
-    let (bos, eos) = bos_eos_texts(md);
+    let prompt = ChatPrompt::new(md, args.template.read()?)?;
     // Render everything first, so a failure prints nothing on stdout.
     let rendered = conversations
         .iter()
-        .map(|c| render_chat(&template, &c.messages, c.add_generation_prompt, &bos, &eos))
+        .map(|c| prompt.render(&c.messages, c.add_generation_prompt))
         .collect::<Result<Vec<_>, _>>()?;
     let mut out = std::io::stdout().lock();
     for text in rendered {

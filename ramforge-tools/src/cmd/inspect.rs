@@ -4,8 +4,8 @@
 //! strings; `--json` gives the same facts as one object with exact numbers (metadata in file
 //! order, long arrays summarized as element type, length and first items).
 
-use super::util::human_bytes;
-use super::CmdResult;
+use crate::error::CmdResult;
+use ramforge_engine::budget::human_bytes;
 use ramforge_gguf::{GgmlType, GgufFile, GgufHeader, Metadata, TensorInfo, Value};
 use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Serialize, Serializer};
@@ -52,6 +52,9 @@ struct Report<'a> {
     data_offset: u64,
     tensor_count: usize,
     metadata_count: usize,
+    /// Bytes of the chat template (`tokenizer.chat_template`), `None` when the file has none:
+    /// a template is a program the chat commands run, so its presence is worth a glance.
+    chat_template_bytes: Option<usize>,
     metadata: MetadataJson<'a>,
     /// In file order; `offset` is relative to the data section, `file_offset` absolute.
     tensors: Vec<TensorRow<'a>>,
@@ -103,6 +106,11 @@ impl<'a> Report<'a> {
             data_offset: h.data_offset,
             tensor_count: h.tensors.len(),
             metadata_count: h.metadata.len(),
+            chat_template_bytes: h
+                .metadata
+                .get_str(ramforge_engine::text::template::TEMPLATE_KEY)
+                .ok()
+                .map(str::len),
             metadata: MetadataJson(&h.metadata),
             tensors,
             types: type_rows(&h.tensors, weight_bytes),
@@ -121,6 +129,14 @@ impl<'a> Report<'a> {
         writeln!(out, "  tensors        {}", self.tensor_count)?;
         writeln!(out, "  metadata keys  {}", self.metadata_count)?;
         writeln!(out, "  alignment      {}", self.alignment)?;
+        match self.chat_template_bytes {
+            Some(n) => writeln!(
+                out,
+                "  chat template  {} ({n} bytes)",
+                human_bytes(n as u64)
+            )?,
+            None => writeln!(out, "  chat template  none (no tokenizer.chat_template)")?,
+        }
         writeln!(
             out,
             "  data offset    {} ({})",

@@ -2,9 +2,10 @@
 //! budget (the engine's own arithmetic, `ramforge_engine::plan`): resident and streamed weights,
 //! per-layer bytes, KV cache, the minimum workable budget and whether the budget fits.
 
-use super::util::human_bytes;
-use super::CmdResult;
-use ramforge_engine::{EngineError, EngineOptions, KvType, MemoryPlan, Model};
+use crate::args::{KvCache, PromptBatch};
+use crate::error::CmdResult;
+use ramforge_engine::budget::human_bytes;
+use ramforge_engine::{EngineError, EngineOptions, MemoryPlan, Model};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -17,17 +18,15 @@ pub struct Args {
     /// The GGUF model.
     pub model: PathBuf,
     /// Memory budget, e.g. 40M, 1.5G (powers of 1024).
-    #[arg(long, value_parser = super::run::parse_ram)]
+    #[arg(long, value_parser = crate::args::parse_ram)]
     pub ram: u64,
     /// Context positions to reserve in the KV cache (default: min(trained, 2048)).
     #[arg(long)]
     pub ctx: Option<usize>,
-    /// Prompt tokens processed together.
-    #[arg(long, default_value_t = ramforge_engine::engine::DEFAULT_BATCH)]
-    pub batch: usize,
-    /// KV cache element type.
-    #[arg(long, default_value = "f16")]
-    pub kv_type: KvType,
+    #[command(flatten)]
+    pub prefill: PromptBatch,
+    #[command(flatten)]
+    pub kv: KvCache,
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
@@ -38,8 +37,8 @@ pub fn run(args: Args) -> CmdResult {
     let options = EngineOptions {
         ram: Some(args.ram),
         ctx: args.ctx,
-        batch: args.batch.max(1),
-        kv_type: args.kv_type,
+        batch: args.prefill.batch.max(1),
+        kv_type: args.kv.kv_type,
         ..EngineOptions::default()
     };
     // The unlimited layout gives the sizes and the minimum even when the budget does not fit.
@@ -91,7 +90,7 @@ fn json(
         .collect();
     serde_json::json!({
         "model": args.model.display().to_string(),
-        "architecture": model.config.arch.name(),
+        "architecture": model.config.arch.name,
         "budget_bytes": args.ram,
         "fits": plan.is_some(),
         "minimum_budget_bytes": sizes.minimum,
@@ -124,7 +123,7 @@ fn text(model: &Model, args: &Args, sizes: &MemoryPlan, plan: Option<&MemoryPlan
     s += &format!(
         "{}: {} model, {} layers, width {}, vocabulary {}\n",
         args.model.display(),
-        cfg.arch.name(),
+        cfg.arch.name,
         cfg.n_layer,
         cfg.n_embd,
         model.tensors.n_vocab

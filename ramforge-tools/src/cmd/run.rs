@@ -1,14 +1,16 @@
 //! `ramforge-tools run`: generate text from a model (the default model if none is given),
 //! streamed to stdout as it is produced, under an optional RAM budget.
 
-use super::util::{generate_to_stdout, human_bytes, load_engine, quiet, verbose, ModelChoice};
-use super::{CmdError, CmdResult};
-use ramforge_engine::chat::{bos_eos_texts, model_chat_template, render_chat, ChatMessage};
-use ramforge_engine::{
-    process_memory, Engine, EngineOptions, GenerationStats, KvType, Model, SamplingParams,
-    StopReason,
-};
+use crate::args::{read_template, KvCache, ModelChoice, PromptBatch, RamBudget, Sampling, Workers};
+use crate::error::{CmdError, CmdResult};
+use crate::generate::{generate_to_stdout, load_engine};
+use crate::verbosity::{quiet, verbose};
+use ramforge_engine::budget::human_bytes;
+use ramforge_engine::text::prompt::message;
+use ramforge_engine::text::ChatPrompt;
+use ramforge_engine::{process_memory, Engine, EngineOptions, GenerationStats, Model, StopReason};
 use std::io::Write;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -31,59 +33,29 @@ pub struct Args {
     /// A system message for --chat.
     #[arg(long, requires = "chat")]
     pub system: Option<String>,
+    /// With --chat: use the Jinja chat template in FILE instead of the model's
+    /// `tokenizer.chat_template`.
+    #[arg(long, value_name = "FILE", requires = "chat")]
+    pub template: Option<PathBuf>,
     /// Most tokens to generate.
     #[arg(short = 'n', long, default_value_t = 128)]
     pub max_tokens: usize,
-    /// Memory budget, e.g. 40M, 1.5G, 512MiB (powers of 1024); default unlimited.
-    #[arg(long, value_parser = parse_ram)]
-    pub ram: Option<u64>,
+    #[command(flatten)]
+    pub budget: RamBudget,
     /// Context positions to reserve (default: prompt tokens + --max-tokens).
     #[arg(long)]
     pub ctx: Option<usize>,
-    /// Worker threads (0 = one per core).
-    #[arg(short, long, default_value_t = 0)]
-    pub threads: usize,
-    /// Sampling temperature; 0 = greedy (the default).
-    #[arg(long, default_value_t = 0.0)]
-    pub temperature: f32,
-    /// Keep the k most likely tokens (0 = off).
-    #[arg(long, default_value_t = 40)]
-    pub top_k: usize,
-    /// Nucleus sampling threshold (1 = off).
-    #[arg(long, default_value_t = 0.95)]
-    pub top_p: f32,
-    /// Drop tokens below this fraction of the top token's probability (0 = off).
-    #[arg(long, default_value_t = 0.05)]
-    pub min_p: f32,
-    /// Repetition penalty (1 = off).
-    #[arg(long, default_value_t = 1.0)]
-    pub repeat_penalty: f32,
-    /// How many recent tokens the repetition penalty looks at.
-    #[arg(long, default_value_t = 64)]
-    pub repeat_last_n: usize,
-    /// RNG seed (same seed, same text).
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
-    /// Stop when the text contains this string (repeatable).
-    #[arg(long)]
-    pub stop: Vec<String>,
-    /// Keep generating past end-of-generation tokens (benchmarks).
-    #[arg(long)]
-    pub ignore_eos: bool,
-    /// KV cache element type.
-    #[arg(long, default_value = "f16")]
-    pub kv_type: KvType,
-    /// Prompt tokens processed together.
-    #[arg(long, default_value_t = ramforge_engine::engine::DEFAULT_BATCH)]
-    pub batch: usize,
+    #[command(flatten)]
+    pub workers: Workers,
+    #[command(flatten)]
+    pub sampling: Sampling,
+    #[command(flatten)]
+    pub kv: KvCache,
+    #[command(flatten)]
+    pub prefill: PromptBatch,
     /// Print one JSON object (text and statistics) at the end instead of streaming text.
     #[arg(long)]
     pub json: bool,
-}
-
-/// Parses a `--ram` value (powers of 1024, e.g. 40M, 1.5G, 512MiB).
-pub fn parse_ram(text: &str) -> Result<u64, String> {
-    ramforge_engine::parse_memory_size(text).map_err(|e| e.to_string())
 }
 
 pub fn run(args: Args) -> CmdResult {
@@ -92,27 +64,16 @@ pub fn run(args: Args) -> CmdResult {
     let model = Model::open(&path)?;
     let prompt = prompt_tokens(&model, &args)?;
     let options = EngineOptions {
-        ram: args.ram,
+        ram: args.budget.ram,
         ctx: Some(args.ctx.unwrap_or(prompt.len() + args.max_tokens)),
-        threads: args.threads,
-        kv_type: args.kv_type,
-        batch: args.batch.max(1),
+        threads: args.workers.threads,
+        kv_type: args.kv.kv_type,
+        batch: args.prefill.batch.max(1),
     };
     let mut engine = load_engine(model, &options)?;
     let load_secs = started.elapsed().as_secs_f64();
-    let params = SamplingParams {
-        temperature: args.temperature,
-        top_k: args.top_k,
-        top_p: args.top_p,
-        min_p: args.min_p,
-        repeat_penalty: args.repeat_penalty,
-        repeat_last_n: args.repeat_last_n,
-        seed: args.seed,
-        max_tokens: args.max_tokens,
-        stop: args.stop.clone(),
-        ignore_eos: args.ignore_eos,
-    };
-    let stats = generate_to_stdout(&mut engine, &prompt, &params, !args.json)?;
+    let params = args.sampling.params(args.max_tokens);
+    let stats = generate_to_stdout(&mut engine, &prompt, &params, !args.json, false)?;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let mem = process_memory().unwrap_or_default();
@@ -137,24 +98,16 @@ fn prompt_tokens(model: &Model, args: &Args) -> Result<Vec<u32>, CmdError> {
     if !args.chat {
         return Ok(tok.encode(&args.prompt, true, true));
     }
-    let meta = &model.file.header().metadata;
-    let template = model_chat_template(meta)?;
-    let (bos, eos) = bos_eos_texts(meta);
+    let prompt = ChatPrompt::new(
+        &model.file.header().metadata,
+        read_template(args.template.as_deref())?,
+    )?;
     let mut messages = Vec::new();
     if let Some(system) = &args.system {
-        messages.push(ChatMessage {
-            role: "system".into(),
-            content: system.clone(),
-        });
+        messages.push(message("system", system));
     }
-    messages.push(ChatMessage {
-        role: "user".into(),
-        content: args.prompt.clone(),
-    });
-    let rendered = render_chat(template, &messages, true, &bos, &eos)?;
-    // A template that writes BOS itself must not get a second one.
-    let add_special = bos.is_empty() || !rendered.starts_with(&bos);
-    Ok(tok.encode(&rendered, add_special, true))
+    messages.push(message("user", &args.prompt));
+    Ok(prompt.tokens(tok, &messages)?)
 }
 
 fn json_report(

@@ -6,7 +6,9 @@
 //! the file is written, so a 7B-class file needs only a few rows of memory. The tokenizer
 //! metadata (`tokenizer.*`) is copied from a donor file.
 
-use super::CmdResult;
+use crate::error::{CmdError, CmdResult};
+use crate::progress::progress_bar;
+use ramforge_engine::budget::human_bytes;
 use ramforge_gguf::{GgmlType, GgufFile, GgufWriter, Metadata, TensorData, Value};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -104,7 +106,7 @@ pub fn run(args: Args) -> CmdResult {
 
     let mut w = GgufWriter::new(md);
     // One bar over every tensor byte written; each tensor's source feeds it as it is read.
-    let bar = super::util::progress_bar(0, "writing", true);
+    let bar = progress_bar(0, "writing", true);
     let mut add = |name: String, ty: GgmlType, cols: u64, rows: u64, fill: Fill| {
         let shape_v = if rows == 1 {
             vec![cols]
@@ -115,7 +117,7 @@ pub fn run(args: Args) -> CmdResult {
         let data = RowSource::new(ty, cols as usize, rows, fill, seed, bar.clone())?;
         bar.inc_length(data.row.len() as u64 * rows);
         w.add_tensor(name, ty, &shape_v, TensorData::Reader(Box::new(data)))?;
-        Ok::<_, super::CmdError>(())
+        Ok::<_, CmdError>(())
     };
     let (e, kv, f) = (shape.embd, shape.kv_dim(), shape.ffn);
     add("token_embd.weight".into(), ty, e, vocab, Fill::Uniform(1.0))?;
@@ -145,7 +147,7 @@ pub fn run(args: Args) -> CmdResult {
     crate::note!(
         "wrote {} ({}, {} layers, {} parameters)",
         args.output.display(),
-        super::util::human_bytes(bytes),
+        human_bytes(bytes),
         args.layers,
         shape.parameters(vocab, args.layers, arch == "qwen2")
     );
@@ -161,7 +163,7 @@ struct Shape {
 }
 
 impl Shape {
-    fn new(a: &Args) -> Result<Shape, super::CmdError> {
+    fn new(a: &Args) -> Result<Shape, CmdError> {
         if a.layers == 0 || a.embd == 0 || a.ffn == 0 || a.heads == 0 || a.kv_heads == 0 {
             return Err("--layers, --embd, --ffn, --heads and --kv-heads must be positive".into());
         }
@@ -236,7 +238,7 @@ impl RowSource {
         fill: Fill,
         seed: u64,
         progress: indicatif::ProgressBar,
-    ) -> Result<RowSource, super::CmdError> {
+    ) -> Result<RowSource, CmdError> {
         let row_bytes = ty.row_size(cols).ok_or_else(|| {
             format!(
                 "rows of {cols} are not whole {ty} blocks of {}",

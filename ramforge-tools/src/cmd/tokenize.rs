@@ -6,8 +6,8 @@
 //! `{"text": ..., "tokens": [...]}`. With `--file`, every line is one text and the escapes
 //! `\n`, `\t`, `\\` are decoded (the golden inputs' convention).
 
-use super::CmdResult;
-use ramforge_engine::tokenizer::Tokenizer;
+use crate::error::CmdResult;
+use ramforge_engine::text::tokenizer::Tokenizer;
 use ramforge_gguf::GgufFile;
 use std::io::Write;
 use std::path::PathBuf;

@@ -21,63 +21,14 @@ mod q8k;
 #[cfg(test)]
 mod tests;
 
-use crate::formats;
-use crate::kernels::{Dot, Kernels, Tile};
-use crate::GgmlType;
+use super::register::fast_kernels;
 
-/// The AVX2 kernels for `ty`, if written.
-pub(crate) fn kernels(ty: GgmlType) -> Option<&'static Kernels> {
-    match ty {
-        GgmlType::Q8_K => Some(&Q8_K),
-        GgmlType::Q4_K => Some(&Q4_K),
-        GgmlType::Q6_K => Some(&Q6_K),
-        GgmlType::IQ4_XS => Some(&IQ4_XS),
-        GgmlType::Q5_K => Some(&Q5_K),
-        GgmlType::Q3_K => Some(&Q3_K),
-        GgmlType::Q2_K => Some(&Q2_K),
-        _ => None,
-    }
+fast_kernels! {
+    q8_k: block, quantize: q8k::quantize_row;
+    q4_k: block(q4k);
+    q6_k: block(q6k);
+    iq4_xs: block(iq4xs);
+    q5_k: block(q5k);
+    q3_k: block(q3k);
+    q2_k: block(q2k);
 }
-
-const ACT: GgmlType = GgmlType::Q8_K;
-
-static Q8_K: Kernels = Kernels {
-    dequantize: formats::q8_k::dequantize_row,
-    quantize: q8k::quantize_row,
-    dot: Dot::Quant {
-        act: ACT,
-        vec_dot: formats::q8_k::vec_dot,
-    },
-    tile: None,
-    rows: None,
-};
-
-/// The kernels of a weight format whose quantizer and dequantizer are the generated ones;
-/// `tile rows` when its prefill kernel is the multi-row `tile_rows`.
-macro_rules! weight_kernels {
-    ($name:ident, $format:ident, $kernel:ident) => {
-        weight_kernels!($name, $format, $kernel, Tile::Quant($kernel::tile));
-    };
-    ($name:ident, $format:ident, $kernel:ident, tile rows) => {
-        weight_kernels!($name, $format, $kernel, Tile::QuantRows($kernel::tile_rows));
-    };
-    ($name:ident, $format:ident, $kernel:ident, $tile:expr) => {
-        static $name: Kernels = Kernels {
-            dequantize: formats::$format::dequantize_row,
-            quantize: formats::$format::quantize_row,
-            dot: Dot::Quant {
-                act: ACT,
-                vec_dot: $kernel::vec_dot,
-            },
-            tile: Some($tile),
-            rows: Some($kernel::rows),
-        };
-    };
-}
-
-weight_kernels!(Q4_K, q4_k, q4k);
-weight_kernels!(Q6_K, q6_k, q6k);
-weight_kernels!(IQ4_XS, iq4_xs, iq4xs, tile rows);
-weight_kernels!(Q5_K, q5_k, q5k);
-weight_kernels!(Q3_K, q3_k, q3k);
-weight_kernels!(Q2_K, q2_k, q2k);

@@ -4,8 +4,9 @@
 
 mod kquant;
 mod legacy;
+mod register;
 
-use crate::kernels::Kernels;
+use crate::kernel_table::Kernels;
 use crate::GgmlType;
 
 /// The AVX2 kernels for `ty`, if written.

@@ -1,13 +1,16 @@
 //! Loads and reductions the super-block kernels share, and the Q8_K block layout they read.
 
+use crate::formats::q8_k;
 use std::arch::x86_64::*;
 
 /// Bytes of one Q8_K activation block: f32 `d`, 256 `qs`, 16 i16 `bsums`.
-pub(super) const Q8K_BYTES: usize = 292;
+pub(super) const Q8K_BYTES: usize = q8_k::BYTES;
+/// Offset of the f32 scale in a Q8_K block.
+pub(super) const Q8K_D: usize = q8_k::OFFSET_D;
 /// Offset of the quants in a Q8_K block.
-pub(super) const Q8K_QS: usize = 4;
+pub(super) const Q8K_QS: usize = q8_k::OFFSET_QS;
 /// Offset of the 16-element sums in a Q8_K block.
-pub(super) const Q8K_BSUMS: usize = 260;
+pub(super) const Q8K_BSUMS: usize = q8_k::OFFSET_BSUMS;
 
 /// 32 unaligned bytes.
 #[inline]
@@ -142,7 +145,7 @@ pub(super) unsafe fn act_blocks<const T: usize>(
     i: usize,
 ) -> ([*const u8; T], [f32; T]) {
     let ptrs: [*const u8; T] = std::array::from_fn(|t| a[t].as_ptr().add(i * Q8K_BYTES));
-    let ds = std::array::from_fn(|t| f32_at(ptrs[t]));
+    let ds = std::array::from_fn(|t| f32_at(ptrs[t].add(Q8K_D)));
     (ptrs, ds)
 }
 
@@ -225,9 +228,9 @@ pub(super) unsafe fn prefetch_next(w: &[u8], i: usize, blocks: usize) {
 /// where the wider kernel spilled and measured slower) and the length check they make
 /// first. All of them return bit for bit what `vec_dot` does.
 ///
-/// [`TILE`]: crate::kernels::TILE
-/// [`TILE_ROWS`]: crate::kernels::TILE_ROWS
-/// [`ROWS`]: crate::kernels::ROWS
+/// [`TILE`]: crate::kernel_table::TILE
+/// [`TILE_ROWS`]: crate::kernel_table::TILE_ROWS
+/// [`ROWS`]: crate::kernel_table::ROWS
 macro_rules! entry_points {
     ($format:literal, $group:literal) => {
         entry_points!(@common $format, $group);
@@ -235,14 +238,17 @@ macro_rules! entry_points {
         #[doc = concat!("One row of ", $format, " blocks dotted with 4 tokens' Q8_K rows, each weight block unpacked once.")]
         pub(super) fn tile(
             w: &[u8],
-            a: [&[u8]; crate::kernels::TILE],
-        ) -> [f32; crate::kernels::TILE] {
+            a: [&[u8]; crate::kernel_table::TILE],
+        ) -> [f32; crate::kernel_table::TILE] {
             for a in a {
                 check(w, a);
             }
             // SAFETY: as in `vec_dot`.
-            unsafe { dot::<1, { crate::kernels::TILE }>(w, a)[0] }
+            unsafe { dot::<1, { crate::kernel_table::TILE }>(w, a)[0] }
         }
+
+        /// The prefill kernel the kernel table registers.
+        pub(super) const PREFILL: crate::kernel_table::Tile = crate::kernel_table::Tile::Quant(tile);
     };
     (@common $format:literal, $group:literal) => {
         #[doc = concat!("The dot of a row of ", $format, " blocks with a row of Q8_K blocks.")]
@@ -254,8 +260,8 @@ macro_rules! entry_points {
         }
 
         #[doc = concat!("8 rows of ", $format, " blocks, back to back, dotted with one token's Q8_K row.")]
-        pub(super) fn rows(w: &[u8], a: &[u8]) -> [f32; crate::kernels::ROWS] {
-            const ROWS: usize = crate::kernels::ROWS;
+        pub(super) fn rows(w: &[u8], a: &[u8]) -> [f32; crate::kernel_table::ROWS] {
+            const ROWS: usize = crate::kernel_table::ROWS;
             const GROUP: usize = $group;
             const _: () = assert!(GROUP > 0 && ROWS / GROUP * GROUP == ROWS);
             assert!(w.len() % ROWS == 0);
@@ -280,15 +286,15 @@ macro_rules! entry_points {
         entry_points!(@common $format, $group);
 
         #[doc = concat!(
-            "[`TILE_ROWS`](crate::kernels::TILE_ROWS) rows of ", $format,
+            "[`TILE_ROWS`](crate::kernel_table::TILE_ROWS) rows of ", $format,
             " blocks, back to back, dotted with 4 tokens' Q8_K rows, run as calls of ",
             stringify!($tile_group), " rows (each activation block loaded once for them)."
         )]
         pub(super) fn tile_rows(
             w: &[u8],
-            a: [&[u8]; crate::kernels::TILE],
-        ) -> [[f32; crate::kernels::TILE]; crate::kernels::TILE_ROWS] {
-            const ROWS: usize = crate::kernels::TILE_ROWS;
+            a: [&[u8]; crate::kernel_table::TILE],
+        ) -> [[f32; crate::kernel_table::TILE]; crate::kernel_table::TILE_ROWS] {
+            const ROWS: usize = crate::kernel_table::TILE_ROWS;
             const GROUP: usize = $tile_group;
             const _: () = assert!(GROUP > 0 && ROWS / GROUP * GROUP == ROWS);
             assert!(w.len() % ROWS == 0);
@@ -296,14 +302,18 @@ macro_rules! entry_points {
             for a in a {
                 check(&w[..row], a);
             }
-            let mut out = [[0f32; crate::kernels::TILE]; ROWS];
+            let mut out = [[0f32; crate::kernel_table::TILE]; ROWS];
             for (g, part) in w.chunks_exact(GROUP * row).enumerate() {
                 // SAFETY: as in `vec_dot`; `part` is `GROUP` rows of the checked length.
-                let got = unsafe { dot::<GROUP, { crate::kernels::TILE }>(part, a) };
+                let got = unsafe { dot::<GROUP, { crate::kernel_table::TILE }>(part, a) };
                 out[g * GROUP..(g + 1) * GROUP].copy_from_slice(&got);
             }
             out
         }
+
+        /// The prefill kernel the kernel table registers.
+        pub(super) const PREFILL: crate::kernel_table::Tile =
+            crate::kernel_table::Tile::QuantRows(tile_rows);
     };
 }
 pub(super) use entry_points;

@@ -5,10 +5,10 @@
 //! 32-element group by the signed 6-bit scales.
 
 use super::common::*;
-use crate::formats::iq4_xs::KVALUES;
+use crate::formats::iq4_xs::{
+    BYTES, KVALUES, OFFSET_D, OFFSET_QS, OFFSET_SCALES_H, OFFSET_SCALES_L,
+};
 use std::arch::x86_64::*;
-
-const BYTES: usize = 136;
 
 entry_points!("IQ4_XS", 8, tile rows 2);
 
@@ -18,8 +18,9 @@ entry_points!("IQ4_XS", 8, tile rows 2);
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn scales(wb: *const u8) -> __m256i {
-    let high = u16::from_le_bytes(wb.add(2).cast::<[u8; 2]>().read_unaligned()) as u64;
-    let low = u32_at(wb.add(4)) as u64;
+    let high =
+        u16::from_le_bytes(wb.add(OFFSET_SCALES_H).cast::<[u8; 2]>().read_unaligned()) as u64;
+    let low = u32_at(wb.add(OFFSET_SCALES_L)) as u64;
     // Nibble j of `low` to byte j.
     let mut lo = low;
     lo = (lo | (lo << 16)) & 0x0000_FFFF_0000_FFFF;
@@ -65,7 +66,7 @@ unsafe fn dot<const R: usize, const T: usize>(w: &[u8], a: [&[u8]; T]) -> [[f32;
             let mag: [[__m256i; 2]; T] =
                 std::array::from_fn(|t| [_mm256_abs_epi8(x[t][0]), _mm256_abs_epi8(x[t][1])]);
             for r in 0..R {
-                let q = load256(wb[r].add(8 + 32 * p));
+                let q = load256(wb[r].add(OFFSET_QS + 32 * p));
                 let lo = _mm256_shuffle_epi8(levels, _mm256_and_si256(q, m4));
                 let hi =
                     _mm256_shuffle_epi8(levels, _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4));
@@ -80,7 +81,7 @@ unsafe fn dot<const R: usize, const T: usize>(w: &[u8], a: [&[u8]; T]) -> [[f32;
             }
         }
         for r in 0..R {
-            let d = f16_at(wb[r]);
+            let d = f16_at(wb[r].add(OFFSET_D));
             for t in 0..T {
                 acc[r][t] = _mm256_fmadd_ps(
                     _mm256_set1_ps(d * da[t]),

@@ -2,9 +2,8 @@
 //! 4-bit mins against Q8_K's bsums.
 
 use super::common::*;
+use crate::formats::q2_k::{BYTES, OFFSET_D, OFFSET_DMIN, OFFSET_QS, OFFSET_SCALES};
 use std::arch::x86_64::*;
-
-const BYTES: usize = 84;
 
 entry_points!("Q2_K", 8);
 
@@ -22,9 +21,9 @@ unsafe fn dot<const R: usize, const T: usize>(w: &[u8], a: [&[u8]; T]) -> [[f32;
             prefetch_next(w, i, row / BYTES);
         }
         for r in 0..R {
-            let d = f16_at(wb[r].add(80));
-            let dmin = f16_at(wb[r].add(82));
-            let packed = load128(wb[r]);
+            let d = f16_at(wb[r].add(OFFSET_D));
+            let dmin = f16_at(wb[r].add(OFFSET_DMIN));
+            let packed = load128(wb[r].add(OFFSET_SCALES));
             let sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(packed, m4));
             let mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16::<4>(packed), m4));
             for t in 0..T {
@@ -38,7 +37,7 @@ unsafe fn dot<const R: usize, const T: usize>(w: &[u8], a: [&[u8]; T]) -> [[f32;
             let mut sumi = [_mm256_setzero_si256(); T];
             for h in 0..2 {
                 let hs = half_scales(sc16, h);
-                let mut low = load256(wb[r].add(16 + 32 * h));
+                let mut low = load256(wb[r].add(OFFSET_QS + 32 * h));
                 for k in 0..4 {
                     let q = _mm256_and_si256(low, m2);
                     low = _mm256_srli_epi16::<2>(low);

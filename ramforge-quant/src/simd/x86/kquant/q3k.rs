@@ -2,9 +2,8 @@
 //! `maddubs`; the offset of 4 comes back as `4 * sum(scale * bsum)` from Q8_K's sums.
 
 use super::common::*;
+use crate::formats::q3_k::{BYTES, OFFSET_D, OFFSET_HMASK, OFFSET_QS, OFFSET_SCALES};
 use std::arch::x86_64::*;
-
-const BYTES: usize = 110;
 
 entry_points!("Q3_K", 1);
 
@@ -41,7 +40,7 @@ unsafe fn dot<const R: usize, const T: usize>(w: &[u8], a: [&[u8]; T]) -> [[f32;
         let (ab, da) = act_blocks(&a, i);
         let bs: [__m256i; T] = std::array::from_fn(|t| bsums(ab[t]));
         for r in 0..R {
-            let sc16 = scales(wb[r].add(96));
+            let sc16 = scales(wb[r].add(OFFSET_SCALES));
             // Start from -4 * sum(scale * bsum): the quants below are stored + 4.
             let mut sumi: [__m256i; T] = std::array::from_fn(|t| {
                 let off = _mm256_madd_epi16(sc16, bs[t]);
@@ -49,10 +48,10 @@ unsafe fn dot<const R: usize, const T: usize>(w: &[u8], a: [&[u8]; T]) -> [[f32;
             });
             // Chunk c = 4h + k of 32 elements takes bit c of hmask[l]; `high` is hmask shifted
             // right by c (per 16-bit word: bit 0 of each byte stays its own).
-            let mut high = load256(wb[r]);
+            let mut high = load256(wb[r].add(OFFSET_HMASK));
             for h in 0..2 {
                 let hs = half_scales(sc16, h);
-                let mut low = load256(wb[r].add(32 + 32 * h));
+                let mut low = load256(wb[r].add(OFFSET_QS + 32 * h));
                 for k in 0..4 {
                     let q = _mm256_or_si256(
                         _mm256_and_si256(low, m2),
@@ -64,7 +63,7 @@ unsafe fn dot<const R: usize, const T: usize>(w: &[u8], a: [&[u8]; T]) -> [[f32;
                     add_scaled_chunk(&mut sumi, q, sc, &ab, 4 * h + k);
                 }
             }
-            let d = f16_at(wb[r].add(108));
+            let d = f16_at(wb[r].add(OFFSET_D));
             add_block(&mut acc[r], d, &da, &sumi);
         }
     }

@@ -2,9 +2,8 @@
 //! activations, `madd` with the group's 6-bit scale; the mins come from Q8_K's bsums.
 
 use super::common::*;
+use crate::formats::q4_k::{BYTES, OFFSET_D, OFFSET_DMIN, OFFSET_QS, OFFSET_SCALES};
 use std::arch::x86_64::*;
-
-const BYTES: usize = 144;
 
 entry_points!("Q4_K", 8);
 
@@ -63,7 +62,7 @@ pub(super) unsafe fn add_scaled_pair<const T: usize>(
     }
 }
 
-/// A Q4_K/Q5_K block (at `wb`: f16 `d`, f16 `dmin`, scales and mins `sm`) into its row's f32
+/// A Q4_K/Q5_K block (at `wb`: f16 `d`, f16 `dmin` (Q5_K's at the same offsets), scales and mins `sm`) into its row's f32
 /// lanes: `acc[t] += d * da[t] * sumi[t] - dmin * da[t] * (mins . bsums[t])`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -75,8 +74,8 @@ pub(super) unsafe fn add_block_with_mins<const T: usize>(
     bs: &[__m128i; T],
     sumi: &[__m256i; T],
 ) {
-    let d = f16_at(wb);
-    let dmin = f16_at(wb.add(2));
+    let d = f16_at(wb.add(OFFSET_D));
+    let dmin = f16_at(wb.add(OFFSET_DMIN));
     let mins = _mm256_extracti128_si256::<1>(sm);
     for t in 0..T {
         // The mins' 4 sums ride in the low half of the accumulator.
@@ -98,7 +97,7 @@ unsafe fn dot<const R: usize, const T: usize>(w: &[u8], a: [&[u8]; T]) -> [[f32;
     for i in 0..row / BYTES {
         let wb = weight_blocks::<R>(w, row, BYTES, i);
         let (ab, da) = act_blocks(&a, i);
-        let sm: [__m256i; R] = std::array::from_fn(|r| scales_mins(wb[r].add(4)));
+        let sm: [__m256i; R] = std::array::from_fn(|r| scales_mins(wb[r].add(OFFSET_SCALES)));
         if R > 1 {
             prefetch_next(w, i, row / BYTES);
         }
@@ -109,7 +108,7 @@ unsafe fn dot<const R: usize, const T: usize>(w: &[u8], a: [&[u8]; T]) -> [[f32;
                 [load256(p), load256(p.add(32))]
             });
             for r in 0..R {
-                let q = load256(wb[r].add(16 + 32 * j));
+                let q = load256(wb[r].add(OFFSET_QS + 32 * j));
                 let lo = _mm256_and_si256(q, m4);
                 let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
                 add_scaled_pair(&mut sumi[r], lo, hi, sm[r], j, &qa);

@@ -2,9 +2,16 @@
 
 use super::common::*;
 use super::q4k::{add_block_with_mins, add_scaled_pair, bsums32, scales_mins};
+use crate::formats::q4_k;
+use crate::formats::q5_k::{BYTES, OFFSET_D, OFFSET_DMIN, OFFSET_QH, OFFSET_QS, OFFSET_SCALES};
 use std::arch::x86_64::*;
 
-const BYTES: usize = 176;
+// Q5_K's d, dmin and scales sit where Q4_K's do: the helpers above read them there.
+const _: () = assert!(
+    q4_k::OFFSET_D == OFFSET_D
+        && q4_k::OFFSET_DMIN == OFFSET_DMIN
+        && q4_k::OFFSET_SCALES == OFFSET_SCALES
+);
 
 entry_points!("Q5_K", 1);
 
@@ -17,10 +24,10 @@ unsafe fn dot<const R: usize, const T: usize>(w: &[u8], a: [&[u8]; T]) -> [[f32;
     for i in 0..row / BYTES {
         let wb = weight_blocks::<R>(w, row, BYTES, i);
         let (ab, da) = act_blocks(&a, i);
-        let sm: [__m256i; R] = std::array::from_fn(|r| scales_mins(wb[r].add(4)));
+        let sm: [__m256i; R] = std::array::from_fn(|r| scales_mins(wb[r].add(OFFSET_SCALES)));
         // Bit 2j of qh[l] is the fifth bit of element 64j + l, bit 2j + 1 that of 64j + 32 + l;
         // `high` is qh shifted right by 2j (per 16-bit word: bits 0, 1 of each byte stay its own).
-        let mut high: [__m256i; R] = std::array::from_fn(|r| load256(wb[r].add(16)));
+        let mut high: [__m256i; R] = std::array::from_fn(|r| load256(wb[r].add(OFFSET_QH)));
         let mut sumi = [[_mm256_setzero_si256(); T]; R];
         for j in 0..4 {
             let qa: [[__m256i; 2]; T] = std::array::from_fn(|t| {
@@ -28,7 +35,7 @@ unsafe fn dot<const R: usize, const T: usize>(w: &[u8], a: [&[u8]; T]) -> [[f32;
                 [load256(p), load256(p.add(32))]
             });
             for r in 0..R {
-                let q = load256(wb[r].add(48 + 32 * j));
+                let q = load256(wb[r].add(OFFSET_QS + 32 * j));
                 let lo = _mm256_or_si256(
                     _mm256_and_si256(q, m4),
                     _mm256_and_si256(_mm256_slli_epi16::<4>(high[r]), bit4),

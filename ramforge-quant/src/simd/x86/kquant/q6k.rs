@@ -2,9 +2,8 @@
 //! comes back as `32 * sum(scale * bsum)` from Q8_K's 16-element sums.
 
 use super::common::*;
+use crate::formats::q6_k::{BYTES, OFFSET_D, OFFSET_QH, OFFSET_QL, OFFSET_SCALES};
 use std::arch::x86_64::*;
-
-const BYTES: usize = 210;
 
 entry_points!("Q6_K", 1);
 
@@ -19,7 +18,7 @@ unsafe fn dot<const R: usize, const T: usize>(w: &[u8], a: [&[u8]; T]) -> [[f32;
         let (ab, da) = act_blocks(&a, i);
         let bs: [__m256i; T] = std::array::from_fn(|t| bsums(ab[t]));
         for r in 0..R {
-            let sc16 = _mm256_cvtepi8_epi16(load128(wb[r].add(192)));
+            let sc16 = _mm256_cvtepi8_epi16(load128(wb[r].add(OFFSET_SCALES)));
             // Start from -32 * sum(scale * bsum): the quants below are stored + 32.
             let mut sumi: [__m256i; T] = std::array::from_fn(|t| {
                 let off = _mm256_madd_epi16(sc16, bs[t]);
@@ -27,9 +26,9 @@ unsafe fn dot<const R: usize, const T: usize>(w: &[u8], a: [&[u8]; T]) -> [[f32;
             });
             for h in 0..2 {
                 let hs = half_scales(sc16, h);
-                let ql0 = load256(wb[r].add(64 * h));
-                let ql1 = load256(wb[r].add(64 * h + 32));
-                let qh = load256(wb[r].add(128 + 32 * h));
+                let ql0 = load256(wb[r].add(OFFSET_QL + 64 * h));
+                let ql1 = load256(wb[r].add(OFFSET_QL + 64 * h + 32));
+                let qh = load256(wb[r].add(OFFSET_QH + 32 * h));
                 // Chunk k (elements 32k..32k+32 of the half): low nibble from ql0 / ql1, low
                 // or high; top two bits from bits 2k, 2k+1 of qh, moved to bits 4, 5.
                 let q = [
@@ -55,7 +54,7 @@ unsafe fn dot<const R: usize, const T: usize>(w: &[u8], a: [&[u8]; T]) -> [[f32;
                     add_scaled_chunk(&mut sumi, qk, sc, &ab, 4 * h + k);
                 }
             }
-            let d = f16_at(wb[r].add(208));
+            let d = f16_at(wb[r].add(OFFSET_D));
             add_block(&mut acc[r], d, &da, &sumi);
         }
     }

@@ -4,11 +4,11 @@
 //! vector path equals the scalar one; blocks with NaN or infinities, and blocks whose
 //! `iscale` overflows, take the reference itself.
 
-use super::common::{Q8K_BSUMS, Q8K_BYTES, Q8K_QS};
+use super::common::{Q8K_BSUMS, Q8K_BYTES, Q8K_D, Q8K_QS};
 use crate::formats::q8_k;
 use std::arch::x86_64::*;
 
-/// Quantizes whole blocks: `src.len() / 256 * 292 == dst.len()`.
+/// Quantizes whole blocks: `src.len() / BLOCK * BYTES == dst.len()`.
 pub(super) fn quantize_row(src: &[f32], dst: &mut [u8]) {
     debug_assert_eq!(src.len() / q8_k::BLOCK * Q8K_BYTES, dst.len());
     for (x, out) in src
@@ -89,7 +89,7 @@ unsafe fn quantize_block(x: &[f32], out: &mut [u8]) {
         out[Q8K_BSUMS + 4 * c..Q8K_BSUMS + 4 * c + 2].copy_from_slice(&s0.to_le_bytes());
         out[Q8K_BSUMS + 4 * c + 2..Q8K_BSUMS + 4 * c + 4].copy_from_slice(&s1.to_le_bytes());
     }
-    out[..4].copy_from_slice(&(1.0 / iscale).to_le_bytes());
+    out[Q8K_D..Q8K_D + 4].copy_from_slice(&(1.0 / iscale).to_le_bytes());
 }
 
 /// The generated reference for one block.

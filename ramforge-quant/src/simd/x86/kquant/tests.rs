@@ -2,8 +2,9 @@
 //! the dot products to f32 summation tolerance, the tiles against their own `vec_dot`.
 
 use super::kernels;
+use crate::dispatch::scalar_kernels;
 use crate::formats::{self, q8_k};
-use crate::kernels::{scalar_kernels, Dot, Kernels, Tile, ROWS, TILE, TILE_ROWS};
+use crate::kernel_table::{Dot, Kernels, Tile, ROWS, TILE, TILE_ROWS};
 use crate::GgmlType;
 use proptest::prelude::*;
 
@@ -419,7 +420,7 @@ fn matmul_through_tiles_matches_the_reference() {
         let w = quantized_row(f.ty, rows * cols / 256, 1.0, &mut rng);
         let x = rng.floats(n * cols, 2.0);
         let mut y = vec![0f32; rows * n];
-        crate::kernels::matmul(f.ty, &w, rows, cols, &x, n, &mut y).unwrap();
+        crate::drivers::matmul(f.ty, &w, rows, cols, &x, n, &mut y).unwrap();
         let row = cols / 256 * f.ty.type_size();
         for t in 0..n {
             let a = quantize_q8k_reference(&x[t * cols..(t + 1) * cols]);
@@ -577,7 +578,7 @@ fn matvec_through_rows_matches_the_reference() {
         let w = quantized_row(f.ty, rows * cols / 256, 1.0, &mut rng);
         let x = rng.floats(cols, 2.0);
         let mut y = vec![0f32; rows];
-        crate::kernels::matvec(f.ty, &w, rows, cols, &x, &mut y).unwrap();
+        crate::drivers::matvec(f.ty, &w, rows, cols, &x, &mut y).unwrap();
         let a = quantize_q8k_reference(&x);
         let row = cols / 256 * f.ty.type_size();
         for (o, got) in y.iter().enumerate() {

@@ -6,9 +6,12 @@
 //! Q8_1 adds `s = (sum q) as f32 * d`. `d` and `s` are stored as f16.
 
 use super::common::hsum_epi32;
+use crate::formats::{q8_0, q8_1};
 use std::arch::x86_64::*;
 
-const BLOCK: usize = 32;
+/// Elements per block, the same for both.
+const BLOCK: usize = q8_0::BLOCK;
+const _: () = assert!(q8_1::BLOCK == BLOCK);
 
 /// Quantizes 32 floats at `x` into 32 i8 at `qs`; returns `(d, sum of the quants)`.
 #[inline(always)]
@@ -70,21 +73,23 @@ fn f16_bytes(v: f32) -> [u8; 2] {
     half::f16::from_f32(v).to_le_bytes()
 }
 
-/// Q8_0: 34-byte blocks `d: f16, qs: [i8; 32]`.
+/// Q8_0: blocks `d: f16, qs: [i8; 32]`.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn quantize_q8_0(src: &[f32], dst: &mut [u8]) {
-    for (x, b) in src.chunks_exact(BLOCK).zip(dst.chunks_exact_mut(34)) {
-        let (d, _) = quantize_block(x.as_ptr(), b.as_mut_ptr().add(2));
-        b[..2].copy_from_slice(&f16_bytes(d));
+    use q8_0::{BYTES, OFFSET_D as D, OFFSET_QS};
+    for (x, b) in src.chunks_exact(BLOCK).zip(dst.chunks_exact_mut(BYTES)) {
+        let (d, _) = quantize_block(x.as_ptr(), b.as_mut_ptr().add(OFFSET_QS));
+        b[D..D + 2].copy_from_slice(&f16_bytes(d));
     }
 }
 
-/// Q8_1: 36-byte blocks `d: f16, s: f16, qs: [i8; 32]`.
+/// Q8_1: blocks `d: f16, s: f16, qs: [i8; 32]`.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn quantize_q8_1(src: &[f32], dst: &mut [u8]) {
-    for (x, b) in src.chunks_exact(BLOCK).zip(dst.chunks_exact_mut(36)) {
-        let (d, sum) = quantize_block(x.as_ptr(), b.as_mut_ptr().add(4));
-        b[..2].copy_from_slice(&f16_bytes(d));
-        b[2..4].copy_from_slice(&f16_bytes(sum as f32 * d));
+    use q8_1::{BYTES, OFFSET_D as D, OFFSET_QS, OFFSET_S as S};
+    for (x, b) in src.chunks_exact(BLOCK).zip(dst.chunks_exact_mut(BYTES)) {
+        let (d, sum) = quantize_block(x.as_ptr(), b.as_mut_ptr().add(OFFSET_QS));
+        b[D..D + 2].copy_from_slice(&f16_bytes(d));
+        b[S..S + 2].copy_from_slice(&f16_bytes(sum as f32 * d));
     }
 }

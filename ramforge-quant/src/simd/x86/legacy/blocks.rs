@@ -1,7 +1,7 @@
 //! The 32-element weight formats and their exact integer dots with Q8_0 / Q8_1 activation
 //! blocks, eight (weight block, activation block) lanes at a time.
 //!
-//! Every driver in [`super::dots`] is built on [`Weights::isums`]: lane k is the exact i32
+//! Every block-dot driver (the sibling module `dots`) is built on [`Weights::isums`]: lane k is the exact i32
 //! dot of weight block `w[k]` with activation block `a[k]`. The decode kernel gives the
 //! lanes eight weight rows and one shared activation block, the single-row dot eight
 //! consecutive blocks, the prefill tile four tokens times two blocks. Because the integer
@@ -21,28 +21,50 @@
 //! sign trick and the i16 bounds below rely on it, as ggml's kernels do.
 
 use super::common::read_u32;
+use crate::formats::{iq4_nl, q4_0, q4_1, q5_0, q5_1, q8_0, q8_1};
+use crate::GgmlType;
 use std::arch::x86_64::*;
 
 /// Lanes of one integer step.
 pub(super) const LANES: usize = 8;
 
-/// The activation block layout a weight format is dotted with.
+/// The activation block layout a weight format is dotted with (from the generated format).
 #[derive(Clone, Copy)]
 pub(super) struct Act {
     pub bytes: usize,
-    /// Offset of the 32 i8 quants (the f16 scale is at 0).
+    /// Offset of the f16 scale.
+    pub d: usize,
+    /// Offset of the 32 i8 quants.
     pub qs: usize,
 }
 
-pub(super) const Q8_0_ACT: Act = Act { bytes: 34, qs: 2 };
-pub(super) const Q8_1_ACT: Act = Act { bytes: 36, qs: 4 };
+/// The layout of activation type `ty` (Q8_0 or Q8_1: what the generated formats pair the
+/// 32-element weights with).
+const fn act_layout(ty: GgmlType) -> Act {
+    match ty {
+        GgmlType::Q8_0 => Act {
+            bytes: q8_0::BYTES,
+            d: q8_0::OFFSET_D,
+            qs: q8_0::OFFSET_QS,
+        },
+        GgmlType::Q8_1 => Act {
+            bytes: q8_1::BYTES,
+            d: q8_1::OFFSET_D,
+            qs: q8_1::OFFSET_QS,
+        },
+        _ => panic!("not an activation type of the 32-element kernels"),
+    }
+}
 
-/// One 32-element weight format. The f16 scale `d` is at offset 0 of every block; formats
-/// with a min keep it (f16) at 2.
+/// One 32-element weight format: its f16 scale `d` at `OFFSET_D`, and for formats with a
+/// min, the f16 min at `MIN_AT`.
 pub(super) trait Weights {
     const BYTES: usize;
+    const OFFSET_D: usize;
+    /// Offset of the f16 min (`None` without one).
+    const MIN_AT: Option<usize>;
+    const HAS_MIN: bool = Self::MIN_AT.is_some();
     const ACT: Act;
-    const HAS_MIN: bool;
     /// Lane k: the exact dot of weight block `w[k]`'s quants with activation block `a[k]`'s
     /// (first), and for formats with a min the exact sum of `a[k]`'s quants (second; zero
     /// otherwise). Lanes may repeat a pointer; repeated loads are merged by the compiler.
@@ -190,14 +212,17 @@ unsafe fn nibble_isums<F: Nibbles>(
     (isum, asum)
 }
 
+/// A [`Nibbles`] format over the generated format module `$m`: sizes, field offsets and the
+/// activation layout come from it; `halves q4` reads nibbles only, `halves q5` also the
+/// fifth bits `qh`.
 macro_rules! nibble_format {
-    ($name:ident, bytes $bytes:expr, act $act:expr, min $min:expr, bias $bias:expr,
-     wide $wide:expr, halves $halves:path) => {
+    ($name:ident, $m:ident, min $min:tt, bias $bias:expr, wide $wide:expr, halves $halves:ident) => {
         pub(super) struct $name;
         impl Weights for $name {
-            const BYTES: usize = $bytes;
-            const ACT: Act = $act;
-            const HAS_MIN: bool = $min;
+            const BYTES: usize = $m::BYTES;
+            const OFFSET_D: usize = $m::OFFSET_D;
+            const MIN_AT: Option<usize> = nibble_format!(@min $m $min);
+            const ACT: Act = act_layout($m::ACT);
             #[inline(always)]
             unsafe fn isums(w: [*const u8; LANES], a: [*const u8; LANES]) -> (__m256i, __m256i) {
                 nibble_isums::<Self>(w, a)
@@ -208,20 +233,22 @@ macro_rules! nibble_format {
             const WIDE: bool = $wide;
             #[inline(always)]
             unsafe fn halves(x: *const u8, y: *const u8) -> [__m256i; 2] {
-                $halves(x, y)
+                nibble_format!(@halves $halves $m x y)
             }
         }
     };
+    (@min $m:ident true) => { Some($m::OFFSET_M) };
+    (@min $m:ident false) => { None };
+    (@halves q4 $m:ident $x:ident $y:ident) => { q4_halves::<{ $m::OFFSET_QS }>($x, $y) };
+    (@halves q5 $m:ident $x:ident $y:ident) => {
+        q5_halves::<{ $m::OFFSET_QH }, { $m::OFFSET_QS }>($x, $y)
+    };
 }
 
-nibble_format!(Q4_0, bytes 18, act Q8_0_ACT, min false, bias 8, wide false,
-    halves q4_halves::<2>);
-nibble_format!(Q4_1, bytes 20, act Q8_1_ACT, min true, bias 0, wide false,
-    halves q4_halves::<4>);
-nibble_format!(Q5_0, bytes 22, act Q8_0_ACT, min false, bias 16, wide false,
-    halves q5_halves::<2, 6>);
-nibble_format!(Q5_1, bytes 24, act Q8_1_ACT, min true, bias 0, wide true,
-    halves q5_halves::<4, 8>);
+nibble_format!(Q4_0, q4_0, min false, bias 8, wide false, halves q4);
+nibble_format!(Q4_1, q4_1, min true, bias 0, wide false, halves q4);
+nibble_format!(Q5_0, q5_0, min false, bias 16, wide false, halves q5);
+nibble_format!(Q5_1, q5_1, min true, bias 0, wide true, halves q5);
 
 // ---------------------------------------------------------------------------------------
 // 8-bit formats
@@ -265,23 +292,27 @@ unsafe fn byte_isums<F: Bytes>(w: [*const u8; LANES], a: [*const u8; LANES]) -> 
     (tree32(p), _mm256_setzero_si256())
 }
 
-/// Q8_0 and Q8_1 weights: 32 i8 quants at `QS`.
-pub(super) struct Q8<const BYTES: usize, const QS: usize>;
-pub(super) type Q8_0 = Q8<34, 2>;
-pub(super) type Q8_1 = Q8<36, 4>;
-impl<const BYTES: usize, const QS: usize> Weights for Q8<BYTES, QS> {
+/// Q8_0 and Q8_1 weights: 32 i8 quants at `QS`, the f16 scale at `D`.
+pub(super) struct Q8<const BYTES: usize, const D: usize, const QS: usize>;
+pub(super) type Q8_0 = Q8<{ q8_0::BYTES }, { q8_0::OFFSET_D }, { q8_0::OFFSET_QS }>;
+pub(super) type Q8_1 = Q8<{ q8_1::BYTES }, { q8_1::OFFSET_D }, { q8_1::OFFSET_QS }>;
+// Each is its own activation type.
+const _: () = assert!(matches!(q8_0::ACT, GgmlType::Q8_0) && matches!(q8_1::ACT, GgmlType::Q8_1));
+impl<const BYTES: usize, const D: usize, const QS: usize> Weights for Q8<BYTES, D, QS> {
     const BYTES: usize = BYTES;
+    const OFFSET_D: usize = D;
+    const MIN_AT: Option<usize> = None;
     const ACT: Act = Act {
         bytes: BYTES,
+        d: D,
         qs: QS,
     };
-    const HAS_MIN: bool = false;
     #[inline(always)]
     unsafe fn isums(w: [*const u8; LANES], a: [*const u8; LANES]) -> (__m256i, __m256i) {
         byte_isums::<Self>(w, a)
     }
 }
-impl<const BYTES: usize, const QS: usize> Bytes for Q8<BYTES, QS> {
+impl<const BYTES: usize, const D: usize, const QS: usize> Bytes for Q8<BYTES, D, QS> {
     #[inline(always)]
     unsafe fn quants(b: *const u8) -> __m256i {
         _mm256_loadu_si256(b.add(QS).cast())
@@ -291,9 +322,10 @@ impl<const BYTES: usize, const QS: usize> Bytes for Q8<BYTES, QS> {
 /// IQ4_NL: nibbles index a fixed table of int8 levels.
 pub(super) struct Iq4Nl;
 impl Weights for Iq4Nl {
-    const BYTES: usize = 18;
-    const ACT: Act = Q8_0_ACT;
-    const HAS_MIN: bool = false;
+    const BYTES: usize = iq4_nl::BYTES;
+    const OFFSET_D: usize = iq4_nl::OFFSET_D;
+    const MIN_AT: Option<usize> = None;
+    const ACT: Act = act_layout(iq4_nl::ACT);
     #[inline(always)]
     unsafe fn isums(w: [*const u8; LANES], a: [*const u8; LANES]) -> (__m256i, __m256i) {
         byte_isums::<Self>(w, a)
@@ -302,9 +334,9 @@ impl Weights for Iq4Nl {
 impl Bytes for Iq4Nl {
     #[inline(always)]
     unsafe fn quants(b: *const u8) -> __m256i {
-        let levels = _mm_loadu_si128(crate::formats::iq4_nl::KVALUES.as_ptr().cast());
+        let levels = _mm_loadu_si128(iq4_nl::KVALUES.as_ptr().cast());
         // The 16 nibble bytes in both halves, the high half shifted down by 4.
-        let both = _mm256_broadcastsi128_si256(_mm_loadu_si128(b.add(2).cast()));
+        let both = _mm256_broadcastsi128_si256(_mm_loadu_si128(b.add(iq4_nl::OFFSET_QS).cast()));
         let both = _mm256_srlv_epi64(both, _mm256_setr_epi64x(0, 0, 4, 4));
         let idx = _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
         _mm256_shuffle_epi8(_mm256_set_m128i(levels, levels), idx)

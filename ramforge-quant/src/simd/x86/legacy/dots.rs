@@ -17,17 +17,17 @@
 
 use super::blocks::{Weights, LANES};
 use super::common::{f16_to_f32, read_u16};
-use crate::kernels::{ROWS, TILE};
+use crate::kernel_table::{ROWS, TILE};
 use std::arch::x86_64::*;
 
 const _: () = assert!(ROWS == LANES && 2 * TILE == LANES);
 
-/// The f16s at the eight pointers widened to f32, lane k from `p[k]`.
+/// The f16s at `off` past the eight pointers widened to f32, lane k from `p[k] + off`.
 #[inline(always)]
-unsafe fn f16x8(p: [*const u8; LANES]) -> __m256 {
+unsafe fn f16x8(p: [*const u8; LANES], off: usize) -> __m256 {
     let mut packed = [0u64; 2];
     for (k, q) in p.iter().enumerate() {
-        packed[k / 4] |= (read_u16(*q) as u64) << (16 * (k % 4));
+        packed[k / 4] |= (read_u16(q.add(off)) as u64) << (16 * (k % 4));
     }
     _mm256_cvtph_ps(_mm_set_epi64x(packed[1] as i64, packed[0] as i64))
 }
@@ -42,13 +42,9 @@ unsafe fn factors<F: Weights>(
     da: __m256,
 ) -> (__m256, __m256) {
     let isum = _mm256_cvtepi32_ps(sums.0);
-    let dw = f16x8(w);
-    if F::HAS_MIN {
-        let mut m = w;
-        for p in &mut m {
-            *p = p.add(2);
-        }
-        let mw = f16x8(m);
+    let dw = f16x8(w, F::OFFSET_D);
+    if let Some(min_at) = F::MIN_AT {
+        let mw = f16x8(w, min_at);
         let min = _mm256_mul_ps(mw, _mm256_cvtepi32_ps(sums.1));
         (_mm256_add_ps(_mm256_mul_ps(dw, isum), min), da)
     } else {
@@ -99,7 +95,7 @@ pub(super) unsafe fn rows<F: Weights>(w: &[u8], a: &[u8]) -> [f32; ROWS] {
         }
         prefetch_next_group::<F>(wp.wrapping_add(w.len()), i);
         let ab = ap.add(i * F::ACT.bytes);
-        let da = _mm256_set1_ps(f16_to_f32(read_u16(ab)));
+        let da = _mm256_set1_ps(f16_to_f32(read_u16(ab.add(F::ACT.d))));
         let (x, y) = factors::<F>(F::isums(wb, [ab; LANES]), wb, da);
         acc = step::<F>(x, y, acc);
     }
@@ -122,7 +118,7 @@ pub(super) unsafe fn vec_dot<F: Weights>(w: &[u8], a: &[u8]) -> f32 {
             wb[k] = wp.add(b * F::BYTES);
             ab[k] = ap.add(b * F::ACT.bytes);
         }
-        let (x, y) = factors::<F>(F::isums(wb, ab), wb, f16x8(ab));
+        let (x, y) = factors::<F>(F::isums(wb, ab), wb, f16x8(ab, F::ACT.d));
         let x = std::mem::transmute::<__m256, [f32; LANES]>(x);
         let y = std::mem::transmute::<__m256, [f32; LANES]>(y);
         for k in 0..n {
@@ -158,7 +154,7 @@ pub(super) unsafe fn tile<F: Weights>(w: &[u8], a: [&[u8]; TILE]) -> [f32; TILE]
             wb[k] = wp.add(b * F::BYTES);
             ab[k] = ap[k % TILE].add(b * F::ACT.bytes);
         }
-        let (x, y) = factors::<F>(F::isums(wb, ab), wb, f16x8(ab));
+        let (x, y) = factors::<F>(F::isums(wb, ab), wb, f16x8(ab, F::ACT.d));
         let step4 = |x: __m128, y: __m128, acc: __m128| {
             if F::HAS_MIN {
                 _mm_add_ps(acc, _mm_mul_ps(y, x))

@@ -7,7 +7,8 @@
 //! summation order differs (f32 rounding only).
 
 use super::common::{f16_to_f32, hsum_ps};
-use crate::kernels::TILE;
+use crate::kernel_table::TILE;
+use crate::GgmlType;
 use std::arch::x86_64::*;
 
 /// A float weight encoding: its element width and how 8 elements become 8 f32 lanes.
@@ -19,7 +20,7 @@ pub(super) trait Float {
 
 pub(super) struct F32;
 impl Float for F32 {
-    const WIDTH: usize = 4;
+    const WIDTH: usize = GgmlType::F32.type_size();
     #[inline(always)]
     unsafe fn load8(p: *const u8) -> __m256 {
         _mm256_loadu_ps(p.cast())
@@ -32,7 +33,7 @@ impl Float for F32 {
 
 pub(super) struct F16;
 impl Float for F16 {
-    const WIDTH: usize = 2;
+    const WIDTH: usize = GgmlType::F16.type_size();
     #[inline(always)]
     unsafe fn load8(p: *const u8) -> __m256 {
         _mm256_cvtph_ps(_mm_loadu_si128(p.cast()))
@@ -45,7 +46,7 @@ impl Float for F16 {
 
 pub(super) struct Bf16;
 impl Float for Bf16 {
-    const WIDTH: usize = 2;
+    const WIDTH: usize = GgmlType::BF16.type_size();
     #[inline(always)]
     unsafe fn load8(p: *const u8) -> __m256 {
         let wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(p.cast()));

@@ -24,7 +24,8 @@
 
 use super::blocks::{Bytes, Weights, LANES};
 use super::common::{read_u16, read_u32};
-use crate::kernels::{TILE, TILE_ROWS};
+use crate::formats::{q4_0, q5_0};
+use crate::kernel_table::{TILE, TILE_ROWS};
 use std::arch::x86_64::*;
 
 /// A format without a min whose quants widen to 32 signed bytes (the value is `d * q`).
@@ -52,7 +53,7 @@ impl Unsigned for super::blocks::Q4_0 {
     const BIAS: i8 = 8;
     #[inline(always)]
     unsafe fn unsigned(b: *const u8) -> __m256i {
-        nibbles(b.add(2))
+        nibbles(b.add(q4_0::OFFSET_QS))
     }
 }
 
@@ -60,9 +61,9 @@ impl Unsigned for super::blocks::Q5_0 {
     const BIAS: i8 = 16;
     #[inline(always)]
     unsafe fn unsigned(b: *const u8) -> __m256i {
-        // Element j's fifth bit is bit j of the u32 at 2: byte j of the spread picks byte
+        // Element j's fifth bit is bit j of the u32 `qh`: byte j of the spread picks byte
         // j / 8 of that word, then its bit j % 8.
-        let words = _mm256_set1_epi32(read_u32(b.add(2)) as i32);
+        let words = _mm256_set1_epi32(read_u32(b.add(q5_0::OFFSET_QH)) as i32);
         let which = _mm256_setr_epi8(
             0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, //
             2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
@@ -70,11 +71,13 @@ impl Unsigned for super::blocks::Q5_0 {
         let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
         let set = _mm256_and_si256(_mm256_shuffle_epi8(words, which), bit);
         let fifth = _mm256_and_si256(_mm256_cmpeq_epi8(set, bit), _mm256_set1_epi8(0x10));
-        _mm256_or_si256(nibbles(b.add(6)), fifth)
+        _mm256_or_si256(nibbles(b.add(q5_0::OFFSET_QS)), fifth)
     }
 }
 
-impl<const BYTES: usize, const QS: usize> Signed for super::blocks::Q8<BYTES, QS> {
+impl<const BYTES: usize, const D: usize, const QS: usize> Signed
+    for super::blocks::Q8<BYTES, D, QS>
+{
     #[inline(always)]
     unsafe fn signed(b: *const u8) -> __m256i {
         <Self as Bytes>::quants(b)
@@ -112,7 +115,12 @@ pub(super) unsafe fn tile_signed<F: Signed>(
     let acc = accumulate::<F, _>(
         w,
         a,
-        |ap, b| (token_quants::<F>(ap, b), token_scales(ap, b * F::ACT.bytes)),
+        |ap, b| {
+            (
+                token_quants::<F>(ap, b),
+                token_scales(ap, b * F::ACT.bytes + F::ACT.d),
+            )
+        },
         |x, wb| {
             let q = F::signed(wb);
             // |q| (-128 stays the byte 0x80, which `maddubs` reads as 128).
@@ -161,7 +169,7 @@ unsafe fn accumulate<F: Weights, S>(
     while i < nb {
         let n = (nb - i).min(LANES);
         for r in 0..TILE_ROWS {
-            let v = f16_lanes(wp[r].add(i * F::BYTES), F::BYTES, n);
+            let v = f16_lanes(wp[r].add(i * F::BYTES + F::OFFSET_D), F::BYTES, n);
             _mm256_storeu_ps(dw[r].as_mut_ptr(), v);
         }
         for (k, b) in (i..i + n).enumerate() {
@@ -243,7 +251,7 @@ pub(super) unsafe fn tile_unsigned<F: Unsigned>(
                 offset[t] = _mm256_maddubs_epi16(bias, x[t]);
             }
             let offset = reduce_tokens(offset, ones);
-            ((x, offset), token_scales(ap, b * F::ACT.bytes))
+            ((x, offset), token_scales(ap, b * F::ACT.bytes + F::ACT.d))
         },
         |(x, offset), wb| {
             let q = F::unsigned(wb);
@@ -269,8 +277,9 @@ impl Chunked for super::blocks::Q4_0 {
     unsafe fn chunks(b: *const u8) -> [__m256i; 4] {
         // Elements 0..16 are the low nibbles of the 16 bytes at 2, 16..32 the high ones.
         let m = _mm256_set1_epi8(0x0F);
-        let first = _mm256_set1_epi64x(b.add(2).cast::<i64>().read_unaligned());
-        let second = _mm256_set1_epi64x(b.add(10).cast::<i64>().read_unaligned());
+        let qs = b.add(q4_0::OFFSET_QS);
+        let first = _mm256_set1_epi64x(qs.cast::<i64>().read_unaligned());
+        let second = _mm256_set1_epi64x(qs.add(8).cast::<i64>().read_unaligned());
         [
             _mm256_and_si256(first, m),
             _mm256_and_si256(second, m),
@@ -330,7 +339,7 @@ pub(super) unsafe fn tile_chunked<F: Chunked>(
             let x = by_chunk(token_quants::<F>(ap, b));
             let offset = chunk_dots([bias; 4], &x, ones);
             // [da_0, da_0, da_1, da_1 | da_2, da_2, da_3, da_3]
-            let v = _mm256_castps256_ps128(token_scales(ap, b * F::ACT.bytes));
+            let v = _mm256_castps256_ps128(token_scales(ap, b * F::ACT.bytes + F::ACT.d));
             let da = _mm256_set_m128(_mm_unpackhi_ps(v, v), _mm_unpacklo_ps(v, v));
             ((x, offset), da)
         },

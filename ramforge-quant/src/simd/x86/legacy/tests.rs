@@ -3,8 +3,9 @@
 //! order than the reference), every rows kernel and one-row tile bit for bit against its
 //! own single-row, single-token dot, and the multi-row tiles to the same tolerance.
 
+use crate::dispatch::scalar_kernels;
 use crate::isa::Isa;
-use crate::kernels::{scalar_kernels, Dot, Kernels, Rows, Tile, ROWS, TILE, TILE_ROWS};
+use crate::kernel_table::{Dot, Kernels, Rows, Tile, ROWS, TILE, TILE_ROWS};
 use crate::GgmlType;
 use half::f16;
 use proptest::prelude::*;

@@ -1,42 +1,13 @@
-//! `ramforge-tools verify MODEL.gguf`: kernel checks on every tensor (this module), and with
-//! `--golden FILE.jsonl` teacher-forced logits against llama.cpp (the `golden` module).
+//! `verify`'s kernel check: every tensor's fast `matvec` against the scalar reference.
 
-use super::CmdResult;
+use crate::error::CmdResult;
+use crate::progress::progress_bar;
 use ramforge_gguf::{GgmlType, GgufFile};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::Path;
 use std::process::ExitCode;
-
-/// Check every tensor's kernels against the scalar reference (and, with --golden, logits).
-#[derive(clap::Args)]
-pub struct Args {
-    /// The GGUF file.
-    pub model: PathBuf,
-    /// Compare teacher-forced logits against a llama.cpp golden file (gen-*.jsonl).
-    #[arg(long)]
-    pub golden: Option<PathBuf>,
-    /// Machine-readable output.
-    #[arg(long)]
-    pub json: bool,
-    /// With --golden: worker threads (0 = one per core).
-    #[arg(long, default_value_t = 0)]
-    pub threads: usize,
-    /// With --golden: memory budget (e.g. 40M, 1.5G; powers of 1024); default unlimited.
-    #[arg(long, value_parser = super::run::parse_ram)]
-    pub ram: Option<u64>,
-    /// With --golden: KV cache element type (the shared goldens were recorded with f16).
-    #[arg(long, default_value = "f16")]
-    pub kv_type: ramforge_engine::KvType,
-}
-
-pub fn run(args: Args) -> CmdResult {
-    if args.golden.is_some() {
-        return super::golden::run(&args);
-    }
-    run_kernels(&args)
-}
 
 /// The kernel check: for every tensor, the fast (parallel) `matvec` on a random vector
 /// against the reference dequantization followed by an f64 dot, per row.
@@ -45,13 +16,13 @@ pub fn run(args: Args) -> CmdResult {
 /// activations to 8 bits can cause (`sum_i |W[o][i]| * (d/2 + f16 rounding of d)` with `d` the
 /// activation block's scale) plus `1e-5 * sum_i |W[o][i] x[i]|` for f32 summation. The
 /// reported relative error is `|y - exact| / sum_i |W[o][i] x[i]|`.
-fn run_kernels(args: &Args) -> CmdResult {
-    let file = GgufFile::open(&args.model)?;
+pub fn run(model: &Path, json: bool) -> CmdResult {
+    let file = GgufFile::open(model)?;
     let mut stats: BTreeMap<GgmlType, TypeStats> = BTreeMap::new();
     let mut rng = StdRng::seed_from_u64(0x5eed_f00d);
     let mut failures = Vec::new();
     let tensors = &file.header().tensors;
-    let bar = super::util::progress_bar(tensors.len() as u64, "checking tensors", false);
+    let bar = progress_bar(tensors.len() as u64, "checking tensors", false);
     for t in tensors {
         bar.inc(1);
         let ty = t.ggml_type;
@@ -98,7 +69,7 @@ fn run_kernels(args: &Args) -> CmdResult {
     }
     bar.finish_and_clear();
     let failed: u64 = stats.values().map(|s| s.failed).sum();
-    if args.json {
+    if json {
         let types: Vec<_> = stats
             .iter()
             .map(|(ty, s)| {
@@ -110,7 +81,7 @@ fn run_kernels(args: &Args) -> CmdResult {
             })
             .collect();
         let out = serde_json::json!({
-            "model": args.model.display().to_string(),
+            "model": model.display().to_string(),
             "types": types,
             "pass": failed == 0,
         });

@@ -1,4 +1,4 @@
-//! `ramforge-tools verify MODEL --golden FILE.jsonl`: teacher-forced logits against llama.cpp.
+//! `verify --golden FILE.jsonl`: teacher-forced logits against llama.cpp's.
 //!
 //! For each record: feed its prompt `tokens`, then at step s compare our logits for the ids of
 //! the record's `top[s]` with llama.cpp's, and feed `generated[s]`. Tolerances are those of
@@ -6,13 +6,12 @@
 //! golden margin >= 0.1; quantized models mean <= 0.50, max <= 3.0, argmax equal where the
 //! margin >= 1.0. Outside them the command fails (exit 1).
 
-use super::util::human_bytes;
-use super::{CmdError, CmdResult};
-use ramforge_engine::tensors::is_float_type;
-use ramforge_engine::{Engine, EngineOptions, Model};
+use crate::error::{CmdError, CmdResult};
+use ramforge_engine::budget::human_bytes;
+use ramforge_engine::model::is_float_type;
+use ramforge_engine::{Engine, EngineOptions, KvType, Model};
 use serde::Deserialize;
-use sha2::{Digest, Sha256};
-use std::io::{BufRead, Read, Write};
+use std::io::{BufRead, Write};
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -69,17 +68,24 @@ impl Errors {
     }
 }
 
-pub fn run(args: &super::verify::Args) -> CmdResult {
-    let golden = args
-        .golden
-        .as_deref()
-        .expect("dispatched only with --golden");
+/// What to compare: the model, the golden, and how to run the engine.
+pub struct Check<'a> {
+    pub model: &'a Path,
+    pub golden: &'a Path,
+    pub json: bool,
+    pub threads: usize,
+    pub ram: Option<u64>,
+    pub kv_type: KvType,
+}
+
+pub fn run(args: &Check) -> CmdResult {
+    let golden = args.golden;
     let records = read_records(golden)?;
     if records.is_empty() {
         return Err(format!("{}: no records", golden.display()).into());
     }
-    let model = Model::open(&args.model)?;
-    check_sha256(&args.model, &records)?;
+    let model = Model::open(args.model)?;
+    check_sha256(args.model, &records)?;
     let all_float = model
         .file
         .header()
@@ -262,23 +268,8 @@ fn check_sha256(model: &Path, records: &[Record]) -> Result<(), CmdError> {
     let Some(want) = records.iter().find_map(|r| r.model_sha256.as_deref()) else {
         return Ok(());
     };
-    let mut file = std::fs::File::open(model).map_err(|e| format!("{}: {e}", model.display()))?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = file
-            .read(&mut buf)
-            .map_err(|e| format!("{}: {e}", model.display()))?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-    }
-    let got: String = hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let file = std::fs::File::open(model).map_err(|e| format!("{}: {e}", model.display()))?;
+    let got = crate::sha256::hex_digest(file).map_err(|e| format!("{}: {e}", model.display()))?;
     if !got.eq_ignore_ascii_case(want) {
         return Err(format!(
             "{} has sha256 {got}, but the golden was recorded on {want}",

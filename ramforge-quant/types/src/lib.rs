@@ -1,4 +1,8 @@
-//! The ggml tensor type table: every type id ggml has assigned, supported or not.
+//! ramforge-types: the ggml tensor type table: every type id ggml has assigned, supported or not.
+//!
+//! Names, ids, block geometry and row sizes only, no kernels, and no dependencies: so that a
+//! file format reader (`ramforge-gguf`) can describe tensors without compiling the kernels of
+//! `ramforge-quant`, which re-exports [`GgmlType`].
 
 use std::fmt;
 
@@ -79,17 +83,25 @@ const TABLE: &[(GgmlType, u32, &str, usize, usize)] = &[
     (GgmlType::MXFP4, 39, "MXFP4", 32, 17),
 ];
 
+/// The table is in enum order: a compile error otherwise.
+const _: () = {
+    let mut i = 0;
+    while i < TABLE.len() {
+        assert!(TABLE[i].0 as usize == i, "TABLE is not in enum order");
+        i += 1;
+    }
+};
+
 impl GgmlType {
     /// All known types, in ggml id order.
     pub fn all() -> impl Iterator<Item = GgmlType> {
         TABLE.iter().map(|e| e.0)
     }
 
-    fn entry(self) -> &'static (GgmlType, u32, &'static str, usize, usize) {
-        // The table is in enum order, so the discriminant indexes it.
-        let e = &TABLE[self as usize];
-        debug_assert_eq!(e.0, self);
-        e
+    const fn entry(self) -> &'static (GgmlType, u32, &'static str, usize, usize) {
+        // The table is in enum order (checked below and in the tests), so the discriminant
+        // indexes it.
+        &TABLE[self as usize]
     }
 
     /// The type for a ggml id, or `None` for ids ggml never assigned (or retired).
@@ -98,12 +110,12 @@ impl GgmlType {
     }
 
     /// The ggml type id.
-    pub fn id(self) -> u32 {
+    pub const fn id(self) -> u32 {
         self.entry().1
     }
 
     /// ggml's name for the type ("Q4_K", "F16", ...).
-    pub fn name(self) -> &'static str {
+    pub const fn name(self) -> &'static str {
         self.entry().2
     }
 
@@ -116,12 +128,12 @@ impl GgmlType {
     }
 
     /// Elements per block (1 for plain scalar types).
-    pub fn block_size(self) -> usize {
+    pub const fn block_size(self) -> usize {
         self.entry().3
     }
 
     /// Bytes per block.
-    pub fn type_size(self) -> usize {
+    pub const fn type_size(self) -> usize {
         self.entry().4
     }
 

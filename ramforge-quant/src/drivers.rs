@@ -1,159 +1,12 @@
-//! The kernel table every public entry point dispatches through, and the row drivers
-//! (matvec, matmul) that run a format's `vec_dot` over many rows, in parallel with rayon.
+//! The row drivers: matvec (one token), matmul (a batch of tokens) and the fused form that
+//! runs several matrices of the same activations in one parallel region, each running a
+//! type's kernels over many rows, in parallel with rayon.
 
-use crate::{float, formats, GgmlType, QuantError};
+use crate::dispatch::kernels;
+use crate::kernel_table::{Dot, Kernels, Rows, Tile, ROWS, TILE, TILE_ROWS};
+use crate::lengths::{check_bytes, check_elements, row_bytes};
+use crate::{GgmlType, QuantError};
 use rayon::prelude::*;
-
-/// How a weight row is dotted with an activation vector.
-#[derive(Clone, Copy)]
-pub(crate) enum Dot {
-    /// Plain float weights: dotted with the f32 activations directly.
-    Float(fn(&[u8], &[f32]) -> f32),
-    /// Block-quantized weights: activations are first quantized to `act`, then
-    /// `vec_dot(weight_row_bytes, activation_row_bytes)` runs block by block.
-    Quant {
-        act: GgmlType,
-        vec_dot: fn(&[u8], &[u8]) -> f32,
-    },
-}
-
-/// Tokens a [`Tile`] kernel dots with one weight row at once.
-pub(crate) const TILE: usize = 4;
-
-/// The prefill GEMM's inner kernel: one weight row dotted with [`TILE`] tokens' activation
-/// rows at once, so each weight block is loaded and unpacked once for all of them.
-/// Results must equal `TILE` calls of the type's `Dot` up to f32 summation order.
-#[derive(Clone, Copy)]
-pub(crate) enum Tile {
-    Float(fn(&[u8], [&[f32]; TILE]) -> [f32; TILE]),
-    Quant(fn(&[u8], [&[u8]; TILE]) -> [f32; TILE]),
-    /// [`TILE_ROWS`] consecutive weight rows (back to back in the first argument) times
-    /// [`TILE`] tokens: `out[r][t]`. Also amortises the per-token work (activation loads and
-    /// scales) over the rows; a matrix's last rows that fill no group run per token.
-    QuantRows(RowsTile),
-}
-
-/// A [`Tile::QuantRows`] kernel: `out[r][t]` is weight row r with token t.
-pub(crate) type RowsTile = fn(&[u8], [&[u8]; TILE]) -> [[f32; TILE]; TILE_ROWS];
-
-/// Weight rows a [`Tile::QuantRows`] kernel dots at once.
-pub(crate) const TILE_ROWS: usize = 8;
-
-/// Weight rows a [`Rows`] kernel dots with one token at once.
-pub(crate) const ROWS: usize = 8;
-
-/// The decode (single-token) kernel: [`ROWS`] consecutive weight rows, back to back in the
-/// first argument (`ROWS * row_bytes` bytes), dotted with one token's quantized activation
-/// row, so each activation block is loaded (and its scale converted) once for all of them.
-/// Results must equal `ROWS` calls of the type's `Dot` bit for bit: which rows share a call
-/// depends on how the driver splits the work and must never change a result.
-pub(crate) type Rows = fn(&[u8], &[u8]) -> [f32; ROWS];
-
-/// One type's kernels. The functions expect lengths already checked against the type
-/// (whole blocks, `src.len() == ty.row_size(dst.len())`).
-pub(crate) struct Kernels {
-    pub dequantize: fn(&[u8], &mut [f32]),
-    pub quantize: fn(&[f32], &mut [u8]),
-    pub dot: Dot,
-    /// The multi-token kernel, where a fast path has one (the matmul driver falls back to
-    /// `dot` per token otherwise).
-    pub tile: Option<Tile>,
-    /// The multi-row single-token kernel, where a fast path has one (block formats only; the
-    /// driver falls back to `dot` per row otherwise).
-    pub rows: Option<Rows>,
-}
-
-static F32: Kernels = Kernels {
-    dequantize: float::dequantize_f32,
-    quantize: float::quantize_f32,
-    dot: Dot::Float(float::dot_f32),
-    tile: None,
-    rows: None,
-};
-static F16: Kernels = Kernels {
-    dequantize: float::dequantize_f16,
-    quantize: float::quantize_f16,
-    dot: Dot::Float(float::dot_f16),
-    tile: None,
-    rows: None,
-};
-static BF16: Kernels = Kernels {
-    dequantize: float::dequantize_bf16,
-    quantize: float::quantize_bf16,
-    dot: Dot::Float(float::dot_bf16),
-    tile: None,
-    rows: None,
-};
-
-/// The kernels for `ty` on the active instruction set ([`crate::isa`]), or `Unsupported`.
-/// A type without a fast path on that instruction set gets its scalar reference kernels.
-pub(crate) fn kernels(ty: GgmlType) -> Result<&'static Kernels, QuantError> {
-    kernels_for(crate::isa::active(), ty)
-}
-
-/// The kernels for `ty` on `isa` (which the caller has checked the CPU supports).
-pub(crate) fn kernels_for(
-    isa: crate::isa::Isa,
-    ty: GgmlType,
-) -> Result<&'static Kernels, QuantError> {
-    if let Some(k) = crate::simd::kernels(isa, ty) {
-        return Ok(k);
-    }
-    scalar_kernels(ty)
-}
-
-/// The scalar reference kernels for `ty` (generated from the specs, or the plain float ones).
-pub(crate) fn scalar_kernels(ty: GgmlType) -> Result<&'static Kernels, QuantError> {
-    match ty {
-        GgmlType::F32 => Ok(&F32),
-        GgmlType::F16 => Ok(&F16),
-        GgmlType::BF16 => Ok(&BF16),
-        _ => formats::kernels(ty).ok_or(QuantError::Unsupported { ty }),
-    }
-}
-
-/// Bytes of a row of `n` elements of `ty`, or the error saying why there is none.
-pub(crate) fn row_bytes(ty: GgmlType, n: usize) -> Result<usize, QuantError> {
-    if n % ty.block_size() != 0 {
-        return Err(QuantError::RaggedRow { ty, elements: n });
-    }
-    ty.row_size(n).ok_or(QuantError::ByteLength {
-        ty,
-        expected: usize::MAX,
-        got: 0,
-    })
-}
-
-pub(crate) fn check_elements(
-    ty: GgmlType,
-    what: &'static str,
-    expected: usize,
-    got: usize,
-) -> Result<(), QuantError> {
-    if expected == got {
-        Ok(())
-    } else {
-        Err(QuantError::ElementLength {
-            ty,
-            what,
-            expected,
-            got,
-        })
-    }
-}
-
-pub(crate) fn check_bytes(ty: GgmlType, expected: usize, got: usize) -> Result<(), QuantError> {
-    if expected == got {
-        Ok(())
-    } else {
-        Err(QuantError::ByteLength { ty, expected, got })
-    }
-}
-
-// ---------------------------------------------------------------------------------------
-// Row drivers: matvec (one token), matmul (a batch of tokens) and the fused form that runs
-// several matrices of the same activations in one parallel region.
-// ---------------------------------------------------------------------------------------
 
 /// Below this many weight bytes times tokens a product runs on the calling thread: waking
 /// the pool would cost more than it saves.
@@ -168,7 +21,7 @@ const TOKEN_BLOCK_BYTES: usize = 16 * 1024;
 /// Products one fused call runs together (Q, K, V and spare); longer lists run in groups.
 const MAX_PRODUCTS: usize = 4;
 
-/// One matrix of a fused product ([`crate::matmul_many`]): `rows` rows of `cols` elements of
+/// One matrix of a fused product (the public `matmul_many`): `rows` rows of `cols` elements of
 /// type `ty`, and where its result goes: `y[t * rows + o]` for token `t`, row `o`.
 pub struct Product<'a> {
     pub ty: GgmlType,
@@ -294,7 +147,7 @@ fn with_thread_scratch<R>(len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
     r
 }
 
-/// `y[o] = sum_i W[o][i] x[i]`; see [`crate::matvec`].
+/// `y[o] = sum_i W[o][i] x[i]`: the public `matvec`.
 pub(crate) fn matvec(
     ty: GgmlType,
     weights: &[u8],
@@ -306,7 +159,7 @@ pub(crate) fn matvec(
     matmul(ty, weights, rows, cols, x, 1, y)
 }
 
-/// `y[t*rows + o] = sum_i W[o][i] x[t*cols + i]`; see [`crate::matmul`].
+/// `y[t*rows + o] = sum_i W[o][i] x[t*cols + i]`: the public `matmul`.
 pub(crate) fn matmul(
     ty: GgmlType,
     weights: &[u8],
@@ -334,7 +187,7 @@ pub(crate) fn matmul(
 }
 
 /// Every product of `products` with the same `n` tokens of activations `x` (`n` rows of
-/// `cols`), in one parallel region; see [`crate::matmul_many`].
+/// `cols`), in one parallel region: the public `matmul_many`.
 pub(crate) fn matmul_many(
     products: &mut [Product<'_>],
     cols: usize,
@@ -604,7 +457,8 @@ fn dot_tile(tile: Tile, acts: Acts<'_>, cols: usize, row: &[u8], t: usize) -> [f
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::formats;
+    use crate::dispatch::scalar_kernels;
+    use crate::{float, formats};
 
     fn random(n: usize, seed: u64) -> Vec<f32> {
         let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
@@ -626,7 +480,7 @@ mod tests {
     /// tile indexing on every type, whether or not a fast tile exists yet.
     fn per_token_tile(ty: GgmlType) -> Tile {
         macro_rules! quant {
-            ($($t:ident => $m:ident),* $(,)?) => {
+            ($(($t:ident, $m:ident)),* $(,)?) => {
                 match ty {
                     $(GgmlType::$t => Tile::Quant(|w, a| {
                         std::array::from_fn(|k| formats::$m::vec_dot(w, a[k]))
@@ -638,18 +492,14 @@ mod tests {
                 }
             };
         }
-        quant!(
-            Q4_0 => q4_0, Q4_1 => q4_1, Q5_0 => q5_0, Q5_1 => q5_1, Q8_0 => q8_0,
-            Q8_1 => q8_1, Q2_K => q2_k, Q3_K => q3_k, Q4_K => q4_k, Q5_K => q5_k,
-            Q6_K => q6_k, Q8_K => q8_k, IQ4_NL => iq4_nl, IQ4_XS => iq4_xs,
-        )
+        formats::for_each_format!(quant)
     }
 
     /// A multi-row tile that is `TILE_ROWS * TILE` calls of the type's scalar dot: exercises
     /// the driver's row-group indexing (and its left-over rows) on every block type.
     fn per_pair_tile(ty: GgmlType) -> Option<Tile> {
         macro_rules! quant {
-            ($($t:ident => $m:ident),* $(,)?) => {
+            ($(($t:ident, $m:ident)),* $(,)?) => {
                 match ty {
                     $(GgmlType::$t => Some(Tile::QuantRows(|w: &[u8], a: [&[u8]; TILE]| {
                         let rb = w.len() / TILE_ROWS;
@@ -661,18 +511,14 @@ mod tests {
                 }
             };
         }
-        quant!(
-            Q4_0 => q4_0, Q4_1 => q4_1, Q5_0 => q5_0, Q5_1 => q5_1, Q8_0 => q8_0,
-            Q8_1 => q8_1, Q2_K => q2_k, Q3_K => q3_k, Q4_K => q4_k, Q5_K => q5_k,
-            Q6_K => q6_k, Q8_K => q8_k, IQ4_NL => iq4_nl, IQ4_XS => iq4_xs,
-        )
+        formats::for_each_format!(quant)
     }
 
     /// A rows kernel that is `ROWS` calls of the type's scalar dot: exercises the driver's
     /// row grouping on every block type, whether or not a fast one exists yet.
     fn per_row_rows(ty: GgmlType) -> Option<Rows> {
         macro_rules! quant {
-            ($($t:ident => $m:ident),* $(,)?) => {
+            ($(($t:ident, $m:ident)),* $(,)?) => {
                 match ty {
                     $(GgmlType::$t => Some(|w: &[u8], a: &[u8]| {
                         let rb = w.len() / ROWS;
@@ -682,11 +528,7 @@ mod tests {
                 }
             };
         }
-        quant!(
-            Q4_0 => q4_0, Q4_1 => q4_1, Q5_0 => q5_0, Q5_1 => q5_1, Q8_0 => q8_0,
-            Q8_1 => q8_1, Q2_K => q2_k, Q3_K => q3_k, Q4_K => q4_k, Q5_K => q5_k,
-            Q6_K => q6_k, Q8_K => q8_k, IQ4_NL => iq4_nl, IQ4_XS => iq4_xs,
-        )
+        formats::for_each_format!(quant)
     }
 
     /// `base`'s kernels with the tile and rows kernels replaced.

@@ -1,0 +1,64 @@
+//! The shape of one type's entry in the kernel table ([`Kernels`]: dequantize, quantize,
+//! dot, and the multi-token / multi-row kernels where a fast path has them), and the tile
+//! sizes the row drivers and the fast kernels agree on.
+
+use crate::GgmlType;
+
+/// How a weight row is dotted with an activation vector.
+#[derive(Clone, Copy)]
+pub(crate) enum Dot {
+    /// Plain float weights: dotted with the f32 activations directly.
+    Float(fn(&[u8], &[f32]) -> f32),
+    /// Block-quantized weights: activations are first quantized to `act`, then
+    /// `vec_dot(weight_row_bytes, activation_row_bytes)` runs block by block.
+    Quant {
+        act: GgmlType,
+        vec_dot: fn(&[u8], &[u8]) -> f32,
+    },
+}
+
+/// Tokens a [`Tile`] kernel dots with one weight row at once.
+pub(crate) const TILE: usize = 4;
+
+/// The prefill GEMM's inner kernel: one weight row dotted with [`TILE`] tokens' activation
+/// rows at once, so each weight block is loaded and unpacked once for all of them.
+/// Results must equal `TILE` calls of the type's `Dot` up to f32 summation order.
+#[derive(Clone, Copy)]
+pub(crate) enum Tile {
+    Float(fn(&[u8], [&[f32]; TILE]) -> [f32; TILE]),
+    Quant(fn(&[u8], [&[u8]; TILE]) -> [f32; TILE]),
+    /// [`TILE_ROWS`] consecutive weight rows (back to back in the first argument) times
+    /// [`TILE`] tokens: `out[r][t]`. Also amortises the per-token work (activation loads and
+    /// scales) over the rows; a matrix's last rows that fill no group run per token.
+    QuantRows(RowsTile),
+}
+
+/// A [`Tile::QuantRows`] kernel: `out[r][t]` is weight row r with token t.
+pub(crate) type RowsTile = fn(&[u8], [&[u8]; TILE]) -> [[f32; TILE]; TILE_ROWS];
+
+/// Weight rows a [`Tile::QuantRows`] kernel dots at once.
+pub(crate) const TILE_ROWS: usize = 8;
+
+/// Weight rows a [`Rows`] kernel dots with one token at once.
+pub(crate) const ROWS: usize = 8;
+
+/// The decode (single-token) kernel: [`ROWS`] consecutive weight rows, back to back in the
+/// first argument (`ROWS * row_bytes` bytes), dotted with one token's quantized activation
+/// row, so each activation block is loaded (and its scale converted) once for all of them.
+/// Results must equal `ROWS` calls of the type's `Dot` bit for bit: which rows share a call
+/// depends on how the driver splits the work and must never change a result.
+pub(crate) type Rows = fn(&[u8], &[u8]) -> [f32; ROWS];
+
+/// One type's kernels. The functions expect lengths already checked against the type
+/// (whole blocks, `src.len() == ty.row_size(dst.len())`).
+pub(crate) struct Kernels {
+    pub dequantize: fn(&[u8], &mut [f32]),
+    pub quantize: fn(&[f32], &mut [u8]),
+    pub dot: Dot,
+    /// The multi-token kernel, where a fast path has one (the matmul driver falls back to
+    /// `dot` per token otherwise).
+    pub tile: Option<Tile>,
+    /// The multi-row single-token kernel, where a fast path has one (block formats only; the
+    /// driver falls back to `dot` per row otherwise).
+    pub rows: Option<Rows>,
+}

@@ -1,0 +1,59 @@
+//! The one way a fast path registers kernels: `fast_kernels!` lists, per type, what the fast
+//! path replaces of the reference kernels, and builds the lookup from type to table entry.
+
+/// `fast_kernels! { entry; ... }` defines `kernels(ty) -> Option<&'static Kernels>` over the
+/// listed types. Each entry names a type and how its fast kernels are made:
+///
+/// - `q4_0: block(kernel_module)`: the generated format `crate::formats::q4_0`, with its
+///   `vec_dot`, `rows` and `PREFILL` (its tile kernel) from `kernel_module` (the activation type is the format's);
+/// - `q8_k: block`: the generated format, its dots left as the reference's;
+/// - `F16: float(kernel_module)`: a float type, its `dot` and `PREFILL` from `kernel_module`;
+///
+/// then any of the table's fields to replace as well (`, quantize: path`). Whatever is not
+/// given is the reference's (`formats::<format>::REFERENCE`, `crate::float::<TYPE>`), so a
+/// type's entry states only what the fast path adds.
+macro_rules! fast_kernels {
+    ($($key:ident: $kind:ident $(($($kernel:ident)::+))? $(, $field:ident: $value:path)*;)*) => {
+        /// The fast kernels for `ty`, if written.
+        pub(super) fn kernels(ty: $crate::GgmlType) -> Option<&'static $crate::kernel_table::Kernels> {
+            match ty {
+                $(fast_kernels!(@type $kind $key) => {
+                    static KERNELS: $crate::kernel_table::Kernels = fast_kernels!(
+                        @entry $kind $key ($($($kernel)::+)?) $($field: $value),*
+                    );
+                    Some(&KERNELS)
+                })*
+                _ => None,
+            }
+        }
+    };
+    (@type block $key:ident) => { $crate::formats::$key::TYPE };
+    (@type float $key:ident) => { $crate::GgmlType::$key };
+    (@entry block $key:ident ($($kernel:ident)::+) $($field:ident: $value:path),*) => {
+        $crate::kernel_table::Kernels {
+            $($field: $value,)*
+            dot: $crate::kernel_table::Dot::Quant {
+                act: $crate::formats::$key::ACT,
+                vec_dot: $($kernel)::+::vec_dot,
+            },
+            tile: Some($($kernel)::+::PREFILL),
+            rows: Some($($kernel)::+::rows),
+            ..$crate::formats::$key::REFERENCE
+        }
+    };
+    (@entry block $key:ident () $($field:ident: $value:path),*) => {
+        $crate::kernel_table::Kernels {
+            $($field: $value,)*
+            ..$crate::formats::$key::REFERENCE
+        }
+    };
+    (@entry float $key:ident ($($kernel:ident)::+) $($field:ident: $value:path),*) => {
+        $crate::kernel_table::Kernels {
+            $($field: $value,)*
+            dot: $crate::kernel_table::Dot::Float($($kernel)::+::dot),
+            tile: Some($($kernel)::+::PREFILL),
+            ..$crate::float::$key
+        }
+    };
+}
+pub(super) use fast_kernels;

@@ -1,0 +1,91 @@
+//! The engine at work, with progress on stderr and generated text streamed to stdout.
+//!
+//! `run`, `chat` and `bench` load through [`load_engine`]; `run` and `chat` generate through
+//! [`generate_to_stdout`].
+
+use crate::cancel::cancel_flag;
+use crate::error::CmdError;
+use crate::progress::progress_bar;
+use indicatif::ProgressBar;
+
+/// Lays `model` out under `options` with a progress bar over the resident weights read.
+pub fn load_engine(
+    model: ramforge_engine::Model,
+    options: &ramforge_engine::EngineOptions,
+) -> Result<ramforge_engine::Engine, ramforge_engine::EngineError> {
+    let bar = progress_bar(0, "loading", true);
+    let engine = ramforge_engine::Engine::new_with_progress(model, options, &|done, total| {
+        bar.set_length(total);
+        bar.set_position(done);
+    });
+    bar.finish_and_clear();
+    engine
+}
+
+/// A progress bar over the prompt's tokens, fed by the engine while it processes them; shown
+/// only for prompts of more than one batch (shorter ones finish before a bar is worth it).
+/// Clear it with `finish_and_clear` when the first token appears.
+fn prompt_bar(
+    engine: &mut ramforge_engine::Engine,
+    prompt_tokens: usize,
+    batch: usize,
+) -> ProgressBar {
+    if prompt_tokens <= batch {
+        engine.set_prompt_progress(None);
+        return ProgressBar::hidden();
+    }
+    let bar = progress_bar(prompt_tokens as u64, "prompt", false);
+    let feed = bar.clone();
+    engine.set_prompt_progress(Some(Box::new(move |done, _| {
+        feed.set_position(done as u64)
+    })));
+    bar
+}
+
+/// Generates from `prompt` with a progress bar over a long prompt, writing the text to stdout
+/// as it comes when `echo` (and nothing when not: `--json` prints at the end). A failed write
+/// to stdout (a closed pipe) is reported after the generation, which it does not stop.
+/// With `reuse_context`, the prefix the context already holds is not evaluated again
+/// (`chat`'s later turns).
+pub fn generate_to_stdout(
+    engine: &mut ramforge_engine::Engine,
+    prompt: &[u32],
+    params: &ramforge_engine::SamplingParams,
+    echo: bool,
+    reuse_context: bool,
+) -> Result<ramforge_engine::GenerationStats, CmdError> {
+    use std::io::Write;
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let mut write_error: Option<std::io::Error> = None;
+    let batch = engine.plan().request.batch;
+    let bar = prompt_bar(engine, prompt.len(), batch);
+    let generate = if reuse_context {
+        ramforge_engine::Engine::generate_reusing
+    } else {
+        ramforge_engine::Engine::generate
+    };
+    let stats = generate(
+        engine,
+        prompt,
+        params,
+        &mut |_, text| {
+            if !bar.is_finished() {
+                bar.finish_and_clear();
+            }
+            if echo && write_error.is_none() {
+                if let Err(e) = out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+                    write_error = Some(e);
+                }
+            }
+        },
+        cancel_flag(),
+    );
+    bar.finish_and_clear();
+    engine.set_prompt_progress(None);
+    let stats = stats?;
+    if let Some(e) = write_error {
+        return Err(format!("writing to stdout: {e}").into());
+    }
+    Ok(stats)
+}
