@@ -3,7 +3,8 @@
 //! used, Mixtral-style llama Q8_0 with 8 experts and 2 used, gemma3 Q8_0 with a 16-position
 //! window so the ring wraps), llama.cpp records its teacher-forced logits at test time, and
 //! `verify --golden` compares all-resident, at 40% of the file, and at a budget just above the
-//! minimum (layers streamed).
+//! minimum (layers streamed); one and two threads and every budget give the same logits, bit
+//! for bit.
 //!
 //! The weights are random, so logits spread about 1 and the README's absolute tolerances
 //! (set for real models) would pass a wrong block; these files are held to mean <= 0.05 and to
@@ -66,13 +67,26 @@ fn synth_and_record(name: &str, args: &[&str]) -> (PathBuf, PathBuf) {
     (model, golden)
 }
 
-/// `verify --golden --json` under `ram`: the summary, and the steps whose golden margin is at
-/// least 0.2 where our argmax differs from llama.cpp's.
-fn verify(model: &Path, golden: &Path, ram: Option<u64>) -> (serde_json::Value, usize) {
+/// What `verify --golden --json` says under `ram` on `threads` threads.
+struct Verified {
+    summary: serde_json::Value,
+    /// Steps whose golden margin is at least 0.2 where our argmax differs from llama.cpp's.
+    mismatches: usize,
+    /// Every step's line: our argmax and our logits for the golden top-5 ids.
+    steps: Vec<serde_json::Value>,
+}
+
+fn verify(model: &Path, golden: &Path, ram: Option<u64>, threads: usize) -> Verified {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_ramforge-tools"));
-    cmd.args(["verify", "--threads", "2", "--json", "--golden"])
-        .arg(golden)
-        .arg(model);
+    cmd.args([
+        "verify",
+        "--threads",
+        &threads.to_string(),
+        "--json",
+        "--golden",
+    ])
+    .arg(golden)
+    .arg(model);
     if let Some(r) = ram {
         cmd.args(["--ram", &r.to_string()]);
     }
@@ -103,7 +117,15 @@ fn verify(model: &Path, golden: &Path, ram: Option<u64>) -> (serde_json::Value, 
             mismatches += 1;
         }
     }
-    (summary, mismatches)
+    let steps = lines
+        .into_iter()
+        .filter(|v| v.get("step").is_some())
+        .collect();
+    Verified {
+        summary,
+        mismatches,
+        steps,
+    }
 }
 
 /// The smallest budget `model` runs under for `golden`'s context, plus `extra`.
@@ -142,12 +164,20 @@ fn check(name: &str, args: &[&str]) {
     let (model, golden) = synth_and_record(name, args);
     let size = std::fs::metadata(&model).unwrap().len();
     let streamed = near_minimum(&model, &golden, 64 << 10);
-    for (what, ram) in [
-        ("all resident", None),
-        ("ram 40% of the file", Some(size * 40 / 100)),
-        ("ram near the minimum", Some(streamed)),
+    let resident = verify(&model, &golden, None, 2);
+    for (what, ram, threads) in [
+        ("all resident", None, 2),
+        ("all resident, 1 thread", None, 1),
+        ("ram 40% of the file", Some(size * 40 / 100), 2),
+        ("ram near the minimum", Some(streamed), 2),
     ] {
-        let (s, mismatches) = verify(&model, &golden, ram);
+        let v = verify(&model, &golden, ram, threads);
+        // Threads and budgets change where the weights are and who computes, never a logit.
+        assert_eq!(
+            v.steps, resident.steps,
+            "{name}, {what}: logits differ from all resident"
+        );
+        let (s, mismatches) = (v.summary, v.mismatches);
         let (mean, max) = (
             s["mean_abs_diff"].as_f64().unwrap(),
             s["max_abs_diff"].as_f64().unwrap(),
