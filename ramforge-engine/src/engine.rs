@@ -6,7 +6,7 @@
 
 use crate::budget::{tie_allocator_to_budget, ChargedVec, MemoryBudget};
 use crate::error::EngineError;
-use crate::forward::{block, rms_norm, rope_table, Scratch};
+use crate::forward::{block, rms_norm, rope_tables, scale, Scratch};
 use crate::kv::KvCache;
 use crate::model::{Model, ModelConfig};
 use crate::options::EngineOptions;
@@ -102,13 +102,7 @@ impl Engine {
         let depth_control = DepthControl::new(weights.matrices.stats());
         let scratch = Scratch::new(&budget, cfg, &model.tensors, plan.request.batch, ctx)?;
         let logits = ChargedVec::zeroed(&budget, "logits", model.tensors.n_vocab)?;
-        let kv = KvCache::new(
-            &budget,
-            plan.request.kv_type,
-            cfg.n_layer,
-            cfg.kv_dim(),
-            ctx,
-        );
+        let kv = KvCache::for_model(&budget, plan.request.kv_type, cfg, ctx);
         Ok(Engine {
             model,
             plan,
@@ -379,13 +373,10 @@ impl Engine {
                     .matrices
                     .embed(file, tensors, t, &mut s.x[i * e..(i + 1) * e])?;
             }
-            rope_table(
-                cfg,
-                self.weights.vectors.rope_freqs.as_deref(),
-                pos,
-                n,
-                &mut s.rope,
-            );
+            if cfg.arch.scale_embeddings {
+                scale(&mut s.x[..n * e], (e as f32).sqrt());
+            }
+            rope_tables(cfg, self.weights.vectors.rope_freqs.as_deref(), pos, n, s);
             for l in 0..cfg.n_layer {
                 let view = self.weights.matrices.layer(file, tensors, l)?;
                 let vecs = &self.weights.vectors.layers[l];

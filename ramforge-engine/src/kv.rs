@@ -1,11 +1,14 @@
-//! The KV cache: keys and values of every layer for every position seen so far.
+//! The KV cache: keys and values of every layer for every position it must keep.
 //!
-//! Storage grows in chunks of [`KV_CHUNK_TOKENS`] positions, each charged to the budget when it
-//! is allocated, up to the context the engine was planned for. Chunks are never moved or copied,
-//! so growing costs only the new chunk.
+//! A layer with full attention keeps every position of the context; a sliding-window layer keeps
+//! only its window, as a ring (position `p` in slot `p % window`), so it is charged for exactly
+//! that. Layers that keep as many positions share one store. Storage grows in chunks of
+//! [`KV_CHUNK_TOKENS`] slots, each charged to the budget when it is allocated, up to the store's
+//! size. Chunks are never moved or copied, so growing costs only the new chunk.
 
 use crate::budget::{Charge, MemoryBudget};
 use crate::error::EngineError;
+use crate::model::ModelConfig;
 use half::f16;
 use half::slice::HalfFloatSliceExt;
 
@@ -51,9 +54,13 @@ impl std::str::FromStr for KvType {
     }
 }
 
-/// Bytes of the cache for `ctx` positions.
-pub fn kv_cache_bytes(n_layer: usize, kv_dim: usize, ctx: usize, ty: KvType) -> u64 {
-    2 * n_layer as u64 * kv_dim as u64 * ctx as u64 * ty.bytes_per_element()
+/// Bytes of the cache of `cfg` for a context of `ctx` positions (what [`KvCache`] charges when
+/// full).
+pub fn kv_cache_bytes(cfg: &ModelConfig, ctx: usize, ty: KvType) -> u64 {
+    (0..cfg.n_layer)
+        .map(|l| 2 * cfg.kv_dim() as u64 * cfg.kv_positions(l, ctx) as u64)
+        .sum::<u64>()
+        * ty.bytes_per_element()
 }
 
 /// A cache element type: stored form of one f32. The row kernels read the stored form
@@ -206,42 +213,84 @@ enum ChunkData {
     F32(Vec<f32>),
 }
 
-/// Up to `KV_CHUNK_TOKENS` positions of every layer, laid out `[layer][k, v][position][kv_dim]`.
+/// Up to `KV_CHUNK_TOKENS` slots of every layer of a store, laid out
+/// `[layer][k, v][slot][kv_dim]`.
 struct Chunk {
     data: ChunkData,
     tokens: usize,
     _charge: Charge,
 }
 
+/// The layers that keep the same number of positions, `slots`: position `p` lives in slot
+/// `p % slots`.
+struct Store {
+    n_layer: usize,
+    slots: usize,
+    chunks: Vec<Chunk>,
+}
+
 /// The cache of one engine.
 pub struct KvCache {
     budget: MemoryBudget,
     ty: KvType,
-    n_layer: usize,
     kv_dim: usize,
     capacity: usize,
-    chunks: Vec<Chunk>,
+    stores: Vec<Store>,
+    /// Each layer's store and its index among the store's layers.
+    layers: Vec<(usize, usize)>,
     len: usize,
 }
 
 impl KvCache {
-    /// An empty cache that may grow to `capacity` positions; nothing is allocated yet.
+    /// An empty cache that may grow to `capacity` positions, layer `l` keeping the last
+    /// `positions(l)` of them (at most `capacity`); nothing is allocated yet.
     pub fn new(
         budget: &MemoryBudget,
         ty: KvType,
         n_layer: usize,
         kv_dim: usize,
         capacity: usize,
+        positions: impl Fn(usize) -> usize,
     ) -> KvCache {
+        let mut stores: Vec<Store> = Vec::new();
+        let mut layers = Vec::with_capacity(n_layer);
+        for l in 0..n_layer {
+            let slots = positions(l).clamp(1, capacity.max(1));
+            let s = match stores.iter().position(|s| s.slots == slots) {
+                Some(s) => s,
+                None => {
+                    stores.push(Store {
+                        n_layer: 0,
+                        slots,
+                        chunks: Vec::new(),
+                    });
+                    stores.len() - 1
+                }
+            };
+            layers.push((s, stores[s].n_layer));
+            stores[s].n_layer += 1;
+        }
         KvCache {
             budget: budget.clone(),
             ty,
-            n_layer,
             kv_dim,
             capacity,
-            chunks: Vec::new(),
+            stores,
+            layers,
             len: 0,
         }
+    }
+
+    /// The cache `cfg` needs for a context of `capacity`.
+    pub fn for_model(
+        budget: &MemoryBudget,
+        ty: KvType,
+        cfg: &ModelConfig,
+        capacity: usize,
+    ) -> KvCache {
+        KvCache::new(budget, ty, cfg.n_layer, cfg.kv_dim(), capacity, |l| {
+            cfg.kv_positions(l, capacity)
+        })
     }
 
     /// The most positions this cache can hold.
@@ -249,15 +298,26 @@ impl KvCache {
         self.capacity
     }
 
+    /// Positions `layer` keeps: a query at `p` may attend to `p + 1 - slots(layer)..=p`.
+    pub fn slots(&self, layer: usize) -> usize {
+        self.stores[self.layers[layer].0].slots
+    }
+
     /// Bytes allocated (and charged) now.
     #[cfg(test)]
     pub fn allocated_bytes(&self) -> u64 {
-        self.chunks.iter().map(|c| c._charge.bytes()).sum()
+        self.stores
+            .iter()
+            .flat_map(|s| &s.chunks)
+            .map(|c| c._charge.bytes())
+            .sum()
     }
 
     /// Forgets every position and releases the storage.
     pub fn clear(&mut self) {
-        self.chunks.clear();
+        for s in &mut self.stores {
+            s.chunks.clear();
+        }
         self.len = 0;
     }
 
@@ -270,39 +330,45 @@ impl KvCache {
                 ctx: self.capacity,
             });
         }
-        while self.chunks.len() * KV_CHUNK_TOKENS < n {
-            let first = self.chunks.len() * KV_CHUNK_TOKENS;
-            let tokens = KV_CHUNK_TOKENS.min(self.capacity - first);
-            let elems = 2 * self.n_layer * tokens * self.kv_dim;
-            let charge = self
-                .budget
-                .charge("KV cache", elems as u64 * self.ty.bytes_per_element())?;
-            let data = match self.ty {
-                KvType::F16 => ChunkData::F16(vec![f16::ZERO; elems]),
-                KvType::F32 => ChunkData::F32(vec![0.0; elems]),
-            };
-            self.chunks.push(Chunk {
-                data,
-                tokens,
-                _charge: charge,
-            });
+        for store in &mut self.stores {
+            let want = n.min(store.slots);
+            while store.chunks.len() * KV_CHUNK_TOKENS < want {
+                let first = store.chunks.len() * KV_CHUNK_TOKENS;
+                let tokens = KV_CHUNK_TOKENS.min(store.slots - first);
+                let elems = 2 * store.n_layer * tokens * self.kv_dim;
+                let charge = self
+                    .budget
+                    .charge("KV cache", elems as u64 * self.ty.bytes_per_element())?;
+                let data = match self.ty {
+                    KvType::F16 => ChunkData::F16(vec![f16::ZERO; elems]),
+                    KvType::F32 => ChunkData::F32(vec![0.0; elems]),
+                };
+                store.chunks.push(Chunk {
+                    data,
+                    tokens,
+                    _charge: charge,
+                });
+            }
         }
         Ok(())
     }
 
-    /// Element offset of (layer, k=0/v=1, position-in-chunk) inside a chunk.
+    /// Element offset of (layer-in-store, k=0/v=1, slot-in-chunk) inside a chunk.
     fn offset(&self, chunk_tokens: usize, layer: usize, which: usize, p: usize) -> usize {
         ((layer * 2 + which) * chunk_tokens + p) * self.kv_dim
     }
 
-    /// Stores the key and value rows of `layer` at `pos` (room must have been reserved).
+    /// Stores the key and value rows of `layer` at `pos` (room must have been reserved). In a
+    /// layer that keeps fewer positions than the context, this overwrites `pos - slots`.
     pub fn write(&mut self, layer: usize, pos: usize, k: &[f32], v: &[f32]) {
-        let (ci, p) = (pos / KV_CHUNK_TOKENS, pos % KV_CHUNK_TOKENS);
-        let tokens = self.chunks[ci].tokens;
-        let ko = self.offset(tokens, layer, 0, p);
-        let vo = self.offset(tokens, layer, 1, p);
+        let (si, li) = self.layers[layer];
+        let slot = pos % self.stores[si].slots;
+        let (ci, p) = (slot / KV_CHUNK_TOKENS, slot % KV_CHUNK_TOKENS);
+        let tokens = self.stores[si].chunks[ci].tokens;
+        let ko = self.offset(tokens, li, 0, p);
+        let vo = self.offset(tokens, li, 1, p);
         let d = self.kv_dim;
-        match &mut self.chunks[ci].data {
+        match &mut self.stores[si].chunks[ci].data {
             ChunkData::F16(data) => {
                 store(&mut data[ko..ko + d], k);
                 store(&mut data[vo..vo + d], v);
@@ -316,35 +382,56 @@ impl KvCache {
 
     /// Marks positions `0..n` as filled.
     pub fn set_len(&mut self, n: usize) {
-        debug_assert!(n <= self.chunks.len() * KV_CHUNK_TOKENS);
         self.len = n;
     }
 
-    /// Attention of one query head over positions `0..scores.len()` of `layer`, using
-    /// key/value head `kv_head`: `out = softmax(q . K^T * scale) V`.
+    /// The runs of consecutive slots that hold positions `first..first + n` of store `si`:
+    /// `(chunk, slot in chunk, count, offset of the run's first position from first)`.
+    fn runs(&self, si: usize, first: usize, n: usize) -> impl Iterator<Item = Run> + '_ {
+        let store = &self.stores[si];
+        let mut done = 0;
+        std::iter::from_fn(move || {
+            if done == n {
+                return None;
+            }
+            let slot = (first + done) % store.slots;
+            let (chunk, at) = (slot / KV_CHUNK_TOKENS, slot % KV_CHUNK_TOKENS);
+            let count = (store.chunks[chunk].tokens - at).min(n - done);
+            let run = Run {
+                chunk,
+                at,
+                count,
+                offset: done,
+            };
+            done += count;
+            Some(run)
+        })
+    }
+
+    /// Attention of one query head over positions `first..first + scores.len()` of `layer`
+    /// (at most the positions it keeps), using key/value head `kv_head`:
+    /// `out = softmax(q . K^T * scale) V`.
     pub fn attend(
         &self,
-        layer: usize,
-        kv_head: usize,
+        (layer, kv_head): (usize, usize),
         q: &[f32],
         scale: f32,
+        first: usize,
         scores: &mut [f32],
         out: &mut [f32],
     ) {
         let n_pos = scores.len();
+        let (si, li) = self.layers[layer];
+        debug_assert!(n_pos <= self.stores[si].slots);
         let hd = q.len();
         let col = kv_head * hd;
         let simd = simd_rows();
-        // Scores, chunk by chunk.
+        let chunks = &self.stores[si].chunks;
         let mut max = f32::NEG_INFINITY;
-        for (ci, chunk) in self.chunks.iter().enumerate() {
-            let first = ci * KV_CHUNK_TOKENS;
-            if first >= n_pos {
-                break;
-            }
-            let count = chunk.tokens.min(n_pos - first);
-            let base = self.offset(chunk.tokens, layer, 0, 0) + col;
-            let s = &mut scores[first..first + count];
+        for r in self.runs(si, first, n_pos) {
+            let chunk = &chunks[r.chunk];
+            let base = self.offset(chunk.tokens, li, 0, r.at) + col;
+            let s = &mut scores[r.offset..r.offset + r.count];
             match &chunk.data {
                 ChunkData::F16(data) => dots(data, base, self.kv_dim, q, scale, s, simd),
                 ChunkData::F32(data) => dots(data, base, self.kv_dim, q, scale, s, simd),
@@ -358,14 +445,10 @@ impl KvCache {
         }
         let inv = (1.0 / sum) as f32;
         out.fill(0.0);
-        for (ci, chunk) in self.chunks.iter().enumerate() {
-            let first = ci * KV_CHUNK_TOKENS;
-            if first >= n_pos {
-                break;
-            }
-            let count = chunk.tokens.min(n_pos - first);
-            let base = self.offset(chunk.tokens, layer, 1, 0) + col;
-            let w = &scores[first..first + count];
+        for r in self.runs(si, first, n_pos) {
+            let chunk = &chunks[r.chunk];
+            let base = self.offset(chunk.tokens, li, 1, r.at) + col;
+            let w = &scores[r.offset..r.offset + r.count];
             match &chunk.data {
                 ChunkData::F16(data) => weighted_sum(data, base, self.kv_dim, w, out, simd),
                 ChunkData::F32(data) => weighted_sum(data, base, self.kv_dim, w, out, simd),
@@ -375,6 +458,14 @@ impl KvCache {
             *o *= inv;
         }
     }
+}
+
+/// Consecutive slots of one chunk holding consecutive positions.
+struct Run {
+    chunk: usize,
+    at: usize,
+    count: usize,
+    offset: usize,
 }
 
 fn store(dst: &mut [f16], src: &[f32]) {
@@ -450,7 +541,7 @@ mod tests {
             |p: usize, i: usize, salt: usize| (((p * 31 + i * 7 + salt) % 17) as f32 - 8.0) / 8.0;
         for ty in [KvType::F32, KvType::F16] {
             let budget = MemoryBudget::new(1 << 20);
-            let mut kv = KvCache::new(&budget, ty, n_layer, kv_dim, n + 10);
+            let mut kv = KvCache::new(&budget, ty, n_layer, kv_dim, n + 10, |_| n + 10);
             kv.reserve(n).unwrap();
             assert_eq!(kv.allocated_bytes(), budget.held());
             for p in 0..n {
@@ -472,7 +563,7 @@ mod tests {
             let want = naive(&q, &ks, &vs, 0.35);
             let mut scores = vec![0.0; n];
             let mut out = vec![0.0; hd];
-            kv.attend(layer, head, &q, 0.35, &mut scores[..n], &mut out);
+            kv.attend((layer, head), &q, 0.35, 0, &mut scores[..n], &mut out);
             for (a, b) in out.iter().zip(&want) {
                 // Values are multiples of 1/8, exact in f16.
                 assert!((a - b).abs() < 1e-5, "{ty:?}: {a} vs {b}");
@@ -483,23 +574,65 @@ mod tests {
     }
 
     #[test]
+    fn a_window_layer_keeps_and_is_charged_for_only_its_window_as_a_ring() {
+        // Layer 0 full, layer 1 a window of 70 (two chunks, the second cut short).
+        let (hd, window, n) = (8, 70, 3 * KV_CHUNK_TOKENS + 9);
+        let val =
+            |p: usize, i: usize, salt: usize| (((p * 13 + i * 5 + salt) % 11) as f32 - 5.0) / 4.0;
+        let budget = MemoryBudget::new(1 << 20);
+        let mut kv = KvCache::new(&budget, KvType::F32, 2, hd, n, |l| {
+            if l == 1 {
+                window
+            } else {
+                n
+            }
+        });
+        assert_eq!(kv.slots(1), window);
+        kv.reserve(n).unwrap();
+        assert_eq!(budget.held(), (2 * hd * (n + window) * 4) as u64);
+        for p in 0..n {
+            for l in 0..2 {
+                let k: Vec<f32> = (0..hd).map(|i| val(p, i, l)).collect();
+                let v: Vec<f32> = (0..hd).map(|i| val(p, i, 7 + l)).collect();
+                kv.write(l, p, &k, &v);
+            }
+        }
+        let q: Vec<f32> = (0..hd).map(|i| val(1, i, 3)).collect();
+        for (layer, first) in [(1, n - window), (1, n - 20), (0, 0), (0, n - window)] {
+            let ks: Vec<Vec<f32>> = (first..n)
+                .map(|p| (0..hd).map(|i| val(p, i, layer)).collect())
+                .collect();
+            let vs: Vec<Vec<f32>> = (first..n)
+                .map(|p| (0..hd).map(|i| val(p, i, 7 + layer)).collect())
+                .collect();
+            let want = naive(&q, &ks, &vs, 0.5);
+            let mut scores = vec![0.0; n - first];
+            let mut out = vec![0.0; hd];
+            kv.attend((layer, 0), &q, 0.5, first, &mut scores, &mut out);
+            for (a, b) in out.iter().zip(&want) {
+                assert!(
+                    (a - b).abs() < 1e-5,
+                    "layer {layer} from {first}: {a} vs {b}"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn growth_is_bounded_by_capacity_and_budget() {
         let budget = MemoryBudget::new(1 << 20);
-        let mut kv = KvCache::new(&budget, KvType::F16, 1, 4, 100);
+        let mut kv = KvCache::new(&budget, KvType::F16, 1, 4, 100, |_| 100);
         kv.reserve(1).unwrap();
-        assert_eq!(
-            budget.held(),
-            kv_cache_bytes(1, 4, KV_CHUNK_TOKENS, KvType::F16)
-        );
+        assert_eq!(budget.held(), (2 * 4 * KV_CHUNK_TOKENS * 2) as u64);
         kv.reserve(100).unwrap();
         // The last chunk is cut at the capacity.
-        assert_eq!(budget.held(), kv_cache_bytes(1, 4, 100, KvType::F16));
+        assert_eq!(budget.held(), 2 * 4 * 100 * 2);
         assert!(matches!(
             kv.reserve(101),
             Err(EngineError::ContextOverflow { .. })
         ));
         let small = MemoryBudget::new(100);
-        let mut kv = KvCache::new(&small, KvType::F32, 1, 4, 100);
+        let mut kv = KvCache::new(&small, KvType::F32, 1, 4, 100, |_| 100);
         let e = kv.reserve(1).unwrap_err().to_string();
         assert!(e.contains("KV cache"), "{e}");
         assert_eq!(small.held(), 0);

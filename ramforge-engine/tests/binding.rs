@@ -72,3 +72,16 @@ fn a_tensor_of_a_layer_past_the_block_count_is_refused() {
         "{e}"
     );
 }
+
+#[test]
+fn the_newer_architectures_name_what_a_relabelled_llama_lacks() {
+    // As qwen3 a layer needs its per-head Q/K norms.
+    let e = open_error("qwen3", "qwen3", &[]);
+    assert!(e.contains("\"blk.0.attn_q_norm.weight\""), "{e}");
+    // A dense llama has no router: the Mixtral tensors belong to a model with experts.
+    let e = open_error("router", "llama", &[("blk.1.ffn_gate_inp.weight", 576)]);
+    assert!(
+        e.contains("\"blk.1.ffn_gate_inp.weight\"") && e.contains("llama.expert_count = 0"),
+        "{e}"
+    );
+}

@@ -278,11 +278,20 @@ fn bad_inputs_are_one_line_errors() {
         "runs past the end of the file",
     );
 
-    // An architecture the engine does not run.
-    let gemma = model("gemma-3-270m-q4_k_m.gguf");
+    // An architecture the engine does not run: the file says qwen2moe (shared experts).
+    let relabelled = dir.join("qwen2moe.gguf");
+    let src = ramforge_gguf::GgufFile::open(smollm()).unwrap();
+    let mut w = GgufWriter::copy_of(&src).unwrap();
+    w.metadata_mut().remove("general.architecture");
+    w.metadata_mut().insert(
+        "general.architecture".into(),
+        Value::String("qwen2moe".into()),
+    );
+    w.write_to(std::fs::File::create(&relabelled).unwrap())
+        .unwrap();
     assert_one_line_error(
-        &tool(&["run", gemma.to_str().unwrap(), "--prompt", "hi"]),
-        "gemma3",
+        &tool(&["run", relabelled.to_str().unwrap(), "--prompt", "hi"]),
+        "qwen2moe.expert_shared_feed_forward_length",
     );
 
     // A weight of a type without kernels (I8), in an otherwise valid tiny llama file.

@@ -4,11 +4,12 @@
 
 mod attention;
 mod matmul;
+mod moe;
 mod ops;
 mod scratch;
 
 pub(crate) use ops::rms_norm;
-pub(crate) use ops::rope_table;
+pub(crate) use ops::{rope_table, scale, RopeParams};
 pub(crate) use scratch::Scratch;
 
 use crate::error::EngineError;
@@ -18,10 +19,43 @@ use crate::model::ModelConfig;
 use crate::weights::{LayerVectors, LayerView};
 use attention::attention;
 use matmul::matmul;
-use ops::{add_bias, add_into, apply_rope, swiglu};
+use moe::moe_ffn;
+use ops::{add_bias, add_into, apply_rope, geglu, rms_norm_in_place, swiglu};
 
-/// Runs one transformer block, as `cfg.arch` composes it, on the rows of `s.x` at positions `positions`, storing their
-/// keys and values in `kv`. The RoPE table must already hold these positions.
+/// Fills the RoPE tables of `s` for the positions `first..first + n`: the global one (with
+/// `factors`, llama3-style) and, for a model with sliding-window layers, the local one.
+pub(crate) fn rope_tables(
+    cfg: &ModelConfig,
+    factors: Option<&[f32]>,
+    first: usize,
+    n: usize,
+    s: &mut Scratch,
+) {
+    let params = |(base, scale), factors| RopeParams {
+        base,
+        scale,
+        dim: cfg.rope_dim,
+        factors,
+    };
+    rope_table(
+        params((cfg.rope_base, cfg.rope_freq_scale), factors),
+        first,
+        n,
+        &mut s.rope,
+    );
+    if let Some(local) = (0..cfg.n_layer).find(|&l| cfg.window(l).is_some()) {
+        rope_table(
+            params(cfg.rope_of(local), None),
+            first,
+            n,
+            &mut s.rope_local,
+        );
+    }
+}
+
+/// Runs one transformer block, as `cfg.arch` composes it, on the rows of `s.x` at positions
+/// `positions`, storing their keys and values in `kv`. The RoPE tables must already hold these
+/// positions.
 pub(crate) fn block(
     cfg: &ModelConfig,
     layer_index: usize,
@@ -32,7 +66,7 @@ pub(crate) fn block(
     positions: std::ops::Range<usize>,
 ) -> Result<(), EngineError> {
     let (first, n) = (positions.start, positions.len());
-    let (e, qd, kvd, ff) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim(), cfg.n_ff);
+    let (e, qd, kvd) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim());
     let hd = cfg.head_dim;
     let style = cfg.arch.rope;
     let m = |role| w.matrix(role);
@@ -63,19 +97,43 @@ pub(crate) fn block(
             add_bias(&mut out[..n * width], bias);
         }
     }
-    apply_rope(&mut s.q, n, cfg.n_head, hd, cfg.rope_dim, style, &s.rope);
-    apply_rope(&mut s.k, n, cfg.n_head_kv, hd, cfg.rope_dim, style, &s.rope);
-    for i in 0..n {
-        kv.write(
-            layer_index,
-            first + i,
-            &s.k[i * kvd..(i + 1) * kvd],
-            &s.v[i * kvd..(i + 1) * kvd],
-        );
+    for (role, out, width) in [
+        (Role::AttnQNorm, &mut s.q, qd),
+        (Role::AttnKNorm, &mut s.k, kvd),
+    ] {
+        if let Some(norm) = vecs.get(role) {
+            rms_norm_in_place(&mut out[..n * width], norm, cfg.rms_eps);
+        }
     }
-    attention(cfg, layer_index, s, kv, first, n);
+    let table = if cfg.window(layer_index).is_some() {
+        &s.rope_local
+    } else {
+        &s.rope
+    };
+    apply_rope(&mut s.q, n, cfg.n_head, hd, cfg.rope_dim, style, table);
+    apply_rope(&mut s.k, n, cfg.n_head_kv, hd, cfg.rope_dim, style, table);
+    // A layer that keeps fewer positions than the context (a ring) must not overwrite a key a
+    // query of the same batch still needs: once the ring wraps, one token at a time.
+    let slots = kv.slots(layer_index);
+    let mut i = 0;
+    while i < n {
+        let p = first + i;
+        let len = if p + (n - i) <= slots {
+            n - i
+        } else if p < slots {
+            slots - p
+        } else {
+            1
+        };
+        for j in i..i + len {
+            let (k, v) = (&s.k[j * kvd..][..kvd], &s.v[j * kvd..][..kvd]);
+            kv.write(layer_index, first + j, k, v);
+        }
+        attention(cfg, layer_index, s, kv, first, i..i + len);
+        i += len;
+    }
     matmul([(m(Role::AttnOutput), &mut s.xn)], &s.att, n, &mut s.act)?;
-    add_into(&mut s.x[..n * e], &s.xn[..n * e]);
+    residual(cfg, vecs, Role::AttnPostNorm, s, n);
 
     // Feed-forward.
     rms_norm(
@@ -84,16 +142,32 @@ pub(crate) fn block(
         cfg.rms_eps,
         &mut s.xn[..n * e],
     );
-    matmul(
-        [(m(Role::FfnGate), &mut s.gate), (m(Role::FfnUp), &mut s.up)],
-        &s.xn,
-        n,
-        &mut s.act,
-    )?;
-    match cfg.arch.ffn {
-        Ffn::SwiGlu => swiglu(&mut s.gate[..n * ff], &s.up[..n * ff]),
+    if cfg.n_expert > 0 {
+        moe_ffn(cfg, w, s, n)?;
+        s.xn[..n * e].copy_from_slice(&s.moe_out[..n * e]);
+    } else {
+        let ff = cfg.n_ff;
+        matmul(
+            [(m(Role::FfnGate), &mut s.gate), (m(Role::FfnUp), &mut s.up)],
+            &s.xn,
+            n,
+            &mut s.act,
+        )?;
+        match cfg.arch.ffn {
+            Ffn::SwiGlu => swiglu(&mut s.gate[..n * ff], &s.up[..n * ff]),
+            Ffn::GeGlu => geglu(&mut s.gate[..n * ff], &s.up[..n * ff]),
+        }
+        matmul([(m(Role::FfnDown), &mut s.xn)], &s.gate, n, &mut s.act)?;
     }
-    matmul([(m(Role::FfnDown), &mut s.xn)], &s.gate, n, &mut s.act)?;
-    add_into(&mut s.x[..n * e], &s.xn[..n * e]);
+    residual(cfg, vecs, Role::FfnPostNorm, s, n);
     Ok(())
+}
+
+/// `x += post_norm(xn)` for the `n` rows, the norm only where the layer has one.
+fn residual(cfg: &ModelConfig, vecs: &LayerVectors, post_norm: Role, s: &mut Scratch, n: usize) {
+    let e = cfg.n_embd;
+    if let Some(norm) = vecs.get(post_norm) {
+        rms_norm_in_place(&mut s.xn[..n * e], norm, cfg.rms_eps);
+    }
+    add_into(&mut s.x[..n * e], &s.xn[..n * e]);
 }

@@ -1,7 +1,7 @@
 //! The element-wise ops blocks are composed of, on f32 activations: RMSNorm, RoPE, gated
 //! activations, bias and residual adds.
 
-use crate::model::{ModelConfig, RopeStyle};
+use crate::model::RopeStyle;
 
 /// `out = x / sqrt(mean(x^2) + eps) * w`, row by row.
 pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
@@ -15,21 +15,41 @@ pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     }
 }
 
+/// [`rms_norm`] of every `w.len()` elements of `x`, in place (per-head norms, post-norms).
+pub fn rms_norm_in_place(x: &mut [f32], w: &[f32], eps: f32) {
+    let d = w.len();
+    for xr in x.chunks_exact_mut(d) {
+        let ss: f64 = xr.iter().map(|&v| (v as f64) * (v as f64)).sum();
+        let scale = 1.0 / ((ss / d as f64) as f32 + eps).sqrt();
+        for (v, &wi) in xr.iter_mut().zip(w) {
+            *v = *v * scale * wi;
+        }
+    }
+}
+
+/// The RoPE angles of one table: `angle(p, j) = p * scale * base^(-2j/dim) / factor[j]`.
+#[derive(Clone, Copy)]
+pub struct RopeParams<'a> {
+    /// The frequency base.
+    pub base: f32,
+    /// The position multiplier.
+    pub scale: f32,
+    /// Rotated elements per head.
+    pub dim: usize,
+    /// Per-frequency divisors (llama3-style), if any.
+    pub factors: Option<&'a [f32]>,
+}
+
 /// Fills `table` with cos (first half) and sin (second half) of every RoPE angle for the
-/// positions `first..first + n`: angle(p, j) = p * scale * base^(-2j/rope_dim) / factor[j].
-pub fn rope_table(
-    cfg: &ModelConfig,
-    factors: Option<&[f32]>,
-    first: usize,
-    n: usize,
-    table: &mut [f32],
-) {
-    let half = cfg.rope_dim / 2;
+/// positions `first..first + n`.
+pub fn rope_table(r: RopeParams<'_>, first: usize, n: usize, table: &mut [f32]) {
+    let half = r.dim / 2;
+    let factors = r.factors;
     let (cos, sin) = table[..2 * n * half].split_at_mut(n * half);
     for i in 0..n {
-        let p = (first + i) as f64 * cfg.rope_freq_scale as f64;
+        let p = (first + i) as f64 * r.scale as f64;
         for j in 0..half {
-            let mut freq = (cfg.rope_base as f64).powf(-2.0 * j as f64 / cfg.rope_dim as f64);
+            let mut freq = (r.base as f64).powf(-2.0 * j as f64 / r.dim as f64);
             if let Some(f) = factors {
                 freq /= f[j] as f64;
             }
@@ -76,6 +96,23 @@ pub fn swiglu(gate: &mut [f32], up: &[f32]) {
     }
 }
 
+/// `gate = gelu(gate) * up`, GELU in ggml's tanh approximation.
+pub fn geglu(gate: &mut [f32], up: &[f32]) {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    const COEF_A: f32 = 0.044_715;
+    for (g, &u) in gate.iter_mut().zip(up) {
+        let x = *g;
+        *g = 0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + COEF_A * x * x)).tanh()) * u;
+    }
+}
+
+/// `x *= factor`, element by element.
+pub(crate) fn scale(x: &mut [f32], factor: f32) {
+    for v in x {
+        *v *= factor;
+    }
+}
+
 pub(crate) fn add_bias(x: &mut [f32], bias: &[f32]) {
     for row in x.chunks_exact_mut(bias.len()) {
         for (v, &b) in row.iter_mut().zip(bias) {
@@ -93,22 +130,13 @@ pub(crate) fn add_into(acc: &mut [f32], x: &[f32]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::Architecture;
 
-    fn cfg(rope_dim: usize) -> ModelConfig {
-        ModelConfig {
-            arch: Architecture::named("llama").unwrap(),
-            n_layer: 1,
-            n_embd: 8,
-            n_head: 2,
-            n_head_kv: 1,
-            head_dim: 4,
-            n_ff: 16,
-            n_ctx_train: 64,
-            rms_eps: 1e-5,
-            rope_base: 10000.0,
-            rope_dim,
-            rope_freq_scale: 1.0,
+    fn cfg(dim: usize) -> RopeParams<'static> {
+        RopeParams {
+            base: 10000.0,
+            scale: 1.0,
+            dim,
+            factors: None,
         }
     }
 
@@ -116,7 +144,7 @@ mod tests {
     fn rope_pairs_adjacent_for_llama_and_halves_for_neox() {
         let c = cfg(4);
         let mut table = vec![0.0; 4];
-        rope_table(&c, None, 1, 1, &mut table);
+        rope_table(c, 1, 1, &mut table);
         // Angles: pos 1 * base^0 = 1 rad, pos 1 * base^(-1/2) = 0.01 rad.
         let (c0, s0, c1, s1) = (1f32.cos(), 1f32.sin(), 0.01f32.cos(), 0.01f32.sin());
         let x = [1.0f32, 2.0, 3.0, 4.0];
@@ -149,11 +177,11 @@ mod tests {
         // Position 0 is the identity; partial rotation leaves the tail alone.
         let c2 = cfg(2);
         let mut t2 = vec![0.0; 2];
-        rope_table(&c2, None, 3, 1, &mut t2);
+        rope_table(c2, 3, 1, &mut t2);
         let mut p = x.to_vec();
         apply_rope(&mut p, 1, 1, 4, 2, RopeStyle::Neox, &t2);
         assert_eq!(&p[2..], &[3.0, 4.0]);
-        rope_table(&c2, None, 0, 1, &mut t2);
+        rope_table(c2, 0, 1, &mut t2);
         let mut z = x.to_vec();
         apply_rope(&mut z, 1, 1, 4, 2, RopeStyle::Adjacent, &t2);
         assert_eq!(z, x.to_vec());
@@ -164,8 +192,16 @@ mod tests {
         let c = cfg(4);
         let mut plain = vec![0.0; 4];
         let mut scaled = vec![0.0; 4];
-        rope_table(&c, None, 5, 1, &mut plain);
-        rope_table(&c, Some(&[1.0, 4.0]), 5, 1, &mut scaled);
+        rope_table(c, 5, 1, &mut plain);
+        rope_table(
+            RopeParams {
+                factors: Some(&[1.0, 4.0]),
+                ..c
+            },
+            5,
+            1,
+            &mut scaled,
+        );
         assert_eq!(plain[0], scaled[0]);
         assert!((scaled[1] - (5.0f64 * 0.01 / 4.0).cos() as f32).abs() < 1e-7);
     }
@@ -180,5 +216,14 @@ mod tests {
         swiglu(&mut g, &[5.0, 3.0]);
         assert_eq!(g[0], 0.0);
         assert!((g[1] - 2.0 / (1.0 + (-2.0f32).exp()) * 3.0).abs() < 1e-6);
+        // GELU(tanh) at 1 and -2 (0.841192, -0.045402), times up.
+        let mut g = [1.0f32, -2.0];
+        geglu(&mut g, &[2.0, 1.0]);
+        assert!((g[0] - 2.0 * 0.841_192).abs() < 1e-5, "{g:?}");
+        assert!((g[1] + 0.045_402).abs() < 1e-5, "{g:?}");
+        let mut h = [3.0f32, 4.0, 0.0, 2.0];
+        rms_norm_in_place(&mut h, &[1.0, 2.0], 0.0);
+        assert!((h[0] - 3.0 / r).abs() < 1e-6 && (h[1] - 8.0 / r).abs() < 1e-6);
+        assert!((h[2]).abs() < 1e-6 && (h[3] - 2.0 * 2.0 / 2f32.sqrt()).abs() < 1e-6);
     }
 }

@@ -25,17 +25,34 @@ pub struct Scratch {
     pub up: ChargedVec<f32>,
     /// cos then sin of each RoPE angle, `batch x rope_dim/2` each.
     pub rope: ChargedVec<f32>,
+    /// The same for the sliding-window layers' RoPE (empty without them).
+    pub rope_local: ChargedVec<f32>,
     /// One score row per head, `n_head x ctx`.
     pub scores: ChargedVec<f32>,
+    /// Router logits, `batch x n_expert` (empty without experts).
+    pub router: ChargedVec<f32>,
+    /// The rows routed to one expert, then its outputs, `batch x n_embd` (empty without
+    /// experts).
+    pub moe_in: ChargedVec<f32>,
+    /// The weighted sum of the experts' outputs, `batch x n_embd` (empty without experts).
+    pub moe_out: ChargedVec<f32>,
     /// The matrix products' quantized activations: as many bytes as the widest group of
     /// products the block runs needs for a batch (asked of `ramforge-quant`).
     pub act: ChargedVec<u8>,
 }
 
-/// Elements of the f32 buffers, in [`Scratch`]'s field order from `x` to `scores`.
-fn f32_lens(cfg: &ModelConfig, batch: usize, ctx: usize) -> [usize; 11] {
-    let (e, q, kv, ff) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim(), cfg.n_ff);
+/// Elements of the f32 buffers, in [`Scratch`]'s field order from `x` to `moe_out`.
+fn f32_lens(cfg: &ModelConfig, batch: usize, ctx: usize) -> [usize; 15] {
+    let (e, q, kv) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim());
+    let moe = cfg.n_expert > 0;
+    let ff = if moe { cfg.n_ff_exp } else { cfg.n_ff };
     let b = batch;
+    let local_rope = if cfg.sliding_window.is_some() {
+        b * cfg.rope_dim
+    } else {
+        0
+    };
+    let if_moe = |len: usize| if moe { len } else { 0 };
     [
         b * e,
         b * e,
@@ -47,7 +64,11 @@ fn f32_lens(cfg: &ModelConfig, batch: usize, ctx: usize) -> [usize; 11] {
         b * ff,
         b * ff,
         b * cfg.rope_dim,
+        local_rope,
         cfg.n_head * ctx,
+        if_moe(b * cfg.n_expert),
+        if_moe(b * e),
+        if_moe(b * e),
     ]
 }
 
@@ -95,7 +116,8 @@ impl Scratch {
     ) -> Result<Scratch, EngineError> {
         let act = activation_bytes(tensors, batch)?;
         let buf = |len: usize| ChargedVec::zeroed(budget, "scratch", len);
-        let [x, xn, q, k, v, att, att_heads, gate, up, rope, scores] = f32_lens(cfg, batch, ctx);
+        let [x, xn, q, k, v, att, att_heads, gate, up, rope, rope_local, scores, router, moe_in, moe_out] =
+            f32_lens(cfg, batch, ctx);
         Ok(Scratch {
             batch,
             ctx,
@@ -109,7 +131,11 @@ impl Scratch {
             gate: buf(gate)?,
             up: buf(up)?,
             rope: buf(rope)?,
+            rope_local: buf(rope_local)?,
             scores: buf(scores)?,
+            router: buf(router)?,
+            moe_in: buf(moe_in)?,
+            moe_out: buf(moe_out)?,
             act: ChargedVec::zeroed(budget, "scratch", act)?,
         })
     }

@@ -1,7 +1,7 @@
 //! Model hyperparameters, read from the GGUF metadata (`<arch>.*` keys) and checked for sense
 //! before anything is sized from them.
 
-use super::arch::Architecture;
+use super::arch::{Architecture, Role, SlidingWindow};
 use crate::error::EngineError;
 use ramforge_gguf::Metadata;
 
@@ -32,6 +32,18 @@ pub struct ModelConfig {
     pub rope_dim: usize,
     /// Positions are multiplied by this (linear RoPE scaling; 1 when absent).
     pub rope_freq_scale: f32,
+    /// The local layers' window (`attention.sliding_window`), for an architecture with
+    /// [`SlidingWindow`] layers: a query sees itself and the `window - 1` positions before it.
+    pub sliding_window: Option<usize>,
+    /// The query scale of attention scores (`1/sqrt(head_dim)` unless the architecture says
+    /// otherwise).
+    pub attn_scale: f32,
+    /// Experts of a mixture-of-experts FFN (`expert_count`; 0: a dense FFN).
+    pub n_expert: usize,
+    /// Experts each token is routed to (`expert_used_count`; 0 without experts).
+    pub n_expert_used: usize,
+    /// One expert's hidden width (0 without experts).
+    pub n_ff_exp: usize,
 }
 
 /// Bounds that keep a hostile header from asking for absurd work or memory before the tensor
@@ -43,6 +55,13 @@ impl ModelConfig {
     /// Reads the hyperparameters of a model of any architecture in [`super::arch::ALL`].
     pub fn from_metadata(meta: &Metadata) -> Result<ModelConfig, EngineError> {
         let arch_name = meta.get_str("general.architecture")?;
+        if arch_name == "qwen2moe" {
+            return Err(EngineError::Unsupported(
+                "architecture \"qwen2moe\": its shared experts \
+                 (qwen2moe.expert_shared_feed_forward_length) are not implemented"
+                    .into(),
+            ));
+        }
         let arch = Architecture::named(arch_name).ok_or_else(|| {
             EngineError::Unsupported(format!(
                 "architecture {arch_name:?} (general.architecture); supported: {}",
@@ -123,6 +142,24 @@ impl ModelConfig {
                 key("attention.layer_norm_rms_epsilon")
             )));
         }
+        let sliding_window = match arch.sliding_window {
+            Some(_) if !meta.contains(&key("attention.sliding_window")) => {
+                return Err(EngineError::Unsupported(format!(
+                    "{arch_name} without {} (full attention on every layer, logit \
+                     soft-capping) is not implemented",
+                    key("attention.sliding_window")
+                )))
+            }
+            Some(_) => Some(bounded("attention.sliding_window", 1 << 24)?),
+            None => None,
+        };
+        // llama.cpp: 1/sqrt(n_embd/n_head) for the 62-layer Gemma 3 27B, else 1/sqrt(head_dim).
+        let attn_scale = if arch.sliding_window.is_some() && n_layer == 62 {
+            1.0 / ((n_embd / n_head) as f32).sqrt()
+        } else {
+            1.0 / (head_dim as f32).sqrt()
+        };
+        let (n_expert, n_expert_used, n_ff_exp) = experts(meta, arch, &key, n_ff)?;
         Ok(ModelConfig {
             arch,
             n_layer,
@@ -136,7 +173,33 @@ impl ModelConfig {
             rope_base,
             rope_dim,
             rope_freq_scale,
+            sliding_window,
+            attn_scale,
+            n_expert,
+            n_expert_used,
+            n_ff_exp,
         })
+    }
+
+    /// The sliding window of `layer` if it is a local layer, `None` for a global one.
+    pub fn window(&self, layer: usize) -> Option<usize> {
+        let SlidingWindow { period, .. } = self.arch.sliding_window?;
+        (layer % period < period - 1).then_some(self.sliding_window?)
+    }
+
+    /// The RoPE base and position scale of `layer` (local layers have their own base and no
+    /// scaling).
+    pub fn rope_of(&self, layer: usize) -> (f32, f32) {
+        match (self.window(layer), self.arch.sliding_window) {
+            (Some(_), Some(sw)) => (sw.local_rope_base, 1.0),
+            _ => (self.rope_base, self.rope_freq_scale),
+        }
+    }
+
+    /// Positions of `layer` a cache for a context of `ctx` must keep: the window of a local
+    /// layer, else the whole context.
+    pub fn kv_positions(&self, layer: usize, ctx: usize) -> usize {
+        self.window(layer).map_or(ctx, |w| w.min(ctx))
     }
 
     /// Width of all query heads together.
@@ -148,6 +211,83 @@ impl ModelConfig {
     pub fn kv_dim(&self) -> usize {
         self.n_head_kv * self.head_dim
     }
+}
+
+/// `(expert_count, expert_used_count, expert FFN width)`: zeros for a dense model. Refuses
+/// experts in an architecture without an expert layout, and gating other than softmax.
+fn experts(
+    meta: &Metadata,
+    arch: &Architecture,
+    key: &dyn Fn(&str) -> String,
+    n_ff: usize,
+) -> Result<(usize, usize, usize), EngineError> {
+    let read = |k: &str| -> Result<Option<u64>, EngineError> {
+        let full = key(k);
+        Ok(if meta.contains(&full) {
+            Some(meta.get_u64(&full)?)
+        } else {
+            None
+        })
+    };
+    let count_key = key("expert_count");
+    let n_expert = read("expert_count")?.unwrap_or(0);
+    let has_layout = arch.spec(Role::FfnGateExps).is_some();
+    let needs_experts = arch.spec(Role::FfnDown).is_none();
+    if n_expert == 0 {
+        if needs_experts {
+            return Err(EngineError::BadModel(format!(
+                "{count_key} must be above 0 for {}",
+                arch.name
+            )));
+        }
+        return Ok((0, 0, 0));
+    }
+    if !has_layout {
+        return Err(EngineError::Unsupported(format!(
+            "{count_key} = {n_expert}: experts in {} are not implemented",
+            arch.name
+        )));
+    }
+    if n_expert > 1024 {
+        return Err(EngineError::BadModel(format!(
+            "{count_key} = {n_expert} is outside 0..=1024"
+        )));
+    }
+    let used_key = key("expert_used_count");
+    let used = read("expert_used_count")?.ok_or_else(|| {
+        EngineError::BadModel(format!("{used_key} is missing ({count_key} = {n_expert})"))
+    })?;
+    if used == 0 || used > n_expert {
+        return Err(EngineError::BadModel(format!(
+            "{used_key} = {used} is outside 1..={n_expert} ({count_key})"
+        )));
+    }
+    let gating_key = key("expert_gating_func");
+    // llama.cpp's numbering: 1 is softmax, the gating these architectures use.
+    if let Some(g) = read("expert_gating_func")? {
+        if g != 1 {
+            return Err(EngineError::Unsupported(format!(
+                "{gating_key} = {g}: only softmax gating (1) is implemented"
+            )));
+        }
+    }
+    // llama.cpp: llama's experts are feed_forward_length wide; qwen3moe's are
+    // expert_feed_forward_length wide (n_ff / n_expert_used when absent).
+    let n_ff_exp = if needs_experts {
+        match read("expert_feed_forward_length")? {
+            Some(v) if v > 0 && v <= MAX_DIM => v as usize,
+            Some(v) => {
+                return Err(EngineError::BadModel(format!(
+                    "{} = {v} is outside 1..={MAX_DIM}",
+                    key("expert_feed_forward_length")
+                )))
+            }
+            None => n_ff / used as usize,
+        }
+    } else {
+        n_ff
+    };
+    Ok((n_expert as usize, used as usize, n_ff_exp))
 }
 
 /// The position multiplier of `<arch>.rope.scaling.*`: none or linear; anything else is refused
@@ -229,10 +369,10 @@ mod tests {
 
     #[test]
     fn unknown_architecture_and_bad_values_are_named() {
-        let e = ModelConfig::from_metadata(&meta("gemma3", &[]))
+        let e = ModelConfig::from_metadata(&meta("phi3", &[]))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("gemma3") && e.contains("llama, qwen2"), "{e}");
+        assert!(e.contains("phi3") && e.contains("llama, qwen2"), "{e}");
         let e = ModelConfig::from_metadata(&meta(
             "llama",
             &[("attention.head_count_kv", Value::U32(3))],
@@ -259,5 +399,77 @@ mod tests {
         };
         let e = ModelConfig::from_metadata(&m).unwrap_err().to_string();
         assert!(e.contains("llama.block_count"), "{e}");
+    }
+
+    #[test]
+    fn gemma3_reads_its_window_layer_pattern_and_scale() {
+        let c = ModelConfig::from_metadata(&meta(
+            "gemma3",
+            &[
+                ("attention.key_length", Value::U32(32)),
+                ("attention.sliding_window", Value::U32(8)),
+                ("block_count", Value::U32(12)),
+                ("rope.freq_base", Value::F32(1e6)),
+            ],
+        ))
+        .unwrap();
+        assert_eq!((c.head_dim, c.q_dim()), (32, 128));
+        let windows: Vec<Option<usize>> = (0..12).map(|l| c.window(l)).collect();
+        let local = Some(8);
+        assert_eq!(
+            windows,
+            [local, local, local, local, local, None, local, local, local, local, local, None]
+        );
+        assert_eq!((c.rope_of(0), c.rope_of(5)), ((10000.0, 1.0), (1e6, 1.0)));
+        assert_eq!((c.kv_positions(0, 100), c.kv_positions(5, 100)), (8, 100));
+        assert_eq!(c.kv_positions(0, 4), 4);
+        assert_eq!(c.attn_scale, 1.0 / 32f32.sqrt());
+        let e = ModelConfig::from_metadata(&meta("gemma3", &[]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("gemma3.attention.sliding_window"), "{e}");
+    }
+
+    #[test]
+    fn experts_are_read_and_what_is_not_implemented_is_named() {
+        let moe = |arch: &str, extra: &[(&str, Value)]| {
+            let mut all = extra.to_vec();
+            for (k, v) in [
+                ("expert_count", Value::U32(8)),
+                ("expert_used_count", Value::U32(2)),
+            ] {
+                if extra.iter().all(|(e, _)| *e != k) {
+                    all.push((k, v));
+                }
+            }
+            ModelConfig::from_metadata(&meta(arch, &all))
+        };
+        let c = moe(
+            "qwen3moe",
+            &[("expert_feed_forward_length", Value::U32(32))],
+        )
+        .unwrap();
+        assert_eq!((c.n_expert, c.n_expert_used, c.n_ff_exp), (8, 2, 32));
+        let c = moe("qwen3moe", &[]).unwrap();
+        assert_eq!(c.n_ff_exp, 128 / 2);
+        let c = moe("llama", &[]).unwrap();
+        assert_eq!((c.n_expert, c.n_ff_exp), (8, 128));
+        let dense = ModelConfig::from_metadata(&meta("llama", &[])).unwrap();
+        assert_eq!((dense.n_expert, dense.n_expert_used), (0, 0));
+        let err = |r: Result<ModelConfig, EngineError>| r.unwrap_err().to_string();
+        let e = err(moe("llama", &[("expert_gating_func", Value::U32(2))]));
+        assert!(e.contains("llama.expert_gating_func"), "{e}");
+        let e = err(moe("qwen2", &[]));
+        assert!(e.contains("qwen2.expert_count"), "{e}");
+        let e = err(moe("llama", &[("expert_used_count", Value::U32(9))]));
+        assert!(e.contains("llama.expert_used_count"), "{e}");
+        let e = err(ModelConfig::from_metadata(&meta("qwen3moe", &[])));
+        assert!(e.contains("qwen3moe.expert_count"), "{e}");
+        let e = err(moe("qwen2moe", &[]));
+        assert!(
+            e.contains("qwen2moe") && e.contains("expert_shared_feed_forward_length"),
+            "{e}"
+        );
+        assert!(!e.contains('\n'), "{e}");
     }
 }

@@ -150,6 +150,9 @@ fn size(cfg: &ModelConfig, dim: Dim) -> u64 {
         Dim::Q => cfg.q_dim(),
         Dim::Kv => cfg.kv_dim(),
         Dim::Ff => cfg.n_ff,
+        Dim::Head => cfg.head_dim,
+        Dim::Experts => cfg.n_expert,
+        Dim::FfExp => cfg.n_ff_exp,
     }) as u64
 }
 
@@ -159,8 +162,26 @@ fn bind_layer(file: &GgufFile, cfg: &ModelConfig, i: usize) -> Result<LayerTenso
     let mut by_role: [Option<TensorInfo>; Role::COUNT] = [const { None }; Role::COUNT];
     let name = |s: &TensorSpec| format!("blk.{i}.{}", s.name);
     for spec in cfg.arch.layer {
-        let Some(t) = file.header().tensor(&name(spec)) else {
-            if spec.presence == Presence::Required {
+        let wanted = match spec.presence {
+            Presence::Dense => cfg.n_expert == 0,
+            Presence::Moe => cfg.n_expert > 0,
+            Presence::Required | Presence::Group(_) => true,
+        };
+        let found = file.header().tensor(&name(spec));
+        if !wanted {
+            if found.is_some() {
+                return Err(EngineError::BadModel(format!(
+                    "tensor {:?} is not used by a {} model with {} = {}",
+                    name(spec),
+                    cfg.arch.name,
+                    format_args!("{}.expert_count", cfg.arch.name),
+                    cfg.n_expert
+                )));
+            }
+            continue;
+        }
+        let Some(t) = found else {
+            if !matches!(spec.presence, Presence::Group(_)) {
                 return Err(EngineError::BadModel(format!(
                     "missing tensor {:?}",
                     name(spec)
@@ -171,6 +192,9 @@ fn bind_layer(file: &GgufFile, cfg: &ModelConfig, i: usize) -> Result<LayerTenso
         let t = match spec.shape {
             Shape::Vector(d) => vector(t, size(cfg, d))?,
             Shape::Matrix { cols, rows } => matrix(t, size(cfg, cols), size(cfg, rows))?,
+            Shape::Experts { cols, rows } => {
+                experts(t, size(cfg, cols), size(cfg, rows), cfg.n_expert as u64)?
+            }
         };
         by_role[spec.role as usize] = Some(t);
     }
@@ -200,7 +224,7 @@ fn bind_layer(file: &GgufFile, cfg: &ModelConfig, i: usize) -> Result<LayerTenso
         .arch
         .layer
         .iter()
-        .filter(|s| matches!(s.shape, Shape::Matrix { .. }))
+        .filter(|s| matches!(s.shape, Shape::Matrix { .. } | Shape::Experts { .. }))
         .map(|s| s.role)
         .filter(|&r| by_role[r as usize].is_some())
         .collect();
@@ -243,6 +267,18 @@ fn matrix(t: &TensorInfo, cols: u64, rows: u64) -> Result<TensorInfo, EngineErro
     if t.shape != [cols, rows] {
         return Err(EngineError::BadModel(format!(
             "tensor {:?} has shape {:?}; expected [{cols}, {rows}]",
+            t.name, t.shape
+        )));
+    }
+    supported(t)?;
+    Ok(t.clone())
+}
+
+/// Checks a stack of expert matrices: GGUF shape `[cols, rows, n_expert]`.
+fn experts(t: &TensorInfo, cols: u64, rows: u64, n: u64) -> Result<TensorInfo, EngineError> {
+    if t.shape != [cols, rows, n] {
+        return Err(EngineError::BadModel(format!(
+            "tensor {:?} has shape {:?}; expected [{cols}, {rows}, {n}]",
             t.name, t.shape
         )));
     }

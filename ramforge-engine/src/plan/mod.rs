@@ -5,7 +5,7 @@
 //!
 //! Policy, in order:
 //! 1. The working set is reserved first: norms and biases (f32), the KV cache for the whole
-//!    context, scratch activations for one batch, logits, one token-embedding row, one streaming
+//!    context (a sliding-window layer's for its window only), scratch activations for one batch, logits, one token-embedding row, one streaming
 //!    buffer large enough for any layer's aligned read, and a minimum output-projection chunk.
 //!    Their sum is the minimum workable budget; below it loading fails with an error that
 //!    states it.
@@ -117,7 +117,7 @@ impl MemoryPlan {
         let min_chunk = min_chunk_rows * out_row;
 
         let vector_bytes = tensors.vector_bytes();
-        let kv_bytes = kv_cache_bytes(cfg.n_layer, cfg.kv_dim(), request.ctx, request.kv_type);
+        let kv_bytes = kv_cache_bytes(cfg, request.ctx, request.kv_type);
         let scratch_bytes = Scratch::bytes(cfg, tensors, request.batch, request.ctx)?;
         let logits_bytes = 4 * tensors.n_vocab as u64;
         let embd_row_bytes = tensors.token_embd.row_bytes();

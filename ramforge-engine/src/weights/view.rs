@@ -14,6 +14,20 @@ pub(crate) struct MatrixView<'a> {
     pub bytes: &'a [u8],
 }
 
+impl<'a> MatrixView<'a> {
+    /// Expert `e`'s matrix of a stack of `n_expert` (GGUF `[cols, rows, n_expert]`: the
+    /// experts lie one after another).
+    pub fn expert(&self, e: usize, n_expert: usize) -> MatrixView<'a> {
+        let rows = self.rows / n_expert;
+        let len = self.bytes.len() / n_expert;
+        MatrixView {
+            rows,
+            bytes: &self.bytes[e * len..(e + 1) * len],
+            ..*self
+        }
+    }
+}
+
 /// One layer's matrices, by role.
 pub(crate) struct LayerView<'a> {
     by_role: [Option<MatrixView<'a>>; Role::COUNT],

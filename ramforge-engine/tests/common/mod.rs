@@ -4,6 +4,8 @@
 // Each test binary compiles this module and uses a part of it.
 #![allow(dead_code)]
 
+pub mod golden;
+
 use ramforge_engine::{Engine, EngineOptions, GenerationStats, SamplingParams};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
@@ -33,7 +35,7 @@ pub fn greedy(e: &mut Engine, n: usize) -> GenerationStats {
     .unwrap()
 }
 
-fn workspace_root() -> PathBuf {
+pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 

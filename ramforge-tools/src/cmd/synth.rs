@@ -2,7 +2,8 @@
 //!
 //! Used for benchmarks at sizes no shipped model has. Weights are uniform in
 //! `±sqrt(3 / fan_in)` (unit-variance outputs for unit-variance inputs) so activations stay
-//! finite through any depth; norms are 1; tensors are generated and quantized row by row while
+//! finite through any depth; the pre-norms are 1, the per-head and post norms (qwen3, gemma3)
+//! `1 ± 0.25`; tensors are generated and quantized row by row while
 //! the file is written, so a 7B-class file needs only a few rows of memory. The tokenizer
 //! metadata (`tokenizer.*`) is copied from a donor file.
 
@@ -21,8 +22,10 @@ pub struct Args {
     /// Output GGUF file.
     #[arg(short, long)]
     pub output: PathBuf,
-    /// Architecture: llama (adjacent-pair RoPE) or qwen2 (neox RoPE, Q/K/V biases).
-    #[arg(long, value_parser = ["llama", "qwen2"])]
+    /// Architecture: llama (adjacent-pair RoPE; with --experts the Mixtral layout), qwen2
+    /// (neox RoPE, Q/K/V biases), qwen3 (per-head Q/K norms), qwen3moe (qwen3 with experts) or
+    /// gemma3 (Q/K norms, post-norms, GELU FFN, sliding-window layers).
+    #[arg(long, value_parser = ["llama", "qwen2", "qwen3", "qwen3moe", "gemma3"])]
     pub arch: String,
     /// Transformer blocks.
     #[arg(long)]
@@ -39,6 +42,18 @@ pub struct Args {
     /// Key/value heads (divides --heads).
     #[arg(long)]
     pub kv_heads: u64,
+    /// Elements per head (`attention.key_length`), if not --embd / --heads.
+    #[arg(long)]
+    pub head_dim: Option<u64>,
+    /// Experts per layer (llama: the Mixtral layout; qwen3moe: required); each is --ffn wide.
+    #[arg(long, default_value_t = 0)]
+    pub experts: u64,
+    /// Experts each token is routed to.
+    #[arg(long, default_value_t = 0)]
+    pub experts_used: u64,
+    /// gemma3: the local layers' attention window.
+    #[arg(long, default_value_t = 512)]
+    pub sliding_window: u32,
     /// Type of the weight matrices (Q4_0, Q8_0, Q4_K, F16, ...); norms and biases are F32.
     #[arg(long = "type", value_name = "T")]
     pub ty: String,
@@ -97,8 +112,40 @@ pub fn run(args: Args) -> CmdResult {
     md.set(key("rope.freq_base"), Value::F32(args.rope_base));
     md.set(
         key("rope.dimension_count"),
-        Value::U32(u32::try_from(shape.head_dim())?),
+        Value::U32(u32::try_from(shape.head_dim)?),
     );
+    if args.head_dim.is_some() {
+        md.set(
+            key("attention.key_length"),
+            Value::U32(u32::try_from(shape.head_dim)?),
+        );
+        md.set(
+            key("attention.value_length"),
+            Value::U32(u32::try_from(shape.head_dim)?),
+        );
+    }
+    if shape.experts > 0 {
+        md.set(
+            key("expert_count"),
+            Value::U32(u32::try_from(shape.experts)?),
+        );
+        md.set(
+            key("expert_used_count"),
+            Value::U32(u32::try_from(args.experts_used)?),
+        );
+        if arch == "qwen3moe" {
+            md.set(
+                key("expert_feed_forward_length"),
+                Value::U32(u32::try_from(shape.ffn)?),
+            );
+        }
+    }
+    if arch == "gemma3" {
+        md.set(
+            key("attention.sliding_window"),
+            Value::U32(args.sliding_window),
+        );
+    }
     md.set(key("vocab_size"), Value::U32(u32::try_from(vocab)?));
     for (k, v) in donor_md.iter().filter(|(k, _)| k.starts_with("tokenizer.")) {
         md.set(k, v.clone());
@@ -107,39 +154,121 @@ pub fn run(args: Args) -> CmdResult {
     let mut w = GgufWriter::new(md);
     // One bar over every tensor byte written; each tensor's source feeds it as it is read.
     let bar = progress_bar(0, "writing", true);
-    let mut add = |name: String, ty: GgmlType, cols: u64, rows: u64, fill: Fill| {
-        let shape_v = if rows == 1 {
-            vec![cols]
-        } else {
-            vec![cols, rows]
-        };
+    // `shape_v`: GGUF dimensions, the first the row length.
+    let mut add = |name: String, ty: GgmlType, shape_v: Vec<u64>, fill: Fill| {
+        let cols = shape_v[0];
+        let rows = shape_v[1..].iter().product::<u64>();
         let seed = args.seed ^ fnv1a(name.as_bytes());
         let data = RowSource::new(ty, cols as usize, rows, fill, seed, bar.clone())?;
         bar.inc_length(data.row.len() as u64 * rows);
         w.add_tensor(name, ty, &shape_v, TensorData::Reader(Box::new(data)))?;
         Ok::<_, CmdError>(())
     };
-    let (e, kv, f) = (shape.embd, shape.kv_dim(), shape.ffn);
-    add("token_embd.weight".into(), ty, e, vocab, Fill::Uniform(1.0))?;
+    let (e, q, kv, f, hd) = (
+        shape.embd,
+        shape.q_dim(),
+        shape.kv_dim(),
+        shape.ffn,
+        shape.head_dim,
+    );
+    let qk_norms = matches!(arch, "qwen3" | "qwen3moe" | "gemma3");
+    let near_one = Fill::Around(1.0, 0.25);
+    add(
+        "token_embd.weight".into(),
+        ty,
+        dims(e, vocab),
+        Fill::Uniform(1.0),
+    )?;
     for l in 0..args.layers {
         let b = |n: &str| format!("blk.{l}.{n}");
-        add(b("attn_norm.weight"), GgmlType::F32, e, 1, Fill::Ones)?;
-        add(b("attn_q.weight"), ty, e, e, Fill::fan_in(e))?;
-        add(b("attn_k.weight"), ty, e, kv, Fill::fan_in(e))?;
-        add(b("attn_v.weight"), ty, e, kv, Fill::fan_in(e))?;
+        add(b("attn_norm.weight"), GgmlType::F32, dims(e, 1), Fill::Ones)?;
+        add(b("attn_q.weight"), ty, dims(e, q), Fill::fan_in(e))?;
+        add(b("attn_k.weight"), ty, dims(e, kv), Fill::fan_in(e))?;
+        add(b("attn_v.weight"), ty, dims(e, kv), Fill::fan_in(e))?;
         if arch == "qwen2" {
-            add(b("attn_q.bias"), GgmlType::F32, e, 1, Fill::Uniform(0.02))?;
-            add(b("attn_k.bias"), GgmlType::F32, kv, 1, Fill::Uniform(0.02))?;
-            add(b("attn_v.bias"), GgmlType::F32, kv, 1, Fill::Uniform(0.02))?;
+            add(
+                b("attn_q.bias"),
+                GgmlType::F32,
+                dims(q, 1),
+                Fill::Uniform(0.02),
+            )?;
+            add(
+                b("attn_k.bias"),
+                GgmlType::F32,
+                dims(kv, 1),
+                Fill::Uniform(0.02),
+            )?;
+            add(
+                b("attn_v.bias"),
+                GgmlType::F32,
+                dims(kv, 1),
+                Fill::Uniform(0.02),
+            )?;
         }
-        add(b("attn_output.weight"), ty, e, e, Fill::fan_in(e))?;
-        add(b("ffn_norm.weight"), GgmlType::F32, e, 1, Fill::Ones)?;
-        add(b("ffn_gate.weight"), ty, e, f, Fill::fan_in(e))?;
-        add(b("ffn_up.weight"), ty, e, f, Fill::fan_in(e))?;
-        add(b("ffn_down.weight"), ty, f, e, Fill::fan_in(f))?;
+        if qk_norms {
+            add(
+                b("attn_q_norm.weight"),
+                GgmlType::F32,
+                dims(hd, 1),
+                near_one,
+            )?;
+            add(
+                b("attn_k_norm.weight"),
+                GgmlType::F32,
+                dims(hd, 1),
+                near_one,
+            )?;
+        }
+        add(b("attn_output.weight"), ty, dims(q, e), Fill::fan_in(q))?;
+        if arch == "gemma3" {
+            add(
+                b("post_attention_norm.weight"),
+                GgmlType::F32,
+                dims(e, 1),
+                near_one,
+            )?;
+            add(
+                b("post_ffw_norm.weight"),
+                GgmlType::F32,
+                dims(e, 1),
+                near_one,
+            )?;
+        }
+        add(b("ffn_norm.weight"), GgmlType::F32, dims(e, 1), Fill::Ones)?;
+        if shape.experts > 0 {
+            let x = shape.experts;
+            add(
+                b("ffn_gate_inp.weight"),
+                GgmlType::F32,
+                dims(e, x),
+                Fill::fan_in(e),
+            )?;
+            add(
+                b("ffn_gate_exps.weight"),
+                ty,
+                vec![e, f, x],
+                Fill::fan_in(e),
+            )?;
+            add(b("ffn_up_exps.weight"), ty, vec![e, f, x], Fill::fan_in(e))?;
+            add(
+                b("ffn_down_exps.weight"),
+                ty,
+                vec![f, e, x],
+                Fill::fan_in(f),
+            )?;
+            continue;
+        }
+        add(b("ffn_gate.weight"), ty, dims(e, f), Fill::fan_in(e))?;
+        add(b("ffn_up.weight"), ty, dims(e, f), Fill::fan_in(e))?;
+        add(b("ffn_down.weight"), ty, dims(f, e), Fill::fan_in(f))?;
     }
-    add("output_norm.weight".into(), GgmlType::F32, e, 1, Fill::Ones)?;
-    add("output.weight".into(), ty, e, vocab, Fill::fan_in(e))?;
+    add(
+        "output_norm.weight".into(),
+        GgmlType::F32,
+        dims(e, 1),
+        Fill::Ones,
+    )?;
+    add("output.weight".into(), ty, dims(e, vocab), Fill::fan_in(e))?;
 
     let bytes = w.write_file(&args.output);
     bar.finish_and_clear();
@@ -149,9 +278,18 @@ pub fn run(args: Args) -> CmdResult {
         args.output.display(),
         human_bytes(bytes),
         args.layers,
-        shape.parameters(vocab, args.layers, arch == "qwen2")
+        shape.parameters(vocab, args.layers, arch)
     );
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// GGUF dimensions of a `rows x cols` matrix (a vector when `rows` is 1).
+fn dims(cols: u64, rows: u64) -> Vec<u64> {
+    if rows == 1 {
+        vec![cols]
+    } else {
+        vec![cols, rows]
+    }
 }
 
 /// The model's widths, checked for consistency.
@@ -160,6 +298,8 @@ struct Shape {
     ffn: u64,
     heads: u64,
     kv_heads: u64,
+    head_dim: u64,
+    experts: u64,
 }
 
 impl Shape {
@@ -167,36 +307,61 @@ impl Shape {
         if a.layers == 0 || a.embd == 0 || a.ffn == 0 || a.heads == 0 || a.kv_heads == 0 {
             return Err("--layers, --embd, --ffn, --heads and --kv-heads must be positive".into());
         }
-        if a.embd % a.heads != 0 || a.heads % a.kv_heads != 0 {
+        if (a.head_dim.is_none() && a.embd % a.heads != 0) || a.heads % a.kv_heads != 0 {
             return Err(format!(
-                "--embd {} must be a multiple of --heads {}, and --heads of --kv-heads {}",
+                "--embd {} must be a multiple of --heads {} (or give --head-dim), and --heads \
+                 of --kv-heads {}",
                 a.embd, a.heads, a.kv_heads
             )
             .into());
         }
-        if (a.embd / a.heads) % 2 != 0 {
-            return Err("the head dimension (--embd / --heads) must be even for RoPE".into());
+        let head_dim = a.head_dim.unwrap_or(a.embd / a.heads);
+        if head_dim == 0 || head_dim % 2 != 0 {
+            return Err("the head dimension must be even for RoPE".into());
+        }
+        let moe_arch = matches!(a.arch.as_str(), "llama" | "qwen3moe");
+        if a.experts > 0 && !moe_arch {
+            return Err(format!("--experts: {} has no expert layout", a.arch).into());
+        }
+        if a.arch == "qwen3moe" && a.experts == 0 {
+            return Err("qwen3moe needs --experts and --experts-used".into());
+        }
+        if a.experts > 0 && (a.experts_used == 0 || a.experts_used > a.experts) {
+            return Err("--experts-used must lie in 1..=--experts".into());
         }
         Ok(Shape {
             embd: a.embd,
             ffn: a.ffn,
             heads: a.heads,
             kv_heads: a.kv_heads,
+            head_dim,
+            experts: a.experts,
         })
     }
 
-    fn head_dim(&self) -> u64 {
-        self.embd / self.heads
+    fn q_dim(&self) -> u64 {
+        self.head_dim * self.heads
     }
 
     fn kv_dim(&self) -> u64 {
-        self.head_dim() * self.kv_heads
+        self.head_dim * self.kv_heads
     }
 
-    fn parameters(&self, vocab: u64, layers: u32, biases: bool) -> u64 {
-        let (e, kv, f) = (self.embd, self.kv_dim(), self.ffn);
-        let per_layer =
-            2 * e + 2 * e * e + 2 * e * kv + 3 * e * f + if biases { e + 2 * kv } else { 0 };
+    fn parameters(&self, vocab: u64, layers: u32, arch: &str) -> u64 {
+        let (e, q, kv, f) = (self.embd, self.q_dim(), self.kv_dim(), self.ffn);
+        let biases = if arch == "qwen2" { q + 2 * kv } else { 0 };
+        let qk_norms = if arch == "qwen2" || arch == "llama" {
+            0
+        } else {
+            2 * self.head_dim
+        };
+        let post_norms = if arch == "gemma3" { 2 * e } else { 0 };
+        let ffn = if self.experts > 0 {
+            self.experts * (3 * e * f + e)
+        } else {
+            3 * e * f
+        };
+        let per_layer = 2 * e + 2 * e * q + 2 * e * kv + ffn + biases + qk_norms + post_norms;
         2 * vocab * e + e + layers as u64 * per_layer
     }
 }
@@ -207,6 +372,8 @@ enum Fill {
     Ones,
     /// Uniform in `±a`.
     Uniform(f32),
+    /// Uniform in `c ± a`.
+    Around(f32, f32),
 }
 
 impl Fill {
@@ -263,6 +430,11 @@ impl RowSource {
             Fill::Uniform(a) => {
                 for v in &mut self.values {
                     *v = self.rng.gen_range(-a..=a);
+                }
+            }
+            Fill::Around(c, a) => {
+                for v in &mut self.values {
+                    *v = c + self.rng.gen_range(-a..=a);
                 }
             }
         }

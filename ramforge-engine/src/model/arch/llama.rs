@@ -1,7 +1,10 @@
 //! `llama` (and the many models converted to it, e.g. SmolLM2): the dense pre-norm block with
-//! adjacent-pair RoPE, no biases, SwiGLU.
+//! adjacent-pair RoPE, no biases, SwiGLU; with `expert_count` > 0 the Mixtral layout, whose FFN
+//! is a softmax-routed mixture of SwiGLU experts.
 
-use super::spec::{dense_layer, Architecture, Ffn, Role::*, RopeStyle, TensorSpec};
+use super::spec::{
+    layer_tensor, with_presence, Architecture, Ffn, Presence, Role::*, RopeStyle, TensorSpec,
+};
 
 /// The `llama` description.
 pub(super) const LLAMA: Architecture = Architecture {
@@ -9,16 +12,22 @@ pub(super) const LLAMA: Architecture = Architecture {
     rope: RopeStyle::Adjacent,
     layer: &LAYER,
     ffn: Ffn::SwiGlu,
+    scale_embeddings: false,
+    sliding_window: None,
 };
 
-const LAYER: [TensorSpec; 9] = [
-    dense_layer(AttnNorm),
-    dense_layer(AttnQ),
-    dense_layer(AttnK),
-    dense_layer(AttnV),
-    dense_layer(AttnOutput),
-    dense_layer(FfnNorm),
-    dense_layer(FfnGate),
-    dense_layer(FfnUp),
-    dense_layer(FfnDown),
+const LAYER: [TensorSpec; 13] = [
+    layer_tensor(AttnNorm),
+    layer_tensor(AttnQ),
+    layer_tensor(AttnK),
+    layer_tensor(AttnV),
+    layer_tensor(AttnOutput),
+    layer_tensor(FfnNorm),
+    with_presence(layer_tensor(FfnGate), Presence::Dense),
+    with_presence(layer_tensor(FfnUp), Presence::Dense),
+    with_presence(layer_tensor(FfnDown), Presence::Dense),
+    layer_tensor(FfnGateInp),
+    layer_tensor(FfnGateExps),
+    layer_tensor(FfnUpExps),
+    layer_tensor(FfnDownExps),
 ];

@@ -5,14 +5,25 @@
 //! `<arch>.embedding_length`, ...; see [`crate::model::ModelConfig`]). Adding an architecture is
 //! one file here that defines an [`Architecture`], one line in [`ALL`], and its tests.
 
+mod gemma3;
 mod llama;
 mod qwen2;
+mod qwen3;
+mod qwen3moe;
 mod spec;
 
-pub use spec::{Architecture, Dim, Ffn, Presence, Role, RopeStyle, Shape, TensorSpec};
+pub use spec::{
+    Architecture, Dim, Ffn, Presence, Role, RopeStyle, Shape, SlidingWindow, TensorSpec,
+};
 
 /// Every architecture the engine runs, in the order the README's support table lists them.
-pub const ALL: &[&Architecture] = &[&llama::LLAMA, &qwen2::QWEN2];
+pub const ALL: &[&Architecture] = &[
+    &llama::LLAMA,
+    &qwen2::QWEN2,
+    &qwen3::QWEN3,
+    &qwen3moe::QWEN3MOE,
+    &gemma3::GEMMA3,
+];
 
 impl Architecture {
     /// The architecture called `name`, if the engine runs it.
@@ -52,10 +63,18 @@ mod tests {
             for (i, &r) in Role::ALL.iter().enumerate() {
                 assert_eq!(r as usize, i);
             }
-            for role in [Role::AttnNorm, Role::AttnQ, Role::AttnOutput, Role::FfnDown] {
+            for role in [Role::AttnNorm, Role::AttnQ, Role::AttnOutput] {
                 assert!(a.spec(role).is_some(), "{} lacks {role:?}", a.name);
             }
+            assert!(
+                a.spec(Role::FfnDown).is_some() || a.spec(Role::FfnDownExps).is_some(),
+                "{} has no FFN",
+                a.name
+            );
         }
-        assert_eq!(Architecture::supported_names(), "llama, qwen2");
+        assert_eq!(
+            Architecture::supported_names(),
+            "llama, qwen2, qwen3, qwen3moe, gemma3"
+        );
     }
 }

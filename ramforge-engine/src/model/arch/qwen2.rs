@@ -1,6 +1,6 @@
 //! `qwen2`: the llama block with neox-style RoPE and biases on the Q, K and V projections.
 
-use super::spec::{dense_layer, Architecture, Ffn, Role::*, RopeStyle, TensorSpec};
+use super::spec::{layer_tensor, Architecture, Ffn, Role::*, RopeStyle, TensorSpec};
 
 /// The `qwen2` description.
 pub(super) const QWEN2: Architecture = Architecture {
@@ -8,19 +8,21 @@ pub(super) const QWEN2: Architecture = Architecture {
     rope: RopeStyle::Neox,
     layer: &LAYER,
     ffn: Ffn::SwiGlu,
+    scale_embeddings: false,
+    sliding_window: None,
 };
 
 const LAYER: [TensorSpec; 12] = [
-    dense_layer(AttnNorm),
-    dense_layer(AttnQ),
-    dense_layer(AttnK),
-    dense_layer(AttnV),
-    dense_layer(AttnQBias),
-    dense_layer(AttnKBias),
-    dense_layer(AttnVBias),
-    dense_layer(AttnOutput),
-    dense_layer(FfnNorm),
-    dense_layer(FfnGate),
-    dense_layer(FfnUp),
-    dense_layer(FfnDown),
+    layer_tensor(AttnNorm),
+    layer_tensor(AttnQ),
+    layer_tensor(AttnK),
+    layer_tensor(AttnV),
+    layer_tensor(AttnQBias),
+    layer_tensor(AttnKBias),
+    layer_tensor(AttnVBias),
+    layer_tensor(AttnOutput),
+    layer_tensor(FfnNorm),
+    layer_tensor(FfnGate),
+    layer_tensor(FfnUp),
+    layer_tensor(FfnDown),
 ];

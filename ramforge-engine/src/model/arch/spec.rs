@@ -13,6 +13,22 @@ pub struct Architecture {
     pub layer: &'static [TensorSpec],
     /// The feed-forward network's gating.
     pub ffn: Ffn,
+    /// Whether token embeddings are multiplied by `sqrt(n_embd)` before the first block
+    /// (gemma).
+    pub scale_embeddings: bool,
+    /// Local (sliding-window) attention on most layers, when the file gives a window.
+    pub sliding_window: Option<SlidingWindow>,
+}
+
+/// Interleaved local and global attention: every `period`-th layer (the last of each period)
+/// attends to the whole context with `rope.freq_base`, the others to the last
+/// `attention.sliding_window` positions with their own RoPE base and no RoPE scaling.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SlidingWindow {
+    /// Layers per local/global period.
+    pub period: usize,
+    /// The RoPE base of the local layers.
+    pub local_rope_base: f32,
 }
 
 /// Which two elements of a head one RoPE rotation acts on.
@@ -29,6 +45,8 @@ pub enum RopeStyle {
 pub enum Ffn {
     /// `down(silu(gate(x)) * up(x))`.
     SwiGlu,
+    /// `down(gelu_tanh(gate(x)) * up(x))` (gemma).
+    GeGlu,
 }
 
 /// What a layer tensor is for: the forward pass asks for tensors by role.
@@ -48,8 +66,14 @@ pub enum Role {
     AttnKBias,
     /// The value bias.
     AttnVBias,
+    /// The per-head RMSNorm of the queries (over `head_dim`, before RoPE).
+    AttnQNorm,
+    /// The per-head RMSNorm of the keys.
+    AttnKNorm,
     /// The attention output projection.
     AttnOutput,
+    /// The RMSNorm of the attention output, before the residual add (gemma).
+    AttnPostNorm,
     /// The RMSNorm before the feed-forward network.
     FfnNorm,
     /// The FFN gate projection.
@@ -58,18 +82,46 @@ pub enum Role {
     FfnUp,
     /// The FFN down projection.
     FfnDown,
+    /// The mixture-of-experts router: one logit per expert.
+    FfnGateInp,
+    /// Every expert's gate projection, one expert per slice of the last dimension.
+    FfnGateExps,
+    /// Every expert's up projection.
+    FfnUpExps,
+    /// Every expert's down projection.
+    FfnDownExps,
+    /// The RMSNorm of the FFN output, before the residual add (gemma).
+    FfnPostNorm,
 }
 
 impl Role {
     /// How many roles there are (the size of a per-layer table indexed by role).
-    pub const COUNT: usize = Role::FfnDown as usize + 1;
+    pub const COUNT: usize = Role::FfnPostNorm as usize + 1;
 
     /// Every role, in declaration order (`Role::ALL[r as usize] == r`).
     pub const ALL: [Role; Role::COUNT] = {
         use Role::*;
         [
-            AttnNorm, AttnQ, AttnK, AttnV, AttnQBias, AttnKBias, AttnVBias, AttnOutput, FfnNorm,
-            FfnGate, FfnUp, FfnDown,
+            AttnNorm,
+            AttnQ,
+            AttnK,
+            AttnV,
+            AttnQBias,
+            AttnKBias,
+            AttnVBias,
+            AttnQNorm,
+            AttnKNorm,
+            AttnOutput,
+            AttnPostNorm,
+            FfnNorm,
+            FfnGate,
+            FfnUp,
+            FfnDown,
+            FfnGateInp,
+            FfnGateExps,
+            FfnUpExps,
+            FfnDownExps,
+            FfnPostNorm,
         ]
     };
 }
@@ -100,6 +152,14 @@ pub enum Shape {
         /// Rows (the output width).
         rows: Dim,
     },
+    /// One matrix per expert, stacked: GGUF shape `[cols, rows, n_expert]`. Read and streamed
+    /// whole, like any matrix.
+    Experts {
+        /// Elements of a row.
+        cols: Dim,
+        /// Rows of one expert.
+        rows: Dim,
+    },
 }
 
 /// A model dimension a shape is given in.
@@ -113,6 +173,12 @@ pub enum Dim {
     Kv,
     /// The feed-forward hidden width (`n_ff`).
     Ff,
+    /// Elements of one attention head (`head_dim`).
+    Head,
+    /// Experts (`expert_count`).
+    Experts,
+    /// One expert's hidden width (`n_ff_exp`).
+    FfExp,
 }
 
 /// Whether a file must carry a tensor.
@@ -122,6 +188,10 @@ pub enum Presence {
     Required,
     /// Optional, but the tensors of the same group come all or none (e.g. Q/K/V biases).
     Group(&'static str),
+    /// Required in a model without experts, absent in one with them (llama's dense FFN).
+    Dense,
+    /// Required in a model with experts (`expert_count` > 0), absent otherwise.
+    Moe,
 }
 
 /// The shorthand the description files use.
@@ -149,13 +219,51 @@ pub(crate) const fn grouped(
     }
 }
 
-/// The dense llama-family layer every description here starts from: pre-norm attention
-/// (Q, K, V, output) and a pre-norm gated FFN (gate, up, down), in the order the block uses
-/// them.
-pub(crate) const fn dense_layer(role: Role) -> TensorSpec {
+/// A stack of one matrix per expert, present exactly when the model has experts.
+const fn experts(role: Role, name: &'static str, cols: Dim, rows: Dim) -> TensorSpec {
+    TensorSpec {
+        role,
+        name,
+        shape: Shape::Experts { cols, rows },
+        presence: Presence::Moe,
+    }
+}
+
+/// `spec` with `presence`.
+pub(crate) const fn with_presence(spec: TensorSpec, presence: Presence) -> TensorSpec {
+    TensorSpec { presence, ..spec }
+}
+
+/// The tensor that plays `role`, as every description here names and shapes it: the dense
+/// llama-family layer (pre-norm attention: Q, K, V, output; a pre-norm gated FFN: gate, up,
+/// down), plus what later families add: per-head Q/K norms, gemma's post-norms, and the
+/// mixture-of-experts FFN (router and stacked experts, [`Presence::Moe`]).
+pub(crate) const fn layer_tensor(role: Role) -> TensorSpec {
     use Dim::*;
     use Role::*;
     match role {
+        AttnQNorm => tensor(AttnQNorm, "attn_q_norm.weight", Shape::Vector(Head)),
+        AttnKNorm => tensor(AttnKNorm, "attn_k_norm.weight", Shape::Vector(Head)),
+        AttnPostNorm => tensor(
+            AttnPostNorm,
+            "post_attention_norm.weight",
+            Shape::Vector(Embd),
+        ),
+        FfnPostNorm => tensor(FfnPostNorm, "post_ffw_norm.weight", Shape::Vector(Embd)),
+        FfnGateInp => with_presence(
+            tensor(
+                FfnGateInp,
+                "ffn_gate_inp.weight",
+                Shape::Matrix {
+                    cols: Embd,
+                    rows: Experts,
+                },
+            ),
+            Presence::Moe,
+        ),
+        FfnGateExps => experts(FfnGateExps, "ffn_gate_exps.weight", Embd, FfExp),
+        FfnUpExps => experts(FfnUpExps, "ffn_up_exps.weight", Embd, FfExp),
+        FfnDownExps => experts(FfnDownExps, "ffn_down_exps.weight", FfExp, Embd),
         AttnNorm => tensor(AttnNorm, "attn_norm.weight", Shape::Vector(Embd)),
         AttnQ => tensor(
             AttnQ,
