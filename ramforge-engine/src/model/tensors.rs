@@ -32,6 +32,18 @@ impl LayerTensors {
         &self.matrix_roles
     }
 
+    /// Bytes of one expert's three slices (gate, up, down) in an MoE layer of `n_expert`
+    /// experts; `None` in a dense layer.
+    pub fn expert_bytes(&self, n_expert: usize) -> Option<u64> {
+        let roles = [Role::FfnGateExps, Role::FfnUpExps, Role::FfnDownExps];
+        let total: u64 = roles
+            .iter()
+            .filter_map(|&r| self.get(r))
+            .map(|t| t.n_bytes)
+            .sum();
+        (total > 0 && n_expert > 0).then(|| total / n_expert as u64)
+    }
+
     /// Bytes of the matrices (what a streamed layer reads from storage).
     pub fn matrix_bytes(&self) -> u64 {
         self.matrices().map(|t| t.n_bytes).sum()

@@ -112,8 +112,21 @@ fn json(
         "streamed_layers": plan.map(|p| p.streamed_layers()),
         "streamed_bytes_per_token": plan.map(|p| p.streamed_bytes_per_token()),
         "planned_bytes": plan.map(|p| p.total_bytes()),
+        "experts": experts(model).map(|(count, used, bytes)| serde_json::json!({
+            "count": count,
+            "used": used,
+            "bytes_per_expert": bytes,
+        })),
+        "sliding_window": model.config.sliding_window,
         "layers": layers,
     })
+}
+
+/// `(experts per layer, used per token, bytes of one expert)` of an MoE model.
+fn experts(model: &Model) -> Option<(usize, usize, u64)> {
+    let cfg = &model.config;
+    let bytes = model.tensors.layers.first()?.expert_bytes(cfg.n_expert)?;
+    Some((cfg.n_expert, cfg.n_expert_used, bytes))
 }
 
 fn text(model: &Model, args: &Args, sizes: &MemoryPlan, plan: Option<&MemoryPlan>) -> String {
@@ -128,6 +141,15 @@ fn text(model: &Model, args: &Args, sizes: &MemoryPlan, plan: Option<&MemoryPlan
         cfg.n_embd,
         model.tensors.n_vocab
     );
+    if let Some((count, used, bytes)) = experts(model) {
+        s += &format!(
+            "experts: {count} per layer, {used} used per token, {} each (a whole MoE layer streams as one piece)\n",
+            h(bytes)
+        );
+    }
+    if let Some(w) = cfg.sliding_window {
+        s += &format!("sliding-window attention: {w} positions on the local layers (their KV cache holds only the window)\n");
+    }
     s += &format!(
         "working set (context {}, batch {}): KV cache {} ({}), scratch {}, logits {}, norms/biases {}\n",
         sizes.request.ctx,

@@ -1,0 +1,79 @@
+//! `plan` describes what shapes the layout beyond layers: the experts of an MoE model (count,
+//! used per token, bytes of one expert, as the file's expert tensors hold them) and a
+//! sliding window.
+
+mod common;
+
+use common::model_path;
+use std::process::Command;
+
+fn tool(args: &[&str]) -> serde_json::Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_ramforge-tools"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn plan_shows_experts_and_their_size() {
+    let dir = std::env::temp_dir().join(format!("ramforge-plan-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("moe.gguf");
+    let donor = model_path("SmolLM2-135M-Instruct.Q4_1.gguf");
+    let status = Command::new(env!("CARGO_BIN_EXE_ramforge-tools"))
+        .args(["synth", "-q", "-o"])
+        .arg(&file)
+        .args([
+            "--arch", "qwen3moe", "--layers", "2", "--embd", "256", "--ffn", "128",
+        ])
+        .args([
+            "--heads",
+            "4",
+            "--kv-heads",
+            "2",
+            "--experts",
+            "8",
+            "--experts-used",
+            "2",
+        ])
+        .args(["--type", "Q8_0", "--vocab-from"])
+        .arg(&donor)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let f = file.to_str().unwrap();
+    let plan = tool(&["plan", f, "--ram", "1G", "--json"]);
+    let inspect = tool(&["inspect", f, "--json"]);
+    let exps: u64 = inspect["tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| {
+            t["name"].as_str().unwrap().starts_with("blk.0.ffn_")
+                && t["name"].as_str().unwrap().contains("_exps")
+        })
+        .map(|t| t["bytes"].as_u64().unwrap())
+        .sum();
+    assert!(exps > 0);
+    assert_eq!(plan["experts"]["count"], 8);
+    assert_eq!(plan["experts"]["used"], 2);
+    assert_eq!(plan["experts"]["bytes_per_expert"], exps / 8);
+    assert!(plan["sliding_window"].is_null());
+    // A dense model has none.
+    let dense = tool(&["plan", donor.to_str().unwrap(), "--ram", "1G", "--json"]);
+    assert!(dense["experts"].is_null());
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn plan_shows_gemma3s_sliding_window() {
+    let gemma = model_path("gemma-3-270m-q4_k_m.gguf");
+    let plan = tool(&["plan", gemma.to_str().unwrap(), "--ram", "1G", "--json"]);
+    assert_eq!(plan["sliding_window"], 512);
+}
