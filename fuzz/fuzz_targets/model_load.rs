@@ -101,16 +101,40 @@ fn metadata(arch: &str, input: &Input) -> Metadata {
         set(format!("{arch}.{k}"), v);
     }
     for (i, n) in &input.values {
-        set(format!("{arch}.{}", KEYS[*i as usize % KEYS.len()]), value(n));
+        set(
+            format!("{arch}.{}", KEYS[*i as usize % KEYS.len()]),
+            value(n),
+        );
     }
-    let pieces = ["<unk>", "<s>", "</s>", "\u{2581}a", "a", "b", "\u{2581}", "<0x0A>"];
-    let strings = pieces.iter().map(|p| Value::String(p.to_string())).collect();
+    let pieces = [
+        "<unk>",
+        "<s>",
+        "</s>",
+        "\u{2581}a",
+        "a",
+        "b",
+        "\u{2581}",
+        "<0x0A>",
+    ];
+    let strings = pieces
+        .iter()
+        .map(|p| Value::String(p.to_string()))
+        .collect();
     set("tokenizer.ggml.model".into(), Value::String("llama".into()));
-    set("tokenizer.ggml.tokens".into(), Value::Array(ValueType::String, strings));
+    set(
+        "tokenizer.ggml.tokens".into(),
+        Value::Array(ValueType::String, strings),
+    );
     let scores = (0..8).map(|i| Value::F32(-(i as f32))).collect();
-    set("tokenizer.ggml.scores".into(), Value::Array(ValueType::F32, scores));
+    set(
+        "tokenizer.ggml.scores".into(),
+        Value::Array(ValueType::F32, scores),
+    );
     let types = [2, 3, 3, 1, 1, 1, 1, 6].map(Value::I32).to_vec();
-    set("tokenizer.ggml.token_type".into(), Value::Array(ValueType::I32, types));
+    set(
+        "tokenizer.ggml.token_type".into(),
+        Value::Array(ValueType::I32, types),
+    );
     md
 }
 
@@ -118,12 +142,19 @@ fuzz_target!(|input: Input| {
     let arch = if input.qwen2 { "qwen2" } else { "llama" };
     let mut w = GgufWriter::new(metadata(arch, &input));
     for (i, (name, shape)) in TENSORS.iter().enumerate() {
-        if input.dropped.iter().any(|&d| d as usize % TENSORS.len() == i)
+        if input
+            .dropped
+            .iter()
+            .any(|&d| d as usize % TENSORS.len() == i)
             || (!input.qwen2 && name.ends_with(".bias"))
         {
             continue;
         }
-        let shape: Vec<u64> = match input.shapes.iter().find(|(t, _)| *t as usize % TENSORS.len() == i) {
+        let shape: Vec<u64> = match input
+            .shapes
+            .iter()
+            .find(|(t, _)| *t as usize % TENSORS.len() == i)
+        {
             Some((_, dims)) if !dims.is_empty() && dims.len() <= 4 => {
                 dims.iter().map(|&d| u64::from(d % 64) + 1).collect()
             }
@@ -136,7 +167,8 @@ fuzz_target!(|input: Input| {
         let data = vec![input.fill; 4 * n as usize];
         w.add_tensor(*name, GgmlType::F32, &shape, data).unwrap();
     }
-    let path = std::env::temp_dir().join(format!("ramforge-fuzz-model-{}.gguf", std::process::id()));
+    let path =
+        std::env::temp_dir().join(format!("ramforge-fuzz-model-{}.gguf", std::process::id()));
     w.write_file(&path).unwrap();
     match Model::open(&path) {
         Err(e) => assert!(!e.to_string().contains('\n'), "multi-line error: {e}"),

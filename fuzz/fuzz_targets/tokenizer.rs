@@ -72,7 +72,10 @@ fn tokenizers() -> &'static [Vocabulary] {
             .map(|m| {
                 let path = dir.join(m);
                 let file = GgufFile::open(&path).unwrap_or_else(|e| {
-                    panic!("the tokenizer target needs {} ({e}); set RAMFORGE_MODELS", path.display())
+                    panic!(
+                        "the tokenizer target needs {} ({e}); set RAMFORGE_MODELS",
+                        path.display()
+                    )
                 });
                 Vocabulary::new(Tokenizer::from_gguf(&file.header().metadata).unwrap())
             })
