@@ -1,19 +1,32 @@
 #!/usr/bin/env bash
-# Bounded fuzzing of the GGUF reader with cargo-fuzz (libFuzzer).
+# Fuzzing of the untrusted-input paths with cargo-fuzz (libFuzzer): the GGUF reader, the
+# tokenizer, chat templates and model loading.
 #
-#   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET ...]
+#   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET ...]   short pass (CI), 60 s per target by default
+#   scripts/fuzz.sh --long [TARGET ...]                 each target to $RAMFORGE_FUZZ_RUNS executions
+#                                                       (default 10000000)
 #
-# SECONDS_PER_TARGET defaults to 60; TARGETs default to every target in fuzz/fuzz_targets.
-# Installs cargo-fuzz if it is missing. cargo-fuzz needs nightly-only rustc flags; on the
-# stable toolchain RUSTC_BOOTSTRAP=1 unlocks them (verified with rustc 1.95 stable).
-# The gguf_parse corpus is seeded by the writer and by shrunken real headers (the models in
-# $RAMFORGE_MODELS, if present). A crash fails the script; the input is saved under
-# fuzz/artifacts/<target>/ -- turn it into a regression test in ramforge-gguf/tests/.
+# TARGETs default to every target in fuzz/fuzz_targets. Each target's summary line gives its
+# executions, libFuzzer's coverage (cov:) and the crashes it left; the script fails if any
+# target crashed. Installs cargo-fuzz if it is missing. cargo-fuzz needs nightly-only rustc
+# flags; on the stable toolchain RUSTC_BOOTSTRAP=1 unlocks them (verified with rustc 1.95
+# stable). The gguf_parse corpus is seeded by the writer and by shrunken real headers, the
+# others from fuzz/seeds/<target>/; the tokenizer target loads the real models from
+# $RAMFORGE_MODELS. A crash's input is saved under fuzz/artifacts/<target>/ -- keep it as a
+# regression (fuzz/README.md says where).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
-secs="${1:-60}"
-shift || true
+mode=short
+secs=60
+if [ "${1:-}" = "--long" ]; then
+    mode=long
+    shift
+elif [ "$#" -gt 0 ] && [[ "$1" =~ ^[0-9]+$ ]]; then
+    secs="$1"
+    shift
+fi
+runs="${RAMFORGE_FUZZ_RUNS:-10000000}"
 if [ "$#" -gt 0 ]; then
     targets=("$@")
 else
@@ -21,12 +34,17 @@ else
     for f in fuzz/fuzz_targets/*.rs; do targets+=("$(basename "$f" .rs)"); done
 fi
 models="${RAMFORGE_MODELS:-$root/models}"
+export RAMFORGE_MODELS="$models"
 fuzz_target_dir="${RAMFORGE_FUZZ_TARGET_DIR:-$root/fuzz/target}"
 export RUSTC_BOOTSTRAP=1
+# chat_template renders in a forked child under an address-space limit; a failed allocation
+# there must abort the child quietly, not run AddressSanitizer's report (whose libFuzzer
+# callback would save the input as a crash of the parent).
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}allocator_may_return_null=1"
 
 if ! cargo fuzz --version >/dev/null 2>&1; then
     echo "== installing cargo-fuzz"
-    cargo install cargo-fuzz --locked
+    cargo install cargo-fuzz --version 0.13.2 --locked
 fi
 
 echo "== seed corpus"
@@ -36,9 +54,31 @@ for m in SmolLM2-135M-Instruct.Q4_1.gguf gemma-3-270m-q4_k_m.gguf qwen2ish-Q8_0.
 done
 cargo run -q -p ramforge-gguf --example fuzz_corpus -- fuzz/corpus/gguf_parse "${seeds[@]}"
 
+if [ "$mode" = long ]; then
+    limit=(-runs="$runs")
+else
+    limit=(-max_total_time="$secs")
+fi
+failed=0
+summary=()
 for t in "${targets[@]}"; do
-    echo "== fuzz $t for ${secs}s"
-    mkdir -p "fuzz/corpus/$t"
+    echo "== fuzz $t (${limit[*]})"
+    mkdir -p "fuzz/corpus/$t" "fuzz/artifacts/$t"
+    if [ -d "fuzz/seeds/$t" ]; then cp -n fuzz/seeds/"$t"/* "fuzz/corpus/$t/" || true; fi
+    before=$(find "fuzz/artifacts/$t" -type f | wc -l)
+    log="$(mktemp)"
+    rc=0
     (cd fuzz && cargo fuzz run "$t" --target-dir "$fuzz_target_dir" "corpus/$t" -- \
-        -max_total_time="$secs" -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1)
+        "${limit[@]}" -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1) 2>&1 | tee "$log" || rc=$?
+    execs=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*$' || echo "?")
+    cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*$' || echo "?")
+    crashes=$(( $(find "fuzz/artifacts/$t" -type f | wc -l) - before ))
+    rm -f "$log"
+    line="$t: executions $execs, cov $cov, crashes $crashes, exit $rc"
+    echo "== $line"
+    summary+=("$line")
+    if [ "$rc" -ne 0 ] || [ "$crashes" -ne 0 ]; then failed=1; fi
 done
+echo "== summary ($(date -u '+%Y-%m-%d %H:%M UTC'))"
+printf '   %s\n' "${summary[@]}"
+exit "$failed"

@@ -50,6 +50,8 @@ pub struct ModelConfig {
 /// shapes (which are checked against the file's size) are compared.
 const MAX_DIM: u64 = 1 << 20;
 const MAX_LAYERS: u64 = 4096;
+/// The most experts a mixture-of-experts layer may have (llama.cpp's LLAMA_MAX_EXPERTS).
+const MAX_EXPERTS: u64 = 512;
 
 impl ModelConfig {
     /// Reads the hyperparameters of a model of any architecture in [`super::arch::ALL`].
@@ -135,6 +137,7 @@ impl ModelConfig {
             )));
         }
         let rope_freq_scale = rope_scaling(meta, &key)?;
+        check_experts(meta, &key)?;
         let rms_eps = meta.get_f32(&key("attention.layer_norm_rms_epsilon"))?;
         if !(rms_eps.is_finite() && rms_eps > 0.0 && rms_eps < 1.0) {
             return Err(EngineError::BadModel(format!(
@@ -213,6 +216,33 @@ impl ModelConfig {
     }
 }
 
+/// Mixture-of-experts counts (`<arch>.expert_count`, `<arch>.expert_used_count`), where
+/// present, must make sense before anything is sized from them: at most [`MAX_EXPERTS`]
+/// experts, and between one and all of them used per token.
+fn check_experts(meta: &Metadata, key: &dyn Fn(&str) -> String) -> Result<(), EngineError> {
+    let (count_key, used_key) = (key("expert_count"), key("expert_used_count"));
+    let read = |k: &str| -> Result<Option<u64>, EngineError> {
+        Ok(if meta.contains(k) {
+            Some(meta.get_u64(k)?)
+        } else {
+            None
+        })
+    };
+    let count = read(&count_key)?.unwrap_or(0);
+    let used = read(&used_key)?.unwrap_or(0);
+    if count > MAX_EXPERTS {
+        return Err(EngineError::BadModel(format!(
+            "metadata {count_key} = {count} is outside 0..={MAX_EXPERTS}"
+        )));
+    }
+    if used > count || (count > 0 && used == 0) {
+        return Err(EngineError::BadModel(format!(
+            "metadata {used_key} = {used} must lie in 1..={count} ({count_key})"
+        )));
+    }
+    Ok(())
+}
+
 /// `(expert_count, expert_used_count, expert FFN width)`: zeros for a dense model. Refuses
 /// experts in an architecture without an expert layout, and gating other than softmax.
 fn experts(
@@ -248,20 +278,11 @@ fn experts(
             arch.name
         )));
     }
-    if n_expert > 1024 {
-        return Err(EngineError::BadModel(format!(
-            "{count_key} = {n_expert} is outside 0..=1024"
-        )));
-    }
     let used_key = key("expert_used_count");
     let used = read("expert_used_count")?.ok_or_else(|| {
         EngineError::BadModel(format!("{used_key} is missing ({count_key} = {n_expert})"))
     })?;
-    if used == 0 || used > n_expert {
-        return Err(EngineError::BadModel(format!(
-            "{used_key} = {used} is outside 1..={n_expert} ({count_key})"
-        )));
-    }
+    // check_experts has bounded both counts.
     let gating_key = key("expert_gating_func");
     // llama.cpp's numbering: 1 is softmax, the gating these architectures use.
     if let Some(g) = read("expert_gating_func")? {
@@ -471,5 +492,31 @@ mod tests {
             "{e}"
         );
         assert!(!e.contains('\n'), "{e}");
+    }
+
+    #[test]
+    fn expert_counts_are_bounded() {
+        let with = |count: Option<u32>, used: Option<u32>| {
+            let mut extra = Vec::new();
+            extra.extend(count.map(|c| ("expert_count", Value::U32(c))));
+            extra.extend(used.map(|u| ("expert_used_count", Value::U32(u))));
+            ModelConfig::from_metadata(&meta("llama", &extra)).map_err(|e| e.to_string())
+        };
+        assert!(with(Some(8), Some(2)).is_ok());
+        assert!(with(Some(0), Some(0)).is_ok());
+        let e = with(Some(100_000), Some(2)).unwrap_err();
+        assert!(e.contains("llama.expert_count = 100000"), "{e}");
+        let e = with(Some(8), Some(9)).unwrap_err();
+        assert!(
+            e.contains("llama.expert_used_count = 9 must lie in 1..=8"),
+            "{e}"
+        );
+        let e = with(None, Some(1)).unwrap_err();
+        assert!(
+            e.contains("llama.expert_used_count = 1 must lie in 1..=0"),
+            "{e}"
+        );
+        let e = with(Some(4), None).unwrap_err();
+        assert!(e.contains("llama.expert_used_count = 0"), "{e}");
     }
 }

@@ -96,6 +96,7 @@ impl ModelTensors {
             )));
         }
         matrix(&token_embd, e, n_vocab)?;
+        rows_match_vocabulary(file, n_vocab)?;
         let output_norm = get("output_norm.weight")?;
         vector(&output_norm, e)?;
         let (output, tied_output) = match file.header().tensor("output.weight") {
@@ -153,6 +154,21 @@ impl ModelTensors {
             + self.output_norm.n_elements * 4
             + self.rope_freqs.as_ref().map_or(0, |t| t.n_elements * 4)
     }
+}
+
+/// The embedding (and so the output) rows must be the tokenizer's vocabulary: a token id the
+/// tokenizer can produce must have a row, and a row no token names is a different model.
+fn rows_match_vocabulary(file: &GgufFile, n_vocab: u64) -> Result<(), EngineError> {
+    const TOKENS: &str = "tokenizer.ggml.tokens";
+    if let Some(ramforge_gguf::Value::Array(_, tokens)) = file.header().metadata.get(TOKENS) {
+        if tokens.len() as u64 != n_vocab {
+            return Err(EngineError::BadModel(format!(
+                "tensor \"token_embd.weight\" has {n_vocab} rows but {TOKENS} has {} tokens",
+                tokens.len()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The size of `dim` in `cfg`.

@@ -1,6 +1,8 @@
 //! Text in and out: the tokenizer (token-for-token as llama.cpp), chat templates (rendered as
 //! Hugging Face does) and prompt building (the two together, with the BOS rule).
 
+mod isolate;
+pub mod limits;
 pub mod prompt;
 pub mod template;
 pub mod tokenizer;

@@ -5,7 +5,16 @@
 //!
 //! A model without a template (or whose template does not render) can be given one from a
 //! file instead: the commands take `--template FILE`.
+//!
+//! The template is untrusted code from the model file: it renders under the hard limits of
+//! [`super::limits`] (instructions, recursion, `range()` length, output size, and on Linux
+//! memory and wall time in a forked child, see [`super::isolate`]).
 
+use super::isolate::run_isolated;
+use super::limits::{
+    bounded_range, exceeded_limit, BoundedOutput, RenderLimits, TEMPLATE_FUEL,
+    TEMPLATE_RECURSION_LIMIT,
+};
 use minijinja::{context, Environment, Error, ErrorKind};
 use ramforge_gguf::{Metadata, Value, ValueType};
 use serde::{Deserialize, Serialize};
@@ -37,6 +46,9 @@ pub enum ChatError {
     /// Rendering failed (e.g. `raise_exception`).
     #[error("chat template failed to render: {0}")]
     Render(String),
+    /// Rendering went past one of the hard limits (named in the message).
+    #[error("chat template exceeded {0}")]
+    Limit(String),
 }
 
 /// The model's own chat template.
@@ -64,7 +76,7 @@ pub fn bos_eos_texts(md: &Metadata) -> (String, String) {
     )
 }
 
-/// Renders `template` for a conversation.
+/// Renders `template` for a conversation, under the hard limits of [`super::limits`].
 pub fn render_chat(
     template: &str,
     messages: &[ChatMessage],
@@ -72,21 +84,70 @@ pub fn render_chat(
     bos_token: &str,
     eos_token: &str,
 ) -> Result<String, ChatError> {
+    let limits = input_limits(messages, bos_token, eos_token);
+    run_isolated(&limits, || {
+        render_in_process(
+            template,
+            messages,
+            add_generation_prompt,
+            bos_token,
+            eos_token,
+        )
+    })
+}
+
+/// [`render_chat`] in this process: the instruction, recursion, loop and output limits, but
+/// not the memory and time limits of the forked child. Only for a caller that has bounded
+/// memory another way, or knows the render stays within it (the fuzzer re-runs renders that
+/// passed in the child, to see their coverage).
+pub fn render_in_process(
+    template: &str,
+    messages: &[ChatMessage],
+    add_generation_prompt: bool,
+    bos_token: &str,
+    eos_token: &str,
+) -> Result<String, ChatError> {
+    let limits = input_limits(messages, bos_token, eos_token);
     let mut env = Environment::new();
     env.set_trim_blocks(true);
     env.set_lstrip_blocks(true);
+    env.set_fuel(Some(TEMPLATE_FUEL));
+    env.set_recursion_limit(TEMPLATE_RECURSION_LIMIT);
     env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
     env.add_function("raise_exception", raise_exception);
+    env.add_function("range", bounded_range);
     let tmpl = env
         .template_from_str(template)
         .map_err(|e| ChatError::Syntax(one_line(&e)))?;
-    tmpl.render(context! {
+    let mut out = BoundedOutput::new(limits.output_bytes);
+    let exceeded = out.exceeded.clone();
+    let ctx = context! {
         messages => messages,
         add_generation_prompt => add_generation_prompt,
         bos_token => bos_token,
         eos_token => eos_token,
-    })
-    .map_err(|e| ChatError::Render(one_line(&e)))
+    };
+    let rendered = tmpl.render_captured_to(ctx, &mut out).map(drop);
+    match rendered {
+        Ok(()) => String::from_utf8(out.buf)
+            .map_err(|_| ChatError::Render("the output is not UTF-8".into())),
+        Err(_) if exceeded.get() => Err(ChatError::Limit(limits.output_message())),
+        Err(e) => Err(match exceeded_limit(&e) {
+            Some(limit) => ChatError::Limit(format!("{limit}{}", at_line(&e))),
+            None => ChatError::Render(one_line(&e)),
+        }),
+    }
+}
+
+/// The limits for a conversation: sized by its messages and BOS/EOS texts.
+pub fn input_limits(messages: &[ChatMessage], bos_token: &str, eos_token: &str) -> RenderLimits {
+    let input: usize = messages
+        .iter()
+        .map(|m| m.role.len() + m.content.len())
+        .sum::<usize>()
+        + bos_token.len()
+        + eos_token.len();
+    RenderLimits::for_input(input)
 }
 
 /// What templates call to reject a conversation (e.g. roles out of order).
@@ -101,10 +162,15 @@ fn one_line(e: &Error) -> String {
         s.push_str(": ");
         s.push_str(detail);
     }
-    if let Some(line) = e.line() {
-        s.push_str(&format!(" (template line {line})"));
-    }
+    s.push_str(&at_line(e));
     s.replace('\n', " ")
+}
+
+/// " (template line N)" where the error says where it happened.
+fn at_line(e: &Error) -> String {
+    e.line()
+        .map(|line| format!(" (template line {line})"))
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -117,10 +117,12 @@ impl Bpe {
                 .map(|p| p + 1)
                 .ok_or_else(|| bad("is not two pieces separated by a space".into()))?;
             let (left, right) = (&merge[..split], &merge[split + 1..]);
-            // A pair whose parts are not tokens can never form: every symbol is a token.
-            let (Some(l), Some(r)) = (vocab.id_of(left), vocab.id_of(right)) else {
-                continue;
+            let part = |p: &str| {
+                vocab
+                    .id_of(p)
+                    .ok_or_else(|| bad(format!("{p:?} is not in the vocabulary")))
             };
+            let (l, r) = (part(left)?, part(right)?);
             merged_text.clear();
             merged_text.push_str(left);
             merged_text.push_str(right);

@@ -2,6 +2,7 @@
 //! does (special tokens split out first, then each fragment through BPE or SentencePiece).
 
 use super::bpe::{Bpe, BpeScratch};
+use super::checks::{per_token_arrays, special_ids_in_range};
 use super::error::TokenizerError;
 use super::special::{Fragment, SpecialTokens};
 use super::spm::{Spm, SpmScratch};
@@ -138,31 +139,23 @@ impl Tokenizer {
 
         let tokens = string_array(md, "tokenizer.ggml.tokens")?;
         let n = tokens.len();
+        per_token_arrays(md, n)?;
         let kinds = match md.get("tokenizer.ggml.token_type") {
             None => vec![TokenKind::Normal; n],
             Some(_) => {
                 let types = md.get_i64_array("tokenizer.ggml.token_type")?;
-                check_len("tokenizer.ggml.token_type", types.len(), n)?;
-                types[..n]
-                    .iter()
-                    .map(|&t| TokenKind::from_type_id(t))
-                    .collect()
+                types.iter().map(|&t| TokenKind::from_type_id(t)).collect()
             }
         };
         let mut vocab = Vocab::new(tokens.into_iter(), kinds)?;
+        special_ids_in_range(md, n)?;
 
+        // In range: every `*_token_id` was checked above.
         let special_id = |key: &'static str| -> Result<Option<u32>, TokenizerError> {
             if !md.contains(key) {
                 return Ok(None);
             }
-            let id = md.get_u32(key)?;
-            if id as usize >= n {
-                return Err(TokenizerError::Invalid {
-                    key,
-                    msg: format!("token id {id} is outside the vocabulary of {n} tokens"),
-                });
-            }
-            Ok(Some(id))
+            Ok(Some(md.get_u32(key)?))
         };
         // llama.cpp's defaults for SentencePiece files that do not name these tokens.
         let spm_default = |id: u32| (!is_bpe && (id as usize) < n).then_some(id);
@@ -220,9 +213,6 @@ impl Tokenizer {
             }
             None => {
                 let scores = md.get_f32_array("tokenizer.ggml.scores")?;
-                check_len("tokenizer.ggml.scores", scores.len(), n)?;
-                let mut scores = scores;
-                scores.truncate(n);
                 Model::Spm(Spm::new(&vocab, scores, unk)?)
             }
         };
@@ -384,14 +374,4 @@ fn opt_bool(md: &Metadata, key: &str) -> Result<Option<bool>, TokenizerError> {
     } else {
         Ok(None)
     }
-}
-
-fn check_len(key: &'static str, len: usize, n: usize) -> Result<(), TokenizerError> {
-    if len < n {
-        return Err(TokenizerError::Invalid {
-            key,
-            msg: format!("{len} entries for {n} tokens"),
-        });
-    }
-    Ok(())
 }

@@ -25,4 +25,12 @@ pub enum TokenizerError {
         /// What is wrong with it.
         msg: String,
     },
+    /// A special-token id (or id list) under a key not known in advance.
+    #[error("{key}: {msg}")]
+    BadId {
+        /// The metadata key.
+        key: String,
+        /// What is wrong with it.
+        msg: String,
+    },
 }

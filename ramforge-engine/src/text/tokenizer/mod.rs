@@ -5,6 +5,7 @@
 //! model's algorithm ([`bpe`] with a [`pretokenize`]r, or [`spm`]). Decoding is in [`decode`].
 
 mod bpe;
+mod checks;
 mod decode;
 mod encode;
 mod error;
