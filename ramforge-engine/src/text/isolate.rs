@@ -5,7 +5,7 @@
 //! limits alone.
 
 use super::limits::{RenderLimits, TEMPLATE_TIME_LIMIT};
-use super::template::ChatError;
+use super::template_error::ChatError;
 
 /// Runs `render` under `limits`; its result comes back as if it had run here. A panic in the
 /// child is a panic here too (a bug, not a limit).

@@ -5,6 +5,7 @@ mod isolate;
 pub mod limits;
 pub mod prompt;
 pub mod template;
+mod template_error;
 pub mod tokenizer;
 
 pub use prompt::ChatPrompt;

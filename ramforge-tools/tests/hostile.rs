@@ -1,0 +1,131 @@
+//! Hostile chat templates and model metadata at the command line: under a 1 GiB address-space
+//! limit each fails within 10 s with exit status 1 and one line on stderr naming the limit or
+//! the key, never a panic.
+
+mod common;
+
+use common::model_path;
+use ramforge_gguf::{GgufFile, GgufWriter, Value};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// Runs the tool with `args` under `ulimit -v` 1 GiB and checks a clean failure whose one
+/// stderr line contains `expect`.
+fn fails_cleanly(args: &[&str], expect: &str) {
+    let started = Instant::now();
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -v 1048576 && exec \"$0\" \"$@\"")
+        .arg(env!("CARGO_BIN_EXE_ramforge-tools"))
+        .args(args)
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "one line: {stderr}");
+    assert!(
+        stderr.starts_with("error: ") && stderr.contains(expect),
+        "{args:?}: {stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(took < Duration::from_secs(10), "{args:?} took {took:?}");
+}
+
+fn scratch(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ramforge-hostile-{}-{tag}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn hostile_templates_fail_with_the_limit_named() {
+    let dir = scratch("templates");
+    let conversations = dir.join("conversations.json");
+    std::fs::write(
+        &conversations,
+        r#"[{"messages": [{"role": "user", "content": "hi"}], "add_generation_prompt": true}]"#,
+    )
+    .unwrap();
+    let model = model_path("SmolLM2-135M-Instruct.Q4_1.gguf");
+    // `set` inside a loop is scoped to the iteration, so the doubling is written out.
+    let doubling = format!(
+        "{{% set s = 'ab' %}}{}{{{{ s }}}}",
+        "{% set s = s ~ s %}".repeat(40)
+    );
+    let cases = [
+        ("doubling", doubling.as_str(), "chat template exceeded"),
+        (
+            "nested",
+            "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}",
+            "chat template exceeded",
+        ),
+        (
+            "recursion",
+            "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+            "chat template exceeded",
+        ),
+        ("method", "{{ messages.no_such_method() }}", "chat template"),
+    ];
+    for (name, text, expect) in cases {
+        let file = dir.join(format!("{name}.jinja"));
+        std::fs::write(&file, text).unwrap();
+        let (m, c, f) = (path(&model), path(&conversations), path(&file));
+        fails_cleanly(&["chat-render", m, c, "--template", f], expect);
+        fails_cleanly(
+            &[
+                "run",
+                m,
+                "--chat",
+                "--prompt",
+                "hi",
+                "-n",
+                "1",
+                "--template",
+                f,
+            ],
+            expect,
+        );
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn inconsistent_metadata_fails_with_the_key_named() {
+    let dir = scratch("metadata");
+    let src = GgufFile::open(model_path("SmolLM2-135M-Instruct.Q4_1.gguf")).unwrap();
+    let cases: [(&str, &str, Value, &str); 3] = [
+        (
+            "bos",
+            "tokenizer.ggml.bos_token_id",
+            Value::U32(1 << 30),
+            "tokenizer.ggml.bos_token_id",
+        ),
+        (
+            "ctx",
+            "llama.context_length",
+            Value::U32(u32::MAX),
+            "llama.context_length",
+        ),
+        (
+            "experts",
+            "llama.expert_count",
+            Value::U32(1 << 20),
+            "llama.expert_count",
+        ),
+    ];
+    for (tag, key, value, expect) in cases {
+        let mut w = GgufWriter::copy_of(&src).unwrap();
+        w.metadata_mut().remove(key);
+        w.metadata_mut().insert(key.into(), value);
+        let file = dir.join(format!("{tag}.gguf"));
+        w.write_to(std::fs::File::create(&file).unwrap()).unwrap();
+        fails_cleanly(&["run", path(&file), "--prompt", "hi", "-n", "1"], expect);
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
