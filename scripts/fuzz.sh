@@ -6,6 +6,9 @@
 #   scripts/fuzz.sh --long [TARGET ...]                 each target to $RAMFORGE_FUZZ_RUNS executions
 #                                                       (default 10000000)
 #
+# RAMFORGE_FUZZ_SANITIZER picks cargo-fuzz's sanitizer (default address; none runs the same
+# checks - panics, hangs, the RSS limit - several times faster, without AddressSanitizer's
+# memory checks of unsafe code).
 # TARGETs default to every target in fuzz/fuzz_targets. Each target's summary line gives its
 # executions, libFuzzer's coverage (cov:) and the crashes it left; the script fails if any
 # target crashed. Installs cargo-fuzz if it is missing. cargo-fuzz needs nightly-only rustc
@@ -27,6 +30,7 @@ elif [ "$#" -gt 0 ] && [[ "$1" =~ ^[0-9]+$ ]]; then
     shift
 fi
 runs="${RAMFORGE_FUZZ_RUNS:-10000000}"
+sanitizer="${RAMFORGE_FUZZ_SANITIZER:-address}"
 if [ "$#" -gt 0 ]; then
     targets=("$@")
 else
@@ -36,6 +40,8 @@ fi
 models="${RAMFORGE_MODELS:-$root/models}"
 export RAMFORGE_MODELS="$models"
 fuzz_target_dir="${RAMFORGE_FUZZ_TARGET_DIR:-$root/fuzz/target}"
+# Builds of different sanitizers do not share a directory (each would rebuild the other's).
+[ "$sanitizer" = address ] || fuzz_target_dir="$fuzz_target_dir-$sanitizer"
 export RUSTC_BOOTSTRAP=1
 # chat_template renders in a forked child under an address-space limit; a failed allocation
 # there must abort the child quietly, not run AddressSanitizer's report (whose libFuzzer
@@ -62,19 +68,20 @@ fi
 failed=0
 summary=()
 for t in "${targets[@]}"; do
-    echo "== fuzz $t (${limit[*]})"
+    echo "== fuzz $t (${limit[*]}, sanitizer $sanitizer)"
     mkdir -p "fuzz/corpus/$t" "fuzz/artifacts/$t"
     if [ -d "fuzz/seeds/$t" ]; then cp -n fuzz/seeds/"$t"/* "fuzz/corpus/$t/" || true; fi
     before=$(find "fuzz/artifacts/$t" -type f | wc -l)
     log="$(mktemp)"
     rc=0
-    (cd fuzz && cargo fuzz run "$t" --target-dir "$fuzz_target_dir" "corpus/$t" -- \
+    (cd fuzz && cargo fuzz run "$t" -s "$sanitizer" --target-dir "$fuzz_target_dir" "corpus/$t" -- \
         "${limit[@]}" -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1) 2>&1 | tee "$log" || rc=$?
     execs=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*$' || echo "?")
     cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*$' || echo "?")
     crashes=$(( $(find "fuzz/artifacts/$t" -type f | wc -l) - before ))
+    took=$(grep -o 'Done [0-9]* runs in [0-9]* second' "$log" | tail -1 | grep -o 'in [0-9]*' | grep -o '[0-9]*' || echo "?")
     rm -f "$log"
-    line="$t: executions $execs, cov $cov, crashes $crashes, exit $rc"
+    line="$t: executions $execs in ${took} s, cov $cov, crashes $crashes, exit $rc (sanitizer $sanitizer)"
     echo "== $line"
     summary+=("$line")
     if [ "$rc" -ne 0 ] || [ "$crashes" -ne 0 ]; then failed=1; fi

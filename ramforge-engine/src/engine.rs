@@ -6,7 +6,7 @@
 
 use crate::budget::{tie_allocator_to_budget, ChargedVec, MemoryBudget};
 use crate::error::EngineError;
-use crate::forward::{block, rms_norm, rope_tables, scale, Scratch};
+use crate::forward::{block, rms_norm, rope_tables, scale, LayerWeights, Scratch};
 use crate::kv::KvCache;
 use crate::model::{Model, ModelConfig};
 use crate::options::EngineOptions;
@@ -328,7 +328,6 @@ impl Engine {
             0
         };
         self.weights
-            .matrices
             .record_eval(started.elapsed().as_secs_f64(), added);
         match result {
             Ok(false) => {
@@ -379,8 +378,12 @@ impl Engine {
             rope_tables(cfg, self.weights.vectors.rope_freqs.as_deref(), pos, n, s);
             for l in 0..cfg.n_layer {
                 let view = self.weights.matrices.layer(file, tensors, l)?;
-                let vecs = &self.weights.vectors.layers[l];
-                block(cfg, l, &view, vecs, s, &mut self.kv, pos..pos + n)?;
+                let weights = LayerWeights {
+                    matrices: &view,
+                    vectors: &self.weights.vectors.layers[l],
+                    experts: self.weights.experts.as_mut(),
+                };
+                block(cfg, l, weights, s, &mut self.kv, pos..pos + n)?;
                 if let Some(report) = self.prompt_progress.as_mut().filter(|_| tokens.len() > 1) {
                     report(done + n * (l + 1) / cfg.n_layer, tokens.len());
                 }

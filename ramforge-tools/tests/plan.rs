@@ -1,6 +1,6 @@
 //! `plan` describes what shapes the layout beyond layers: the experts of an MoE model (count,
 //! used per token, bytes of one expert, as the file's expert tensors hold them) and a
-//! sliding window.
+//! sliding window; `inspect` describes the same experts from the header alone.
 
 mod common;
 
@@ -65,8 +65,30 @@ fn plan_shows_experts_and_their_size() {
     assert_eq!(plan["experts"]["used"], 2);
     assert_eq!(plan["experts"]["bytes_per_expert"], exps / 8);
     assert!(plan["sliding_window"].is_null());
+    let e = &inspect["experts"];
+    assert_eq!(e["count"], 8);
+    assert_eq!(e["used"], 2);
+    assert_eq!(e["feed_forward_length"], 128);
+    assert_eq!(e["layers"], 2);
+    assert_eq!(e["bytes_per_expert"], exps / 8);
+    assert_eq!(e["bytes"], 2 * exps);
+    let out = Command::new(env!("CARGO_BIN_EXE_ramforge-tools"))
+        .args(["inspect", f])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("experts"))
+        .unwrap();
+    assert!(
+        line.contains("8 per layer, 2 used per token, width 128") && line.contains("2 layers"),
+        "{line}"
+    );
     // A dense model has none.
     let dense = tool(&["plan", donor.to_str().unwrap(), "--ram", "1G", "--json"]);
+    assert!(dense["experts"].is_null());
+    let dense = tool(&["inspect", donor.to_str().unwrap(), "--json"]);
     assert!(dense["experts"].is_null());
     std::fs::remove_dir_all(&dir).ok();
 }

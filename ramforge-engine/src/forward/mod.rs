@@ -16,7 +16,7 @@ use crate::error::EngineError;
 use crate::kv::KvCache;
 use crate::model::arch::{Ffn, Role};
 use crate::model::ModelConfig;
-use crate::weights::{LayerVectors, LayerView};
+use crate::weights::{ExpertStore, LayerVectors, LayerView};
 use attention::attention;
 use matmul::matmul;
 use moe::moe_ffn;
@@ -53,18 +53,32 @@ pub(crate) fn rope_tables(
     }
 }
 
+/// One layer's weights as a block uses them.
+pub(crate) struct LayerWeights<'v, 'x> {
+    /// Its matrices (pinned, streamed or mapped).
+    pub matrices: &'v LayerView<'v>,
+    /// Its norms and biases.
+    pub vectors: &'v LayerVectors,
+    /// The expert cache, when the experts of an MoE layer are streamed one by one.
+    pub experts: Option<&'x mut ExpertStore>,
+}
+
 /// Runs one transformer block, as `cfg.arch` composes it, on the rows of `s.x` at positions
 /// `positions`, storing their keys and values in `kv`. The RoPE tables must already hold these
 /// positions.
 pub(crate) fn block(
     cfg: &ModelConfig,
     layer_index: usize,
-    w: &LayerView<'_>,
-    vecs: &LayerVectors,
+    weights: LayerWeights<'_, '_>,
     s: &mut Scratch,
     kv: &mut KvCache,
     positions: std::ops::Range<usize>,
 ) -> Result<(), EngineError> {
+    let LayerWeights {
+        matrices: w,
+        vectors: vecs,
+        experts,
+    } = weights;
     let (first, n) = (positions.start, positions.len());
     let (e, qd, kvd) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim());
     let hd = cfg.head_dim;
@@ -143,7 +157,7 @@ pub(crate) fn block(
         &mut s.xn[..n * e],
     );
     if cfg.n_expert > 0 {
-        moe_ffn(cfg, w, s, n)?;
+        moe_ffn(cfg, layer_index, w, experts, s, n)?;
         s.xn[..n * e].copy_from_slice(&s.moe_out[..n * e]);
     } else {
         let ff = cfg.n_ff;

@@ -9,7 +9,7 @@ use super::scratch::Scratch;
 use crate::error::EngineError;
 use crate::model::arch::Role;
 use crate::model::ModelConfig;
-use crate::weights::LayerView;
+use crate::weights::{ExpertStore, LayerView, MatrixView};
 
 /// The top `k` experts of one token's router `logits` and their weights: softmax, the `k`
 /// largest probabilities (the lower index first among equals), renormalized.
@@ -27,14 +27,18 @@ pub(crate) fn route(logits: &[f32], k: usize, chosen: &mut Vec<(usize, f32)>) {
     }
 }
 
-/// The FFN output of the `n` normalized rows in `s.xn`, into `s.moe_out`.
+/// The FFN output of the `n` normalized rows in `s.xn`, into `s.moe_out`: each selected expert
+/// once for all the rows routed to it, from the layer's view, or from `store` when experts are
+/// streamed one by one (which then reads only the selected ones).
 pub(crate) fn moe_ffn(
     cfg: &ModelConfig,
+    layer: usize,
     w: &LayerView<'_>,
+    store: Option<&mut ExpertStore>,
     s: &mut Scratch,
     n: usize,
 ) -> Result<(), EngineError> {
-    let (e, ne, ff) = (cfg.n_embd, cfg.n_expert, cfg.n_ff_exp);
+    let (e, ne) = (cfg.n_embd, cfg.n_expert);
     matmul(
         [(w.matrix(Role::FfnGateInp), &mut s.router)],
         &s.xn,
@@ -52,49 +56,64 @@ pub(crate) fn moe_ffn(
         );
         routes.push(chosen);
     }
-    s.moe_out[..n * e].fill(0.0);
-    let (gate, up, down) = (
-        w.matrix(Role::FfnGateExps),
-        w.matrix(Role::FfnUpExps),
-        w.matrix(Role::FfnDownExps),
-    );
-    let mut tokens = Vec::with_capacity(n);
+    // The selected experts, in expert order, with the number of rows routed to each.
+    let mut wanted: Vec<(usize, usize)> = Vec::new();
     for x in 0..ne {
-        tokens.clear();
-        tokens.extend((0..n).filter_map(|t| {
-            routes[t]
-                .iter()
-                .find(|&&(ex, _)| ex == x)
-                .map(|&(_, weight)| (t, weight))
-        }));
-        if tokens.is_empty() {
-            continue;
+        let rows = routes
+            .iter()
+            .filter(|r| r.iter().any(|&(ex, _)| ex == x))
+            .count();
+        if rows > 0 {
+            wanted.push((x, rows));
         }
-        let m = tokens.len();
-        for (j, &(t, _)) in tokens.iter().enumerate() {
-            s.moe_in[j * e..(j + 1) * e].copy_from_slice(&s.xn[t * e..(t + 1) * e]);
-        }
-        matmul(
-            [
-                (&gate.expert(x, ne), &mut s.gate),
-                (&up.expert(x, ne), &mut s.up),
-            ],
-            &s.moe_in,
-            m,
-            &mut s.act,
-        )?;
-        swiglu(&mut s.gate[..m * ff], &s.up[..m * ff]);
-        matmul(
-            [(&down.expert(x, ne), &mut s.moe_in)],
-            &s.gate,
-            m,
-            &mut s.act,
-        )?;
-        for (j, &(t, weight)) in tokens.iter().enumerate() {
-            let src = &s.moe_in[j * e..(j + 1) * e];
-            for (o, &v) in s.moe_out[t * e..(t + 1) * e].iter_mut().zip(src) {
-                *o += weight * v;
+    }
+    s.moe_out[..n * e].fill(0.0);
+    let mut run = |x: usize, [gate, up, down]: [MatrixView<'_>; 3]| {
+        expert_ffn(cfg, x, &routes, [&gate, &up, &down], s)
+    };
+    match store {
+        Some(store) => store.for_each(layer, &wanted, run),
+        None => {
+            let stacks =
+                [Role::FfnGateExps, Role::FfnUpExps, Role::FfnDownExps].map(|r| w.matrix(r));
+            for &(x, _) in &wanted {
+                run(x, stacks.map(|m| m.expert(x, ne)))?;
             }
+            Ok(())
+        }
+    }
+}
+
+/// Adds expert `x`'s weighted SwiGLU output to `s.moe_out` for every row `routes` sends it.
+fn expert_ffn(
+    cfg: &ModelConfig,
+    x: usize,
+    routes: &[Vec<(usize, f32)>],
+    [gate, up, down]: [&MatrixView<'_>; 3],
+    s: &mut Scratch,
+) -> Result<(), EngineError> {
+    let (e, ff) = (cfg.n_embd, cfg.n_ff_exp);
+    let tokens: Vec<(usize, f32)> = routes
+        .iter()
+        .enumerate()
+        .filter_map(|(t, r)| r.iter().find(|&&(ex, _)| ex == x).map(|&(_, w)| (t, w)))
+        .collect();
+    let m = tokens.len();
+    for (j, &(t, _)) in tokens.iter().enumerate() {
+        s.moe_in[j * e..(j + 1) * e].copy_from_slice(&s.xn[t * e..(t + 1) * e]);
+    }
+    matmul(
+        [(gate, &mut s.gate), (up, &mut s.up)],
+        &s.moe_in,
+        m,
+        &mut s.act,
+    )?;
+    swiglu(&mut s.gate[..m * ff], &s.up[..m * ff]);
+    matmul([(down, &mut s.moe_in)], &s.gate, m, &mut s.act)?;
+    for (j, &(t, weight)) in tokens.iter().enumerate() {
+        let src = &s.moe_in[j * e..(j + 1) * e];
+        for (o, &v) in s.moe_out[t * e..(t + 1) * e].iter_mut().zip(src) {
+            *o += weight * v;
         }
     }
     Ok(())

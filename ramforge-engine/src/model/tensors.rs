@@ -44,6 +44,31 @@ impl LayerTensors {
         (total > 0 && n_expert > 0).then(|| total / n_expert as u64)
     }
 
+    /// The three expert stacks of an MoE layer (gate, up, down; GGUF `[cols, rows, n_expert]`,
+    /// expert `x` is the `x`-th of `n_expert` equal slices of each); `None` in a dense layer.
+    pub fn expert_stacks(&self) -> Option<[&TensorInfo; 3]> {
+        Some([
+            self.get(Role::FfnGateExps)?,
+            self.get(Role::FfnUpExps)?,
+            self.get(Role::FfnDownExps)?,
+        ])
+    }
+
+    /// This layer without its expert stacks: what stays a layer (pinned or streamed whole)
+    /// when experts are streamed one by one. The stacks stay reachable by role.
+    pub fn without_experts(&self) -> LayerTensors {
+        let experts = [Role::FfnGateExps, Role::FfnUpExps, Role::FfnDownExps];
+        LayerTensors {
+            by_role: self.by_role.clone(),
+            matrix_roles: self
+                .matrix_roles
+                .iter()
+                .copied()
+                .filter(|r| !experts.contains(r))
+                .collect(),
+        }
+    }
+
     /// Bytes of the matrices (what a streamed layer reads from storage).
     pub fn matrix_bytes(&self) -> u64 {
         self.matrices().map(|t| t.n_bytes).sum()

@@ -18,13 +18,18 @@
 //!
 //! The token embedding is only ever read one row per token, so it is never made resident on its
 //! own account (with a tied output it is resident exactly when the output is).
+//!
+//! A mixture-of-experts model that does not fit whole streams its experts one by one
+//! ([`ExpertPlan`]): its layers are planned without their expert stacks (attention, router and
+//! norms are what every token needs), one staging buffer for an expert joins the working set,
+//! and what is left after step 3 becomes the expert cache, the same number of slots per layer.
 
 pub mod residency;
 
 use crate::error::EngineError;
 use crate::forward::Scratch;
 use crate::kv::{kv_cache_bytes, KvType};
-use crate::model::{ModelConfig, ModelTensors};
+use crate::model::{LayerTensors, ModelConfig, ModelTensors};
 use crate::stream::{aligned_buf_charge, LayerLayout};
 use residency::{choose, ResidencyInput, Timing};
 
@@ -81,6 +86,40 @@ pub struct MemoryPlan {
     pub slot_bytes: u64,
     /// The smallest budget this model works under at this context and batch.
     pub minimum: u64,
+    /// Experts streamed one by one (an MoE model that does not fit whole); `None` when every
+    /// layer, experts included, is pinned or streamed whole.
+    pub experts: Option<ExpertPlan>,
+}
+
+/// The expert cache of an MoE model whose experts are streamed one by one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExpertPlan {
+    /// Experts per layer.
+    pub n_expert: usize,
+    /// Experts the router selects per token.
+    pub n_used: usize,
+    /// Bytes of one expert (its gate, up and down slices).
+    pub expert_bytes: u64,
+    /// Usable bytes of one expert buffer (any expert's aligned reads fit).
+    pub buffer_len: u64,
+    /// Bytes charged per expert buffer.
+    pub buffer_charge: u64,
+    /// Cache slots of each MoE layer (at most `n_expert`).
+    pub per_layer: usize,
+    /// MoE layers.
+    pub layers: usize,
+}
+
+impl ExpertPlan {
+    /// Bytes charged for the cache and the staging buffer.
+    pub fn charged_bytes(&self) -> u64 {
+        (self.per_layer * self.layers + 1) as u64 * self.buffer_charge
+    }
+
+    /// The fraction of all experts the cache holds.
+    pub fn cached_fraction(&self) -> f64 {
+        self.per_layer as f64 / self.n_expert.max(1) as f64
+    }
 }
 
 impl MemoryPlan {
@@ -102,14 +141,61 @@ impl MemoryPlan {
         request: PlanRequest,
         timing: Timing,
     ) -> Result<MemoryPlan, EngineError> {
-        let layer_bytes: Vec<u64> = tensors.layers.iter().map(|l| l.matrix_bytes()).collect();
-        let stream_buffer_len = tensors
+        let whole = MemoryPlan::lay_out(cfg, tensors, &tensors.layers, None, request, timing);
+        let moe = cfg.n_expert > 0 && tensors.layers.iter().all(|l| l.expert_stacks().is_some());
+        if !moe {
+            return whole;
+        }
+        let core: Vec<LayerTensors> = tensors
             .layers
             .iter()
-            .map(LayerLayout::bound)
+            .map(LayerTensors::without_experts)
+            .collect();
+        let buffer_len = tensors
+            .layers
+            .iter()
+            .map(|l| LayerLayout::expert_bound(l, cfg.n_expert))
             .max()
             .unwrap_or(0);
+        let experts = ExpertPlan {
+            n_expert: cfg.n_expert,
+            n_used: cfg.n_expert_used,
+            expert_bytes: tensors.layers[0].expert_bytes(cfg.n_expert).unwrap_or(0),
+            buffer_len,
+            buffer_charge: aligned_buf_charge(buffer_len),
+            per_layer: 0,
+            layers: tensors.layers.len(),
+        };
+        let streamed = |request| {
+            MemoryPlan::lay_out(cfg, tensors, &core, Some(experts.clone()), request, timing)
+        };
+        match (whole, request.budget) {
+            // Unlimited: everything resident; the minimum is the streamed-experts one.
+            (Ok(mut w), None) => {
+                w.minimum = w.minimum.min(streamed(request)?.minimum);
+                Ok(w)
+            }
+            // The whole model fits: nothing to stream.
+            (Ok(w), Some(_)) if w.streamed_layers() == 0 && w.output_resident => Ok(w),
+            _ => streamed(request),
+        }
+    }
+
+    /// The plan for `layers` (the model's, or its MoE layers without their experts when
+    /// `experts` streams those one by one).
+    fn lay_out(
+        cfg: &ModelConfig,
+        tensors: &ModelTensors,
+        layers: &[LayerTensors],
+        mut experts: Option<ExpertPlan>,
+        request: PlanRequest,
+        timing: Timing,
+    ) -> Result<MemoryPlan, EngineError> {
+        let layer_bytes: Vec<u64> = layers.iter().map(|l| l.matrix_bytes()).collect();
+        let stream_buffer_len = layers.iter().map(LayerLayout::bound).max().unwrap_or(0);
         let buffer_charge = aligned_buf_charge(stream_buffer_len);
+        // The staging buffer an expert the cache does not admit is read into.
+        let staging = experts.as_ref().map_or(0, |x| x.buffer_charge);
         let out = &tensors.output;
         let output_bytes = out.n_bytes;
         let out_row = out.row_bytes();
@@ -121,7 +207,8 @@ impl MemoryPlan {
         let scratch_bytes = Scratch::bytes(cfg, tensors, request.batch, request.ctx)?;
         let logits_bytes = 4 * tensors.n_vocab as u64;
         let embd_row_bytes = tensors.token_embd.row_bytes();
-        let working = vector_bytes + kv_bytes + scratch_bytes + logits_bytes + embd_row_bytes;
+        let working =
+            vector_bytes + kv_bytes + scratch_bytes + logits_bytes + embd_row_bytes + staging;
         let minimum = working + buffer_charge + min_chunk;
 
         let mut plan = MemoryPlan {
@@ -141,6 +228,7 @@ impl MemoryPlan {
             stream_buffer_len: 0,
             slot_bytes: 0,
             minimum,
+            experts: None,
         };
         let Some(budget) = request.budget else {
             return Ok(plan);
@@ -175,7 +263,13 @@ impl MemoryPlan {
             plan.stream_buffer_len = stream_buffer_len;
             plan.slot_bytes = residency.buffers as u64 * buffer_charge;
         }
-        let free = share - output_held - plan.pinned_bytes() - plan.slot_bytes;
+        let mut free = share - output_held - plan.pinned_bytes() - plan.slot_bytes;
+        if let Some(x) = experts.as_mut() {
+            let per_slot_row = x.buffer_charge * x.layers as u64;
+            x.per_layer = ((free / per_slot_row.max(1)) as usize).min(x.n_expert);
+            free -= x.per_layer as u64 * per_slot_row;
+        }
+        plan.experts = experts;
         if !plan.output_resident {
             let extra_rows = free.min(MAX_OUTPUT_CHUNK_BYTES.saturating_sub(min_chunk)) / out_row;
             plan.output_chunk_rows = (min_chunk_rows + extra_rows).min(out.n_rows());
@@ -208,10 +302,12 @@ impl MemoryPlan {
         self.pinned.iter().filter(|&&p| !p).count()
     }
 
-    /// Weight bytes held in memory: pinned layers, slot, output (whole or one chunk).
+    /// Weight bytes held in memory: pinned layers, slot, expert buffers, output (whole or one
+    /// chunk).
     pub fn weight_bytes(&self) -> u64 {
         self.pinned_bytes()
             + self.slot_bytes
+            + self.experts.as_ref().map_or(0, ExpertPlan::charged_bytes)
             + if self.output_resident {
                 self.output_bytes
             } else {
@@ -229,8 +325,15 @@ impl MemoryPlan {
             + self.weight_bytes()
     }
 
-    /// Weight bytes read from storage per decoded token (streamed layers + streamed output).
+    /// Weight bytes read from storage per decoded token (streamed layers + streamed output +,
+    /// with experts streamed one by one, the selected experts outside the cache if routing
+    /// were uniform).
     pub fn streamed_bytes_per_token(&self) -> u64 {
+        let experts = self.experts.as_ref().map_or(0, |x| {
+            let missed =
+                (x.n_expert - x.per_layer.min(x.n_expert)) as f64 / x.n_expert.max(1) as f64;
+            (x.layers as f64 * x.n_used as f64 * x.expert_bytes as f64 * missed) as u64
+        });
         let layers: u64 = self
             .layer_bytes
             .iter()
@@ -238,7 +341,8 @@ impl MemoryPlan {
             .filter(|(_, &p)| !p)
             .map(|(b, _)| b)
             .sum();
-        layers
+        experts
+            + layers
             + if self.output_resident {
                 0
             } else {

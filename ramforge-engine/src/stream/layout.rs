@@ -8,7 +8,7 @@
 use super::aligned::{round_up, ALIGN};
 use super::mapped::Window;
 use crate::model::LayerTensors;
-use ramforge_gguf::GgufError;
+use ramforge_gguf::{GgufError, TensorInfo};
 use std::fs::File;
 
 /// Matrices closer than this in the file are read as one segment (what lies between them, the
@@ -59,7 +59,8 @@ fn span(ranges: &[(u64, u64)], group: &[usize]) -> (u64, u64) {
 
 /// Merges the matrices' `(start, len)` ranges (relative or absolute offsets) into segments:
 /// lists of matrix indices, in file order.
-fn group(ranges: &[(u64, u64)]) -> Vec<Vec<usize>> {
+/// Ranges closer than `gap` share a segment.
+fn group(ranges: &[(u64, u64)], gap: u64) -> Vec<Vec<usize>> {
     let mut order: Vec<usize> = (0..ranges.len()).collect();
     order.sort_by_key(|&i| ranges[i].0);
     let mut groups: Vec<Vec<usize>> = Vec::new();
@@ -67,7 +68,7 @@ fn group(ranges: &[(u64, u64)]) -> Vec<Vec<usize>> {
     for i in order {
         let (start, len) = ranges[i];
         match groups.last_mut() {
-            Some(g) if start <= end.saturating_add(MERGE_GAP) => g.push(i),
+            Some(g) if start <= end.saturating_add(gap) => g.push(i),
             _ => groups.push(vec![i]),
         }
         end = end.max(start + len);
@@ -75,24 +76,65 @@ fn group(ranges: &[(u64, u64)]) -> Vec<Vec<usize>> {
     groups
 }
 
+/// The most bytes the aligned segments of these `(start, len)` ranges can need, wherever the
+/// data starts.
+fn bound_of(ranges: &[(u64, u64)], gap: u64) -> u64 {
+    group(ranges, gap)
+        .iter()
+        .map(|g| {
+            let (start, end) = span(ranges, g);
+            round_up(end - start) + ALIGN
+        })
+        .sum()
+}
+
 impl LayerLayout {
     /// The layout of `layer` in a file whose tensor data starts at `data_offset`.
     pub fn new(layer: &LayerTensors, data_offset: u64) -> LayerLayout {
-        let matrices: Vec<_> = layer.matrices().collect();
-        let ranges: Vec<(u64, u64)> = matrices
-            .iter()
-            .map(|t| (data_offset + t.offset, t.n_bytes))
+        let pieces = layer
+            .matrices()
+            .map(|t| (t.name.clone(), data_offset + t.offset, t.n_bytes))
             .collect();
-        let mut placed: Vec<Option<Placed>> = vec![None; matrices.len()];
+        LayerLayout::of_pieces(pieces, MERGE_GAP)
+    }
+
+    /// The layout of expert `x`'s three slices (in the order of `stacks`: gate, up, down) of
+    /// an MoE layer with `n_expert` experts. Slices are never merged across a gap: what lies
+    /// between them is other experts, which the router did not select.
+    pub fn of_expert(
+        stacks: &[TensorInfo; 3],
+        x: usize,
+        n_expert: usize,
+        data_offset: u64,
+    ) -> LayerLayout {
+        let pieces = stacks
+            .iter()
+            .map(|t| {
+                let len = t.n_bytes / n_expert as u64;
+                (
+                    format!("{} (expert {x})", t.name),
+                    data_offset + t.offset + x as u64 * len,
+                    len,
+                )
+            })
+            .collect();
+        LayerLayout::of_pieces(pieces, 0)
+    }
+
+    /// The layout of named `(name, absolute file offset, length)` pieces, used in this order;
+    /// pieces closer than `gap` are read as one segment.
+    fn of_pieces(pieces: Vec<(String, u64, u64)>, gap: u64) -> LayerLayout {
+        let ranges: Vec<(u64, u64)> = pieces.iter().map(|p| (p.1, p.2)).collect();
+        let mut placed: Vec<Option<Placed>> = vec![None; pieces.len()];
         let mut segments = Vec::new();
         let mut buf_at = 0usize;
-        for g in group(&ranges) {
+        for g in group(&ranges, gap) {
             let (start, end) = span(&ranges, &g);
             let file_start = start / ALIGN * ALIGN;
             let len = round_up(end) - file_start;
             for &i in &g {
                 placed[i] = Some(Placed {
-                    name: matrices[i].name.clone(),
+                    name: pieces[i].0.clone(),
                     file_start: ranges[i].0,
                     len: ranges[i].1,
                     buf_start: buf_at + (ranges[i].0 - file_start) as usize,
@@ -118,13 +160,28 @@ impl LayerLayout {
     /// plan sizes the streaming buffers with this before the file is opened for streaming).
     pub fn bound(layer: &LayerTensors) -> u64 {
         let ranges: Vec<(u64, u64)> = layer.matrices().map(|t| (t.offset, t.n_bytes)).collect();
-        group(&ranges)
-            .iter()
-            .map(|g| {
-                let (start, end) = span(&ranges, g);
-                round_up(end - start) + ALIGN
+        bound_of(&ranges, MERGE_GAP)
+    }
+
+    /// [`LayerLayout::bound`] for one expert's slices, the largest over the layer's
+    /// `n_expert` experts (what one expert buffer must hold).
+    pub fn expert_bound(layer: &LayerTensors, n_expert: usize) -> u64 {
+        let Some(stacks) = layer.expert_stacks() else {
+            return 0;
+        };
+        (0..n_expert as u64)
+            .map(|x| {
+                let ranges: Vec<(u64, u64)> = stacks
+                    .iter()
+                    .map(|t| {
+                        let len = t.n_bytes / n_expert as u64;
+                        (t.offset + x * len, len)
+                    })
+                    .collect();
+                bound_of(&ranges, 0)
             })
-            .sum()
+            .max()
+            .unwrap_or(0)
     }
 
     /// The aligned reads that fill the buffer, in file order.

@@ -50,6 +50,16 @@ pub struct ResidencyStats {
     pub direct_io: bool,
     /// Whether streamed layers are used in place, mapped from a warm page cache (no copy).
     pub mapped_io: bool,
+    /// MoE experts streamed one by one: those found in the expert cache.
+    pub expert_hits: u64,
+    /// Experts read from storage (each one its three slices).
+    pub expert_misses: u64,
+    /// Of those, the ones the cache admitted (the others were used once from staging).
+    pub experts_admitted: u64,
+    /// Bytes read for experts (part of `bytes_read`).
+    pub expert_bytes_read: u64,
+    /// Expert cache slots of each MoE layer (0: experts are not streamed one by one).
+    pub expert_slots_per_layer: u64,
 }
 
 impl ResidencyStats {
@@ -79,6 +89,10 @@ impl ResidencyStats {
             prefetch_late: self.prefetch_late - before.prefetch_late,
             io_wait_secs: self.io_wait_secs - before.io_wait_secs,
             eval_secs: self.eval_secs - before.eval_secs,
+            expert_hits: self.expert_hits - before.expert_hits,
+            expert_misses: self.expert_misses - before.expert_misses,
+            experts_admitted: self.experts_admitted - before.experts_admitted,
+            expert_bytes_read: self.expert_bytes_read - before.expert_bytes_read,
             ..*self
         }
     }
@@ -100,6 +114,25 @@ impl ResidencyStats {
             read_secs_per_byte: self.read_secs / self.bytes_read as f64,
             compute_secs_per_layer: self.compute_secs() / layers as f64,
         })
+    }
+
+    /// Experts read from storage per token processed.
+    pub fn expert_reads_per_token(&self) -> f64 {
+        if self.tokens == 0 {
+            0.0
+        } else {
+            self.expert_misses as f64 / self.tokens as f64
+        }
+    }
+
+    /// The fraction of expert uses served from the cache.
+    pub fn expert_hit_rate(&self) -> f64 {
+        let uses = self.expert_hits + self.expert_misses;
+        if uses == 0 {
+            0.0
+        } else {
+            self.expert_hits as f64 / uses as f64
+        }
     }
 
     /// Bytes read from storage per token processed.

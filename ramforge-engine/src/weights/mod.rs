@@ -2,8 +2,10 @@
 //! output projection (resident or read in row chunks) and the small f32 vectors. Every buffer is
 //! charged to the budget before it is allocated; layers stay in their quantized form.
 
+pub mod experts;
 mod view;
 
+pub(crate) use experts::ExpertStore;
 pub(crate) use view::{LayerVectors, LayerView, MatrixView};
 
 use crate::budget::{Charge, ChargedVec, MemoryBudget};
@@ -26,6 +28,8 @@ enum Output {
 pub struct Weights {
     pub vectors: Vectors,
     pub matrices: Matrices,
+    /// The expert cache, when an MoE model's experts are streamed one by one.
+    pub experts: Option<ExpertStore>,
 }
 
 /// The small f32 vectors, always resident.
@@ -38,6 +42,9 @@ pub struct Vectors {
 
 /// The matrices: pinned layers, the prefetch ring, the output projection.
 pub struct Matrices {
+    /// The layers as pinned or streamed: the model's, or without their expert stacks when
+    /// experts are streamed one by one.
+    layers: Vec<LayerTensors>,
     /// Every pinned layer, back to back in one buffer (so its huge pages span layers).
     pinned_store: ChargedVec<u8>,
     /// Where each pinned layer lies in `pinned_store`.
@@ -98,8 +105,16 @@ impl Weights {
         progress: &dyn Fn(u64, u64),
     ) -> Result<Weights, EngineError> {
         let mut stats = ResidencyStats::default();
+        let layers_as_planned: Vec<LayerTensors> = match plan.experts {
+            Some(_) => tensors
+                .layers
+                .iter()
+                .map(LayerTensors::without_experts)
+                .collect(),
+            None => tensors.layers.clone(),
+        };
         // Decided before anything is read: reading the pinned layers warms their pages.
-        let mode = read_mode(file, tensors, plan);
+        let mode = read_mode(file, tensors, &layers_as_planned, plan);
         let to_load = plan.vector_bytes
             + if plan.output_resident {
                 plan.output_bytes
@@ -149,7 +164,7 @@ impl Weights {
             ChargedVec::zeroed(budget, "pinned layers", plan.pinned_bytes() as usize)?;
         let mut pinned = Vec::with_capacity(tensors.layers.len());
         let mut at = 0usize;
-        for (i, (l, &pin)) in tensors.layers.iter().zip(&plan.pinned).enumerate() {
+        for (i, (l, &pin)) in layers_as_planned.iter().zip(&plan.pinned).enumerate() {
             if pin {
                 let range = at..at + plan.layer_bytes[i] as usize;
                 let buf = &mut pinned_store[range.clone()];
@@ -162,9 +177,19 @@ impl Weights {
             }
         }
         let stream = if plan.stream_buffers > 0 {
-            Some(start_prefetch(file, tensors, plan, budget, mode)?)
+            Some(start_prefetch(
+                file,
+                &layers_as_planned,
+                plan,
+                budget,
+                mode,
+            )?)
         } else {
             None
+        };
+        let experts = match &plan.experts {
+            Some(x) => Some(ExpertStore::new(file, &tensors.layers, x, budget, mode)?),
+            None => None,
         };
         let embd_row = ChargedVec::zeroed(budget, "embedding row", plan.embd_row_bytes as usize)?;
         stats.peak_resident = plan.weight_bytes();
@@ -176,6 +201,10 @@ impl Weights {
         stats.prefetch_depth = plan.stream_buffers as u64;
         stats.direct_io = stream.as_ref().is_some_and(Prefetcher::direct);
         stats.mapped_io = stream.as_ref().is_some_and(Prefetcher::mapped);
+        if let Some(x) = &plan.experts {
+            stats.expert_slots_per_layer = x.per_layer as u64;
+            stats.direct_io |= experts.as_ref().is_some_and(ExpertStore::direct);
+        }
         Ok(Weights {
             vectors: Vectors {
                 layers,
@@ -184,6 +213,7 @@ impl Weights {
                 _charge: vector_charge,
             },
             matrices: Matrices {
+                layers: layers_as_planned,
                 pinned_store,
                 pinned,
                 stream,
@@ -191,6 +221,7 @@ impl Weights {
                 embd_row,
                 stats,
             },
+            experts,
         })
     }
 }
@@ -198,14 +229,13 @@ impl Weights {
 /// Starts the prefetch thread with the plan's ring of buffers, for the layers it streams.
 fn start_prefetch(
     file: &GgufFile,
-    tensors: &ModelTensors,
+    layers: &[LayerTensors],
     plan: &MemoryPlan,
     budget: &MemoryBudget,
     mode: ReadMode,
 ) -> Result<Prefetcher, EngineError> {
     let data_offset = file.header().data_offset;
-    let layouts: Vec<Option<LayerLayout>> = tensors
-        .layers
+    let layouts: Vec<Option<LayerLayout>> = layers
         .iter()
         .zip(&plan.pinned)
         .map(|(l, &pinned)| (!pinned).then(|| LayerLayout::new(l, data_offset)))
@@ -239,24 +269,45 @@ fn start_prefetch(
     Prefetcher::start(stream_file, model_file, layouts, buffers)
 }
 
-/// [`ReadMode::Cached`] when the page cache already holds the streamed layers (at least
-/// [`WARM_FRACTION`] of them), else [`ReadMode::Direct`].
-fn read_mode(file: &GgufFile, tensors: &ModelTensors, plan: &MemoryPlan) -> ReadMode {
-    if plan.stream_buffers == 0 {
+/// [`ReadMode::Cached`] when the page cache already holds the streamed layers and experts (at
+/// least [`WARM_FRACTION`] of them), else [`ReadMode::Direct`].
+fn read_mode(
+    file: &GgufFile,
+    tensors: &ModelTensors,
+    layers: &[LayerTensors],
+    plan: &MemoryPlan,
+) -> ReadMode {
+    if plan.stream_buffers == 0 && plan.experts.is_none() {
         // Nothing is streamed: every layer is read once, buffered, and kept in the cache.
         return ReadMode::Cached;
     }
     let (mut cached, mut total) = (0u64, 0u64);
-    for (l, _) in tensors.layers.iter().zip(&plan.pinned).filter(|(_, &p)| !p) {
-        for t in l.matrices() {
-            total += t.n_bytes;
-            cached += file.cached_bytes(t).unwrap_or(0);
-        }
+    let streamed = layers.iter().zip(&plan.pinned).filter(|(_, &p)| !p);
+    let experts = tensors
+        .layers
+        .iter()
+        .filter(|_| plan.experts.is_some())
+        .filter_map(LayerTensors::expert_stacks)
+        .flatten();
+    for t in streamed.flat_map(|(l, _)| l.matrices()).chain(experts) {
+        total += t.n_bytes;
+        cached += file.cached_bytes(t).unwrap_or(0);
     }
     if total > 0 && cached as f64 >= WARM_FRACTION * total as f64 {
         ReadMode::Cached
     } else {
         ReadMode::Direct
+    }
+}
+
+impl Weights {
+    /// Records a finished `eval` ([`Matrices::record_eval`]), with the expert traffic it
+    /// caused.
+    pub fn record_eval(&mut self, secs: f64, tokens: usize) {
+        if let Some(x) = &mut self.experts {
+            x.drain_stats(&mut self.matrices.stats);
+        }
+        self.matrices.record_eval(secs, tokens);
     }
 }
 
@@ -286,10 +337,10 @@ impl Matrices {
     pub fn layer<'a>(
         &'a mut self,
         _file: &GgufFile,
-        tensors: &ModelTensors,
+        _tensors: &ModelTensors,
         i: usize,
     ) -> Result<LayerView<'a>, EngineError> {
-        let lt = &tensors.layers[i];
+        let lt = &self.layers[i];
         if let Some(stream) = &mut self.stream {
             stream.recycle(&mut self.stats)?;
         }

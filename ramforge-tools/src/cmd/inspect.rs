@@ -55,6 +55,8 @@ struct Report<'a> {
     /// Bytes of the chat template (`tokenizer.chat_template`), `None` when the file has none:
     /// a template is a program the chat commands run, so its presence is worth a glance.
     chat_template_bytes: Option<usize>,
+    /// The mixture-of-experts layers, `None` for a dense model.
+    experts: Option<Experts>,
     metadata: MetadataJson<'a>,
     /// In file order; `offset` is relative to the data section, `file_offset` absolute.
     tensors: Vec<TensorRow<'a>>,
@@ -72,6 +74,69 @@ struct TensorRow<'a> {
     offset: u64,
     file_offset: u64,
     bytes: u64,
+}
+
+/// What the `blk.N.ffn_{gate,up,down}_exps` tensors hold, from the header alone (so a file
+/// the engine refuses is still described): one expert is its three slices in one layer.
+#[derive(Serialize)]
+struct Experts {
+    /// Experts per layer: the last dimension of the `_exps` tensors.
+    count: u64,
+    /// `<arch>.expert_used_count`, when the file has it.
+    used: Option<u64>,
+    /// Width of one expert's FFN: the output rows of its gate slice.
+    feed_forward_length: u64,
+    /// Layers with expert tensors.
+    layers: usize,
+    /// Bytes of one expert (gate + up + down slices of one layer; the largest layer's).
+    bytes_per_expert: u64,
+    /// Bytes of every expert of every layer.
+    bytes: u64,
+    /// Fraction of the weight bytes.
+    share: f64,
+}
+
+impl Experts {
+    fn new(h: &GgufHeader, weight_bytes: u64) -> Option<Experts> {
+        let mut per_layer: BTreeMap<&str, u64> = BTreeMap::new();
+        let mut count = 0;
+        let mut width = 0;
+        for t in &h.tensors {
+            let Some(rest) = t.name.strip_prefix("blk.") else {
+                continue;
+            };
+            let Some((layer, name)) = rest.split_once('.') else {
+                continue;
+            };
+            if !name.starts_with("ffn_") || !name.ends_with("_exps.weight") {
+                continue;
+            }
+            *per_layer.entry(layer).or_default() += t.n_bytes;
+            count = count.max(t.shape.get(2).copied().unwrap_or(0));
+            if name == "ffn_gate_exps.weight" {
+                width = width.max(t.shape.get(1).copied().unwrap_or(0));
+            }
+        }
+        if count == 0 {
+            return None;
+        }
+        let used = h
+            .metadata
+            .get_str("general.architecture")
+            .ok()
+            .and_then(|arch| h.metadata.get(&format!("{arch}.expert_used_count")))
+            .and_then(Value::as_u64);
+        let bytes: u64 = per_layer.values().sum();
+        Some(Experts {
+            count,
+            used,
+            feed_forward_length: width,
+            layers: per_layer.len(),
+            bytes_per_expert: per_layer.values().max().copied().unwrap_or(0) / count,
+            bytes,
+            share: bytes as f64 / weight_bytes.max(1) as f64,
+        })
+    }
 }
 
 #[derive(Serialize)]
@@ -111,6 +176,7 @@ impl<'a> Report<'a> {
                 .get_str(ramforge_engine::text::template::TEMPLATE_KEY)
                 .ok()
                 .map(str::len),
+            experts: Experts::new(h, weight_bytes),
             metadata: MetadataJson(&h.metadata),
             tensors,
             types: type_rows(&h.tensors, weight_bytes),
@@ -136,6 +202,21 @@ impl<'a> Report<'a> {
                 human_bytes(n as u64)
             )?,
             None => writeln!(out, "  chat template  none (no tokenizer.chat_template)")?,
+        }
+        if let Some(e) = &self.experts {
+            let used = e
+                .used
+                .map_or(String::new(), |u| format!(", {u} used per token"));
+            writeln!(
+                out,
+                "  experts        {} per layer{used}, width {}, {} each; {} layers, {} ({:.1}% of weights)",
+                e.count,
+                e.feed_forward_length,
+                human_bytes(e.bytes_per_expert),
+                e.layers,
+                human_bytes(e.bytes),
+                e.share * 100.0
+            )?;
         }
         writeln!(
             out,

@@ -117,6 +117,12 @@ fn json(
             "used": used,
             "bytes_per_expert": bytes,
         })),
+        "expert_cache": plan.and_then(|p| p.experts.as_ref()).map(|x| serde_json::json!({
+            "slots_per_layer": x.per_layer,
+            "cached_fraction": x.cached_fraction(),
+            "buffer_bytes": x.buffer_charge,
+            "charged_bytes": x.charged_bytes(),
+        })),
         "sliding_window": model.config.sliding_window,
         "layers": layers,
     })
@@ -143,7 +149,7 @@ fn text(model: &Model, args: &Args, sizes: &MemoryPlan, plan: Option<&MemoryPlan
     );
     if let Some((count, used, bytes)) = experts(model) {
         s += &format!(
-            "experts: {count} per layer, {used} used per token, {} each (a whole MoE layer streams as one piece)\n",
+            "experts: {count} per layer, {used} used per token, {} each\n",
             h(bytes)
         );
     }
@@ -200,6 +206,15 @@ fn text(model: &Model, args: &Args, sizes: &MemoryPlan, plan: Option<&MemoryPlan
                 p.streamed_layers(),
                 h(p.streamed_bytes_per_token())
             );
+            if let Some(x) = &p.experts {
+                s += &format!(
+                    "  experts streamed one by one (layers above are without them): cache of {} per layer ({:.0}% of the experts, {}) + 1 staging buffer of {}\n",
+                    x.per_layer,
+                    100.0 * x.cached_fraction(),
+                    h(x.charged_bytes() - x.buffer_charge),
+                    h(x.buffer_charge)
+                );
+            }
             s += "  per layer:";
             for (i, (&b, &pin)) in p.layer_bytes.iter().zip(&p.pinned).enumerate() {
                 if i % 6 == 0 {

@@ -160,6 +160,27 @@ fn json_report(
         "stream_buffers": r.stream_buffers,
         "direct_io": r.direct_io,
         "mapped_io": r.mapped_io,
+        "experts": experts_json(r, d),
+    })
+}
+
+/// The expert cache's figures (`None` unless experts are streamed one by one): the whole
+/// call's and decoding's.
+fn experts_json(
+    r: &ramforge_engine::stream::ResidencyStats,
+    d: &ramforge_engine::stream::ResidencyStats,
+) -> Option<serde_json::Value> {
+    (r.expert_slots_per_layer > 0 || r.expert_hits + r.expert_misses > 0).then(|| {
+        serde_json::json!({
+            "slots_per_layer": r.expert_slots_per_layer,
+            "hits": r.expert_hits,
+            "misses": r.expert_misses,
+            "admitted": r.experts_admitted,
+            "bytes_read": r.expert_bytes_read,
+            "decode_hits": d.expert_hits,
+            "decode_misses": d.expert_misses,
+            "decode_bytes_read": d.expert_bytes_read,
+        })
     })
 }
 
@@ -220,5 +241,27 @@ fn text_report(
         r.prefetch_late,
         r.io_wait_secs,
         r.compute_secs(),
+    ) + &expert_line(r, &s.decode_residency)
+}
+
+/// The expert cache's figures, when an MoE model's experts are streamed one by one: counts of
+/// the whole call, per-token figures of decoding (`decode`) when it decoded anything.
+fn expert_line(
+    r: &ramforge_engine::stream::ResidencyStats,
+    decode: &ramforge_engine::stream::ResidencyStats,
+) -> String {
+    let per = if decode.tokens > 0 { decode } else { r };
+    if r.expert_slots_per_layer == 0 && r.expert_hits + r.expert_misses == 0 {
+        return String::new();
+    }
+    format!(
+        "experts: {} hits / {} misses ({:.0}% hit rate, {} slots per layer), {:.1} expert reads and {}/token, {} admitted\n",
+        r.expert_hits,
+        r.expert_misses,
+        100.0 * r.expert_hit_rate(),
+        r.expert_slots_per_layer,
+        per.expert_reads_per_token(),
+        human_bytes((per.expert_bytes_read as f64 / per.tokens.max(1) as f64) as u64),
+        r.experts_admitted,
     )
 }

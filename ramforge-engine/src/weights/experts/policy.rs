@@ -1,0 +1,191 @@
+//! Which experts an MoE layer keeps in its cache slots: a pure policy made for routing.
+//!
+//! A router picks a few experts per token, and some far more often than others, so recency
+//! (LRU) is the wrong measure: one token that routes elsewhere would evict the hot experts.
+//! Each expert's use is counted with exponential decay per pass of its layer (the count a pass
+//! ago weighs [`DECAY`] as much), and a missed expert is admitted into a slot only when a slot is
+//! free or when it has been used more than the least-used expert the slots hold; otherwise it is
+//! read into a staging buffer, used once and forgotten.
+
+/// How much a use one pass ago counts against a use now.
+pub const DECAY: f32 = 0.95;
+
+/// Decayed use counts of every expert of every layer.
+#[derive(Clone, Debug)]
+pub struct ExpertUse {
+    n_expert: usize,
+    /// `[layer * n_expert + expert]`: the count as of `stamp`.
+    count: Vec<f32>,
+    /// The layer pass at which `count` was last brought up to date.
+    stamp: Vec<u32>,
+    /// Passes of each layer so far.
+    passes: Vec<u32>,
+}
+
+impl ExpertUse {
+    /// No use yet of the `n_expert` experts of each of `layers` layers.
+    pub fn new(layers: usize, n_expert: usize) -> ExpertUse {
+        ExpertUse {
+            n_expert,
+            count: vec![0.0; layers * n_expert],
+            stamp: vec![0; layers * n_expert],
+            passes: vec![0; layers],
+        }
+    }
+
+    /// A new pass of `layer` begins (a decode step or a prompt batch).
+    pub fn next_pass(&mut self, layer: usize) {
+        self.passes[layer] = self.passes[layer].wrapping_add(1);
+    }
+
+    /// `expert` of `layer` is used `times` in this pass (tokens routed to it).
+    pub fn record(&mut self, layer: usize, expert: usize, times: usize) {
+        let i = layer * self.n_expert + expert;
+        self.count[i] = self.score(layer, expert) + times as f32;
+        self.stamp[i] = self.passes[layer];
+    }
+
+    /// The decayed count of `expert` of `layer` now.
+    pub fn score(&self, layer: usize, expert: usize) -> f32 {
+        let i = layer * self.n_expert + expert;
+        let age = self.passes[layer].wrapping_sub(self.stamp[i]);
+        self.count[i] * DECAY.powi(age.min(4096) as i32)
+    }
+}
+
+/// What one cache slot of a layer holds when a missed expert needs a place.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Slot {
+    /// Nothing.
+    Free,
+    /// An expert with this decayed use count; `busy` when this pass still needs it.
+    Held { score: f32, busy: bool },
+}
+
+/// Where a missed expert is read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Admit {
+    /// Into cache slot `i` (free, or its expert is evicted).
+    Into(usize),
+    /// Into a staging buffer: the cache keeps what it holds.
+    Bypass,
+}
+
+/// The place for a missed expert whose decayed use count is `score`, given its layer's slots:
+/// the first free slot; else the slot of the least-used expert not busy this pass, if the
+/// missed one has been used more; else [`Admit::Bypass`].
+pub fn admit(score: f32, slots: &[Slot]) -> Admit {
+    if let Some(i) = slots.iter().position(|s| *s == Slot::Free) {
+        return Admit::Into(i);
+    }
+    let victim = slots
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| match *s {
+            Slot::Held { score, busy: false } => Some((i, score)),
+            _ => None,
+        })
+        .min_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+    match victim {
+        Some((i, least)) if score > least => Admit::Into(i),
+        _ => Admit::Bypass,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn held(score: f32) -> Slot {
+        Slot::Held { score, busy: false }
+    }
+
+    #[test]
+    fn a_free_slot_is_taken_first() {
+        assert_eq!(
+            admit(0.1, &[held(5.0), Slot::Free, Slot::Free]),
+            Admit::Into(1)
+        );
+        assert_eq!(admit(0.1, &[]), Admit::Bypass);
+    }
+
+    #[test]
+    fn the_least_used_expert_is_evicted_only_by_a_more_used_one() {
+        let slots = [held(3.0), held(0.5), held(2.0)];
+        assert_eq!(admit(1.0, &slots), Admit::Into(1));
+        assert_eq!(
+            admit(0.5, &slots),
+            Admit::Bypass,
+            "ties keep what is cached"
+        );
+        assert_eq!(admit(0.2, &slots), Admit::Bypass);
+    }
+
+    #[test]
+    fn an_expert_this_pass_still_needs_is_never_evicted() {
+        let slots = [
+            Slot::Held {
+                score: 0.1,
+                busy: true,
+            },
+            held(2.0),
+        ];
+        assert_eq!(admit(1.0, &slots), Admit::Bypass);
+        assert_eq!(admit(3.0, &slots), Admit::Into(1));
+    }
+
+    /// A cyclic scan over more experts than slots (what LRU handles worst) does not flush
+    /// experts that are used on every pass.
+    #[test]
+    fn hot_experts_survive_a_scan_of_cold_ones() {
+        let (slots_n, hot) = (4, [0usize, 1]);
+        let mut use_ = ExpertUse::new(1, 64);
+        let mut slots: Vec<Option<usize>> = vec![None; slots_n];
+        let mut hits_on_hot = 0;
+        for pass in 0..200 {
+            use_.next_pass(0);
+            let cold = 2 + pass % 62;
+            for x in [hot[0], hot[1], cold] {
+                use_.record(0, x, 1);
+                if slots.contains(&Some(x)) {
+                    hits_on_hot += usize::from(hot.contains(&x));
+                    continue;
+                }
+                let view: Vec<Slot> = slots
+                    .iter()
+                    .map(|s| match s {
+                        None => Slot::Free,
+                        Some(e) => Slot::Held {
+                            score: use_.score(0, *e),
+                            busy: [hot[0], hot[1], cold].contains(e),
+                        },
+                    })
+                    .collect();
+                if let Admit::Into(i) = admit(use_.score(0, x), &view) {
+                    slots[i] = Some(x);
+                }
+            }
+        }
+        // Every pass after the first hits both hot experts.
+        assert_eq!(hits_on_hot, 2 * 199);
+    }
+
+    #[test]
+    fn use_decays_so_a_shift_in_routing_takes_over() {
+        let mut use_ = ExpertUse::new(2, 8);
+        for _ in 0..50 {
+            use_.next_pass(1);
+            use_.record(1, 3, 1);
+        }
+        let old = use_.score(1, 3);
+        assert!(old > 10.0, "{old}");
+        for _ in 0..50 {
+            use_.next_pass(1);
+            use_.record(1, 5, 1);
+        }
+        assert!(use_.score(1, 5) > use_.score(1, 3));
+        assert!((use_.score(1, 3) - old * DECAY.powi(50)).abs() < 1e-4);
+        // Layers count separately.
+        assert_eq!(use_.score(0, 3), 0.0);
+    }
+}

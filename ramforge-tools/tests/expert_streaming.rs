@@ -1,0 +1,203 @@
+//! MoE experts streamed one by one under `--ram`, on synthetic files `synth` writes (qwen3moe
+//! Q4_0 with 32 experts of which 4 are used, Mixtral-style llama Q8_0 with 8 experts of which 2
+//! are used): the greedy tokens are those of the all-resident run under every budget from the
+//! plan's minimum up, with one thread and two; only the router's experts are read (each miss
+//! reads one expert's slices, within their alignment, and nothing but embedding rows besides
+//! while decoding once the layers and output are resident); the cache serves hits once it has slots;
+//! peak RSS stays within the budget + 16 MiB; and a model that fits is not streamed at all.
+
+mod common;
+
+use common::model_path;
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::Command;
+
+const PROMPT: &str = "The quick brown fox jumps over the lazy dog and keeps running until";
+const CTX: &str = "128";
+
+fn tool(args: &[&str]) -> Value {
+    let o = Command::new(env!("CARGO_BIN_EXE_ramforge-tools"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+fn synth(name: &str, args: &[&str]) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ramforge-experts-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join(name);
+    let status = Command::new(env!("CARGO_BIN_EXE_ramforge-tools"))
+        .args(["synth", "-q", "-o"])
+        .arg(&file)
+        .args(args)
+        .arg("--vocab-from")
+        .arg(model_path("SmolLM2-135M-Instruct.Q4_1.gguf"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    file
+}
+
+/// `run --json` greedy on `file` with `ram` (None: unlimited) and `threads`.
+fn run(file: &str, ram: Option<u64>, threads: &str) -> Value {
+    let ram = ram.map(|r| r.to_string());
+    let mut args = vec![
+        "run",
+        file,
+        "-p",
+        PROMPT,
+        "-n",
+        "12",
+        "--ctx",
+        CTX,
+        "--threads",
+        threads,
+        "--json",
+        "--ignore-eos",
+    ];
+    if let Some(r) = &ram {
+        args.extend(["--ram", r]);
+    }
+    tool(&args)
+}
+
+fn check(file: PathBuf) {
+    let f = file.to_str().unwrap();
+    let file_bytes = std::fs::metadata(&file).unwrap().len();
+    let inspect = tool(&["inspect", f, "--json"]);
+    let expert_bytes = inspect["experts"]["bytes_per_expert"].as_u64().unwrap();
+    let embd = inspect["tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "token_embd.weight")
+        .unwrap();
+    let embd_row = embd["bytes"].as_u64().unwrap() / embd["shape"][1].as_u64().unwrap();
+    let plan = tool(&["plan", f, "--ram", "64G", "--ctx", CTX, "--json"]);
+    let minimum = plan["minimum_budget_bytes"].as_u64().unwrap();
+    let resident = run(f, None, "2");
+    let want = &resident["tokens"];
+    assert_eq!(want.as_array().unwrap().len(), 12);
+    assert!(
+        resident["experts"].is_null(),
+        "nothing streamed without a budget"
+    );
+
+    let mut budgets = vec![minimum];
+    budgets.extend([10, 25, 40, 60, 85].map(|pct| file_bytes * pct / 100));
+    let (mut hits, mut streamed_runs) = (0, 0);
+    for ram in budgets.into_iter().filter(|&b| b >= minimum) {
+        for threads in ["1", "2"] {
+            let got = run(f, Some(ram), threads);
+            assert_eq!(&got["tokens"], want, "--ram {ram} --threads {threads}");
+            let peak = got["peak_rss_bytes"].as_u64().unwrap();
+            assert!(
+                peak <= ram + (16 << 20),
+                "peak RSS {peak} over --ram {ram} + 16 MiB"
+            );
+            let x = &got["experts"];
+            if x.is_null() {
+                // The budget holds the whole model.
+                assert_eq!(got["streamed_layers"], 0, "--ram {ram}");
+                continue;
+            }
+            streamed_runs += 1;
+            let misses = x["decode_misses"].as_u64().unwrap();
+            let read = x["decode_bytes_read"].as_u64().unwrap();
+            // Each miss reads its expert's three slices, widened to 4 KiB alignment at
+            // most 8 KiB each (and never anything the router did not select).
+            assert!(
+                read >= misses * expert_bytes && read <= misses * (expert_bytes + 3 * 8192),
+                "--ram {ram}: {read} bytes for {misses} misses of {expert_bytes}"
+            );
+            if got["output_resident"] == true && got["streamed_layers"] == 0 {
+                // Besides the experts, one embedding row per decoded token.
+                let evals = got["decode_evals"].as_u64().unwrap();
+                assert_eq!(
+                    got["decode_bytes_read"].as_u64().unwrap(),
+                    read + evals * embd_row,
+                    "--ram {ram}: decoding read only experts and embedding rows"
+                );
+            }
+            if x["slots_per_layer"].as_u64().unwrap() > 0 {
+                hits += x["decode_hits"].as_u64().unwrap();
+            }
+        }
+    }
+    assert!(hits > 0, "the cache never served a hit");
+    assert!(
+        streamed_runs >= 8,
+        "experts streamed in only {streamed_runs} runs"
+    );
+    // With room for everything, everything is pinned and nothing streams.
+    let all = run(f, Some(file_bytes * 2), "2");
+    assert_eq!(&all["tokens"], want);
+    assert!(all["experts"].is_null());
+    assert_eq!(all["streamed_layers"], 0);
+    assert_eq!(all["output_resident"], true);
+}
+
+#[test]
+fn qwen3moe_experts_stream_with_all_resident_tokens() {
+    check(synth(
+        "qwen3moe.gguf",
+        &[
+            "--arch",
+            "qwen3moe",
+            "--layers",
+            "6",
+            "--embd",
+            "512",
+            "--ffn",
+            "256",
+            "--heads",
+            "8",
+            "--kv-heads",
+            "2",
+            "--experts",
+            "32",
+            "--experts-used",
+            "4",
+            "--type",
+            "Q4_0",
+            "--seed",
+            "3",
+        ],
+    ));
+}
+
+#[test]
+fn mixtral_experts_stream_with_all_resident_tokens() {
+    check(synth(
+        "mixtral.gguf",
+        &[
+            "--arch",
+            "llama",
+            "--layers",
+            "4",
+            "--embd",
+            "512",
+            "--ffn",
+            "384",
+            "--heads",
+            "8",
+            "--kv-heads",
+            "4",
+            "--experts",
+            "8",
+            "--experts-used",
+            "2",
+            "--type",
+            "Q8_0",
+            "--seed",
+            "5",
+        ],
+    ));
+}
