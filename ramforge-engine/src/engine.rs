@@ -209,7 +209,11 @@ impl Engine {
         let first = match streamed {
             Some(t) => t,
             None if !self.plan.output_resident => &tensors.output,
-            None => return None,
+            // Experts streamed one by one: the first expert stack is a fair first read.
+            None => match (&self.plan.experts, tensors.layers.first()) {
+                (Some(_), Some(l)) => l.expert_stacks()?[0],
+                _ => return None,
+            },
         };
         Some((first, file.absolute_offset(first)))
     }

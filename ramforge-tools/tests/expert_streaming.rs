@@ -201,3 +201,72 @@ fn mixtral_experts_stream_with_all_resident_tokens() {
         ],
     ));
 }
+
+/// A file cut short under a running engine that streams experts: generation ends with one
+/// line naming the first tensor the file no longer holds, every charge of the generation is
+/// released and the context reset.
+#[test]
+fn a_file_cut_short_ends_expert_streaming_cleanly() {
+    use ramforge_engine::{Engine, EngineOptions, SamplingParams};
+    use std::sync::atomic::AtomicBool;
+    let file = synth(
+        "cut.gguf",
+        &[
+            "--arch",
+            "qwen3moe",
+            "--layers",
+            "2",
+            "--embd",
+            "256",
+            "--ffn",
+            "256",
+            "--heads",
+            "4",
+            "--kv-heads",
+            "2",
+            "--experts",
+            "16",
+            "--experts-used",
+            "2",
+            "--type",
+            "Q8_0",
+            "--seed",
+            "9",
+        ],
+    );
+    let options = EngineOptions {
+        ram: Some(std::fs::metadata(&file).unwrap().len() / 2),
+        ctx: Some(64),
+        ..EngineOptions::default()
+    };
+    let mut e = Engine::load(&file, &options).unwrap();
+    assert!(e.plan().experts.is_some(), "the budget streams experts");
+    let held = e.budget().held();
+    let prompt = e.model().tokenizer.encode(PROMPT, true, true);
+    let gen = |e: &mut Engine| {
+        e.generate(
+            &prompt,
+            &SamplingParams::greedy(8),
+            &mut |_, _| {},
+            &AtomicBool::new(false),
+        )
+    };
+    gen(&mut e).unwrap();
+    // Cut the file inside the last layer's expert stacks.
+    let stacks = e.model().tensors.layers[1].expert_stacks().unwrap();
+    let cut = e.model().file.absolute_offset(stacks[0]) + 4096;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&file)
+        .unwrap()
+        .set_len(cut)
+        .unwrap();
+    let err = gen(&mut e).unwrap_err().to_string();
+    assert!(!err.contains('\n'), "one line: {err}");
+    assert!(
+        err.contains("tensor \"blk.1.ffn_gate_exps.weight\": short read"),
+        "{err}"
+    );
+    assert_eq!(e.budget().held(), held, "every charge is released");
+    assert_eq!(e.n_past(), 0, "the context was reset");
+}

@@ -2,18 +2,19 @@
 //! and streamed) for one model under the RAM budget.
 //!
 //! One engine runs on its own thread (`worker`) and serves queued requests one at a time; the
-//! HTTP side (tokio + axum, `http`) reads requests strictly (`api`, `fields`), answers with
-//! OpenAI's shapes (`reply`, `answer`) and errors (`errors`). SIGINT or SIGTERM stops
-//! accepting connections, lets the requests in flight finish, and exits 0.
+//! HTTP side (tokio + axum, `http`) reads requests strictly (`api`, the library's
+//! `ramforge_tools::openai`), answers with OpenAI's shapes (`reply`, `answer`) and errors
+//! (`errors`). SIGINT or SIGTERM stops accepting connections, lets the requests in flight
+//! finish, and exits 0.
 
 mod answer;
-mod api;
-mod errors;
-mod fields;
 mod http;
 mod reply;
 mod state;
 mod worker;
+
+// The request reader and error shapes are the library's (fuzzed there).
+use ramforge_tools::openai::{errors, request as api};
 
 use crate::args::{ModelChoice, RamBudget, TemplateFile, Workers};
 use crate::error::CmdResult;
