@@ -65,7 +65,7 @@ step fmt      2  cargo fmt --all --check -- --color never
 step cycles   2  python3 scripts/import_cycles.py
 step clippy   15 cargo clippy --workspace --all-targets -- -D warnings
 step test     35 cargo test --workspace --no-fail-fast
-step fuzz     12 bash scripts/fuzz.sh "$fuzz_seconds"
+step fuzz     20 bash scripts/fuzz.sh "$fuzz_seconds"
 
 [ $list -eq 1 ] && exit 0
 echo
