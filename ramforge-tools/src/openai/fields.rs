@@ -31,9 +31,19 @@ impl Fields {
         }
     }
 
-    /// The full name of field `name`, for errors.
+    /// The full name of field `name`, for errors. A name that is empty or holds anything but
+    /// printable non-space characters is written as a JSON string (`""`, `"a\nb"`), so the
+    /// error still shows it, on one line.
     pub fn param(&self, name: &str) -> String {
-        format!("{}{name}", self.prefix)
+        let plain = !name.is_empty()
+            && name.chars().all(|c| {
+                c.is_ascii_graphic() || (!c.is_ascii() && !c.is_control() && !c.is_whitespace())
+            });
+        if plain {
+            format!("{}{name}", self.prefix)
+        } else {
+            format!("{}{}", self.prefix, Value::from(name))
+        }
     }
 
     /// The raw value of `name`; `None` when absent or null.
@@ -148,4 +158,33 @@ pub fn is_off(v: &Value) -> bool {
 /// True for the number 1 (`n: 1`, `best_of: 1`).
 pub fn is_one(v: &Value) -> bool {
     v.as_f64() == Some(1.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Fields;
+    use serde_json::json;
+
+    /// Found by the serve_request fuzz target: an unknown field named "" gave an error naming
+    /// nothing.
+    #[test]
+    fn an_unknown_field_with_an_odd_name_is_named_on_one_line() {
+        for (name, shown) in [
+            ("", "\"\""),
+            ("a\nb", "\"a\\nb\""),
+            (" x", "\" x\""),
+            ("top_q", "top_q"),
+        ] {
+            let mut body = serde_json::Map::new();
+            body.insert(name.to_string(), json!(1));
+            let f = Fields::of(body.into(), "", String::new()).unwrap();
+            let e = f.finish().unwrap_err();
+            assert_eq!(e.param.as_deref(), Some(shown), "{name:?}");
+            assert!(
+                e.message.ends_with(shown) && !e.message.contains('\n'),
+                "{}",
+                e.message
+            );
+        }
+    }
 }
