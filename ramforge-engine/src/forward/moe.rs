@@ -33,6 +33,7 @@ pub(crate) fn moe_ffn(
     w: &LayerView<'_>,
     s: &mut Scratch,
     n: usize,
+    per_token: bool,
 ) -> Result<(), EngineError> {
     let (e, ne, ff) = (cfg.n_embd, cfg.n_expert, cfg.n_ff_exp);
     matmul(
@@ -40,6 +41,7 @@ pub(crate) fn moe_ffn(
         &s.xn,
         n,
         &mut s.act,
+        per_token,
     )?;
     // routes[t]: token t's experts and weights.
     let mut routes = Vec::with_capacity(n);
@@ -82,6 +84,7 @@ pub(crate) fn moe_ffn(
             &s.moe_in,
             m,
             &mut s.act,
+            per_token,
         )?;
         swiglu(&mut s.gate[..m * ff], &s.up[..m * ff]);
         matmul(
@@ -89,6 +92,7 @@ pub(crate) fn moe_ffn(
             &s.gate,
             m,
             &mut s.act,
+            per_token,
         )?;
         for (j, &(t, weight)) in tokens.iter().enumerate() {
             let src = &s.moe_in[j * e..(j + 1) * e];
