@@ -78,9 +78,11 @@ struct Prepared<'a> {
     chunk_rows: usize,
     acts: Acts<'a>,
     y: OutPtr,
-    /// Each token's dots as for `n = 1` (the rows kernel and the dot, never a tile), so a
-    /// token's results do not depend on the others in the batch.
+    /// Each token's dots as for `n = 1` (the rows kernel and the dot, or a tile that equals
+    /// the dot bit for bit), so a token's results do not depend on the others in the batch.
     per_token: bool,
+    /// With `per_token`: the tile is, per token, exactly the dot, so it may run.
+    exact_tile: bool,
 }
 
 impl Prepared<'_> {
@@ -344,6 +346,7 @@ fn run_group(
             acts,
             y: OutPtr(p.y.as_mut_ptr()),
             per_token,
+            exact_tile: per_token && crate::simd::tile_is_exact(crate::isa::active(), p.ty),
         });
     }
 
@@ -394,8 +397,20 @@ fn run_item(p: &Prepared<'_>, cols: usize, n: usize, item: usize) {
     };
     let weight_row = |o: usize| &p.weights[o * p.row..(o + 1) * p.row];
     if n == 1 || p.per_token {
+        let mut t0 = 0;
+        if let (true, Some(tile @ Tile::Quant(_))) = (p.exact_tile, p.tile) {
+            while t0 + TILE <= n {
+                for o in o0..o1 {
+                    let out = dot_tile(tile, p.acts, cols, weight_row(o), t0);
+                    for (k, v) in out.into_iter().enumerate() {
+                        write(t0 + k, o, v);
+                    }
+                }
+                t0 += TILE;
+            }
+        }
         // The item's weight rows stay in cache while each token visits them.
-        for t in 0..n {
+        for t in t0..n {
             let mut o = o0;
             if let (Some(rows), Acts::Quant(buf, act_row)) = (p.rows_kernel, p.acts) {
                 let act = &buf[t * act_row..(t + 1) * act_row];
