@@ -108,6 +108,12 @@ impl Engine {
         Ok(&self.logits[..n * self.model.tensors.n_vocab])
     }
 
+    /// The logits of the last [`Engine::decode_batch`] step of `n` sequences, row `i` for its
+    /// `i`-th sequence.
+    pub fn batch_logits(&self, n: usize) -> &[f32] {
+        &self.logits[..n.min(self.max_sequences()) * self.n_vocab()]
+    }
+
     /// The pass of [`Engine::decode_batch`]: row `i` is `tokens[i]` at the end of `seqs[i]`.
     fn decode_rows(
         &mut self,
