@@ -2,7 +2,7 @@
 """Load on `ramforge-tools serve` over loopback (issue 17): N requests from C clients, some of
 which hang up mid-answer, against a server under a RAM budget.
 
-Starts the server itself (`serve MODEL --port 0 --ram RAM --ctx CTX --queue Q`), then C client
+Starts the server itself (`serve MODEL --port 0 --ram RAM --ctx CTX --queue Q --parallel P`), then C client
 threads send N requests between them (seeded mix of chat / completions, plain / streamed,
 max_tokens 8..48); about a quarter hang up after the first bytes (streamed) or while waiting
 (plain), and a few are deliberately bad (n=2, expected 400). It checks that every request that
@@ -11,7 +11,8 @@ was not abandoned got its intended answer (200 with a whole body or a stream end
 within RAM + 16 MiB, and that SIGTERM exits it with 0. Prints a summary; exits 1 on any failure.
 
 usage: benches/serve_load.py [--ramforge BIN] [--model M.gguf] [--requests 64] [--clients 16]
-                             [--ram 48M] [--ctx 1024] [--threads 2] [--seed 1]
+                             [--ram 48M] [--ctx 1024] [--threads 2] [--seed 1] [--parallel 1]
+(--parallel 4 books four contexts of KV: with --ram 48M give it --ctx 256.)
 Default BIN: $CARGO_TARGET_DIR/release/ramforge-tools if built, else .../debug/ramforge-tools.
 """
 
@@ -58,7 +59,7 @@ def status_kib(pid, field):
 
 def start_server(args):
     cmd = [args.ramforge, "serve", args.model, "--port", "0", "--ram", args.ram, "--ctx", str(args.ctx),
-           "--threads", str(args.threads), "--queue", str(args.clients * 2)]
+           "--threads", str(args.threads), "--queue", str(args.clients * 2), "--parallel", str(args.parallel)]
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
     while time.time() < deadline:
@@ -144,6 +145,7 @@ def main():
     ap.add_argument("--ctx", type=int, default=1024)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--parallel", type=int, default=1)
     args = ap.parse_args()
     args.ramforge = args.ramforge or default_binary()
     budget = mib(args.ram)

@@ -6,7 +6,7 @@
 
 use crate::budget::{tie_allocator_to_budget, ChargedVec, MemoryBudget};
 use crate::error::EngineError;
-use crate::forward::{block, rms_norm, rope_tables, scale, LayerWeights, Scratch};
+use crate::forward::{block, rms_norm, rope_tables, scale, LayerWeights, Rows, Scratch};
 use crate::kv::KvCache;
 use crate::model::{Model, ModelConfig};
 use crate::options::EngineOptions;
@@ -23,17 +23,18 @@ use std::time::Instant;
 
 /// A model ready to run under its budget.
 pub struct Engine {
-    model: Model,
-    plan: MemoryPlan,
-    budget: MemoryBudget,
-    pool: Arc<rayon::ThreadPool>,
+    pub(crate) model: Model,
+    pub(crate) plan: MemoryPlan,
+    pub(crate) budget: MemoryBudget,
+    pub(crate) pool: Arc<rayon::ThreadPool>,
     threads: usize,
-    weights: Weights,
-    kv: KvCache,
-    scratch: Scratch,
-    logits: ChargedVec<f32>,
+    pub(crate) weights: Weights,
+    pub(crate) kv: KvCache,
+    pub(crate) scratch: Scratch,
+    /// The logits of the last pass: one row, or one per sequence of a batched step.
+    pub(crate) logits: ChargedVec<f32>,
     /// Every token in the context, in order.
-    history: Vec<u32>,
+    pub(crate) history: Vec<u32>,
     load_secs: f64,
     /// Called as a long prompt is processed: `(tokens_done, tokens_total)`.
     prompt_progress: Option<PromptProgress>,
@@ -101,7 +102,8 @@ impl Engine {
         let weights = Weights::load(&model.file, &model.tensors, &plan, &budget, progress)?;
         let depth_control = DepthControl::new(weights.matrices.stats());
         let scratch = Scratch::new(&budget, cfg, &model.tensors, plan.request.batch, ctx)?;
-        let logits = ChargedVec::zeroed(&budget, "logits", model.tensors.n_vocab)?;
+        let rows = plan.request.sequences.max(1);
+        let logits = ChargedVec::zeroed(&budget, "logits", rows * model.tensors.n_vocab)?;
         let kv = KvCache::for_model(&budget, plan.request.kv_type, cfg, ctx);
         Ok(Engine {
             model,
@@ -153,7 +155,7 @@ impl Engine {
     /// Before a pass that starts with `token`: fails if the model file was replaced or
     /// written to (see [`crate::stream::identity`]), then adapts the prefetch depth when a window
     /// of measurements is complete.
-    fn before_pass(&mut self, token: u32) -> Result<(), EngineError> {
+    pub(crate) fn before_pass(&mut self, token: u32) -> Result<(), EngineError> {
         self.check_file(token, "stopped before reading")?;
         if let Some(depth) = self
             .depth_control
@@ -166,7 +168,7 @@ impl Engine {
 
     /// Fails if a pass starting with `token` reads from the model file and the file is no
     /// longer the one loaded; `stopped` says what became of the pass.
-    fn check_file(&self, token: u32, stopped: &'static str) -> Result<(), EngineError> {
+    pub(crate) fn check_file(&self, token: u32, stopped: &'static str) -> Result<(), EngineError> {
         let Some((tensor, offset)) = self.first_file_read(token) else {
             return Ok(());
         };
@@ -280,7 +282,7 @@ impl Engine {
 
     /// The logits after the last `eval`.
     pub fn logits(&self) -> &[f32] {
-        &self.logits
+        &self.logits[..self.n_vocab()]
     }
 
     /// Empties the context and releases the KV cache.
@@ -302,7 +304,7 @@ impl Engine {
     /// On error the context is reset, so the engine stays usable.
     pub fn eval(&mut self, tokens: &[u32]) -> Result<&[f32], EngineError> {
         self.eval_unless_cancelled(tokens, None)?;
-        Ok(&self.logits)
+        Ok(self.logits())
     }
 
     /// [`Engine::eval`] that checks `cancel` between batches: returns `Ok(false)`, with the
@@ -379,7 +381,8 @@ impl Engine {
             if cfg.arch.scale_embeddings {
                 scale(&mut s.x[..n * e], (e as f32).sqrt());
             }
-            rope_tables(cfg, self.weights.vectors.rope_freqs.as_deref(), pos, n, s);
+            let factors = self.weights.vectors.rope_freqs.as_deref();
+            rope_tables(cfg, factors, pos..pos + n, s);
             for l in 0..cfg.n_layer {
                 let view = self.weights.matrices.layer(file, tensors, l)?;
                 let weights = LayerWeights {
@@ -387,7 +390,8 @@ impl Engine {
                     vectors: &self.weights.vectors.layers[l],
                     experts: self.weights.experts.as_mut(),
                 };
-                block(cfg, l, weights, s, &mut self.kv, pos..pos + n)?;
+                let rows = Rows::Run(&mut self.kv, pos..pos + n);
+                block(cfg, l, weights, s, rows)?;
                 if let Some(report) = self.prompt_progress.as_mut().filter(|_| tokens.len() > 1) {
                     report(done + n * (l + 1) / cfg.n_layer, tokens.len());
                 }
@@ -403,9 +407,14 @@ impl Engine {
                 );
             }
         }
-        self.weights
-            .matrices
-            .logits(file, tensors, &self.scratch.xn[..e], &mut self.logits)?;
+        let v = tensors.n_vocab;
+        self.weights.matrices.logits(
+            file,
+            tensors,
+            &self.scratch.xn[..e],
+            1,
+            &mut self.logits[..v],
+        )?;
         // A file written to during the pass may have given it a mix of old and new weights.
         self.check_file(tokens[0], "discarded the pass that started reading")?;
         Ok(true)

@@ -2,9 +2,10 @@
 //! streamed as text, stopped by end-of-generation tokens, stop strings, the token limit, the
 //! context size or a cancel flag.
 
+use crate::decoding::{Decoding, Next};
 use crate::engine::Engine;
 use crate::error::EngineError;
-use crate::sampling::{Sampler, SamplingParams, StopMatcher};
+use crate::sampling::SamplingParams;
 use crate::stream::ResidencyStats;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -162,48 +163,18 @@ impl Engine {
 
         let decode_started = Instant::now();
         let decode_before = *self.residency();
-        let mut sampler = Sampler::new(params);
-        let mut stops = StopMatcher::new(&params.stop);
-        let mut tokens = Vec::new();
-        let mut text = String::new();
         let mut logits = self.logits().to_vec();
         let tokenizer = Arc::clone(&self.model().tokenizer);
-        let mut decoder = tokenizer.decoder();
-        let mut pending_eval: Option<u32> = None;
+        let mut decoding = Decoding::new(&tokenizer, params);
         let stop_reason = loop {
-            if let Some(t) = pending_eval.take() {
-                logits.copy_from_slice(self.eval(&[t])?);
+            let cancelled = cancel.load(Ordering::Relaxed);
+            let ctx = self.context_size();
+            match decoding.next(&mut logits, self.history(), ctx, cancelled, on_token) {
+                Next::Stop(reason) => break reason,
+                Next::Eval(id) => logits.copy_from_slice(self.eval(&[id])?),
             }
-            if cancel.load(Ordering::Relaxed) {
-                break StopReason::Cancelled;
-            }
-            if tokens.len() >= params.max_tokens {
-                break StopReason::MaxTokens;
-            }
-            let id = sampler.sample(&mut logits, self.history());
-            if !params.ignore_eos && tokenizer.is_eog(id) {
-                break StopReason::EndOfGeneration;
-            }
-            tokens.push(id);
-            let (shown, hit) = stops.push(&decoder.push(id));
-            text.push_str(&shown);
-            on_token(id, &shown);
-            if hit {
-                break StopReason::StopString;
-            }
-            if self.n_past() >= self.context_size() {
-                break StopReason::ContextFull;
-            }
-            pending_eval = Some(id);
         };
-        if stop_reason != StopReason::StopString {
-            let (shown, hit) = stops.push(&decoder.finish());
-            let tail = if hit { shown } else { shown + &stops.finish() };
-            if !tail.is_empty() {
-                text.push_str(&tail);
-                on_token(*tokens.last().unwrap_or(&0), &tail);
-            }
-        }
+        let (tokens, text) = decoding.finish(stop_reason, on_token);
         Ok(GenerationStats {
             prompt_tokens: prompt.len(),
             cached_tokens: cached,

@@ -40,7 +40,9 @@
 //! ```
 #![warn(missing_docs)]
 
+mod batch;
 pub mod budget;
+mod decoding;
 mod engine;
 mod error;
 mod forward;
@@ -50,6 +52,7 @@ pub mod model;
 mod options;
 pub mod plan;
 pub mod sampling;
+mod sequence;
 pub mod stream;
 pub mod text;
 mod weights;
@@ -60,6 +63,7 @@ mod weights;
 pub struct ReadmeDoctest;
 
 pub use budget::{parse_memory_size, process_memory, MemoryBudget, ProcessMemory};
+pub use decoding::{Decoding, Next};
 pub use engine::{Engine, PromptProgress};
 pub use error::EngineError;
 pub use generate::{GenerationStats, StopReason};
@@ -68,4 +72,5 @@ pub use model::{Architecture, Model, ModelConfig};
 pub use options::{EngineOptions, DEFAULT_BATCH, DEFAULT_CTX};
 pub use plan::MemoryPlan;
 pub use sampling::SamplingParams;
+pub use sequence::Sequence;
 pub use stream::ResidencyStats;

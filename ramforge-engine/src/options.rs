@@ -21,6 +21,9 @@ pub struct EngineOptions {
     pub kv_type: KvType,
     /// Prompt tokens processed together (bounded by the context).
     pub batch: usize,
+    /// Sequences decoded together at most ([`crate::Engine::decode_batch`]); the plan books
+    /// a whole context of KV cache for each. 1 for everything but `serve --parallel`.
+    pub sequences: usize,
 }
 
 impl Default for EngineOptions {
@@ -31,6 +34,7 @@ impl Default for EngineOptions {
             threads: 0,
             kv_type: KvType::F16,
             batch: DEFAULT_BATCH,
+            sequences: 1,
         }
     }
 }

@@ -78,6 +78,11 @@ struct Prepared<'a> {
     chunk_rows: usize,
     acts: Acts<'a>,
     y: OutPtr,
+    /// Each token's dots as for `n = 1` (the rows kernel and the dot, or a tile that equals
+    /// the dot bit for bit), so a token's results do not depend on the others in the batch.
+    per_token: bool,
+    /// With `per_token`: the tile is, per token, exactly the dot, so it may run.
+    exact_tile: bool,
 }
 
 impl Prepared<'_> {
@@ -169,9 +174,37 @@ pub(crate) fn matmul(
     n: usize,
     y: &mut [f32],
 ) -> Result<(), QuantError> {
+    matmul_in(ty, weights, rows, cols, x, n, y, false)
+}
+
+/// [`matmul`] with each token's dots as `n = 1` computes them: the public
+/// `matmul_per_token`.
+pub(crate) fn matmul_per_token(
+    ty: GgmlType,
+    weights: &[u8],
+    rows: usize,
+    cols: usize,
+    x: &[f32],
+    n: usize,
+    y: &mut [f32],
+) -> Result<(), QuantError> {
+    matmul_in(ty, weights, rows, cols, x, n, y, true)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn matmul_in(
+    ty: GgmlType,
+    weights: &[u8],
+    rows: usize,
+    cols: usize,
+    x: &[f32],
+    n: usize,
+    y: &mut [f32],
+    per_token: bool,
+) -> Result<(), QuantError> {
     let need = activation_scratch_bytes(&[ty], cols, n)?;
     with_thread_scratch(need, |scratch| {
-        matmul_many(
+        matmul_many_in(
             &mut [Product {
                 ty,
                 weights,
@@ -182,25 +215,28 @@ pub(crate) fn matmul(
             x,
             n,
             scratch,
+            per_token,
         )
     })
 }
 
 /// Every product of `products` with the same `n` tokens of activations `x` (`n` rows of
-/// `cols`), in one parallel region: the public `matmul_many`.
-pub(crate) fn matmul_many(
+/// `cols`), in one parallel region: the public `matmul_many`, or with `per_token` the public
+/// `matmul_many_per_token` (each token's dots computed as for `n = 1`, no tiles).
+pub(crate) fn matmul_many_in(
     products: &mut [Product<'_>],
     cols: usize,
     x: &[f32],
     n: usize,
     scratch: &mut [u8],
+    per_token: bool,
 ) -> Result<(), QuantError> {
     for group in products.chunks_mut(MAX_PRODUCTS) {
         let mut ks: [Option<&Kernels>; MAX_PRODUCTS] = [None; MAX_PRODUCTS];
         for (slot, p) in ks.iter_mut().zip(group.iter()) {
             *slot = Some(kernels(p.ty)?);
         }
-        run_group(group, &ks, cols, x, n, &mut *scratch)?;
+        run_group(group, &ks, cols, x, n, &mut *scratch, per_token)?;
     }
     Ok(())
 }
@@ -213,6 +249,7 @@ fn run_group(
     x: &[f32],
     n: usize,
     scratch: &mut [u8],
+    per_token: bool,
 ) -> Result<(), QuantError> {
     debug_assert!(products.len() <= MAX_PRODUCTS);
     // Check every shape before touching anything.
@@ -308,6 +345,8 @@ fn run_group(
             chunk_rows: chunk_rows(row, p.rows, k.rows.is_some()),
             acts,
             y: OutPtr(p.y.as_mut_ptr()),
+            per_token,
+            exact_tile: per_token && crate::simd::tile_is_exact(crate::isa::active(), p.ty),
         });
     }
 
@@ -357,20 +396,35 @@ fn run_item(p: &Prepared<'_>, cols: usize, n: usize, item: usize) {
         unsafe { *p.y.0.add(t * p.rows + o) = v };
     };
     let weight_row = |o: usize| &p.weights[o * p.row..(o + 1) * p.row];
-    if n == 1 {
-        let mut o = o0;
-        if let (Some(rows), Acts::Quant(buf, act_row)) = (p.rows_kernel, p.acts) {
-            let act = &buf[..act_row];
-            while o + ROWS <= o1 {
-                let out = rows(&p.weights[o * p.row..(o + ROWS) * p.row], act);
-                for (k, v) in out.into_iter().enumerate() {
-                    write(0, o + k, v);
+    if n == 1 || p.per_token {
+        let mut t0 = 0;
+        if let (true, Some(tile @ Tile::Quant(_))) = (p.exact_tile, p.tile) {
+            while t0 + TILE <= n {
+                for o in o0..o1 {
+                    let out = dot_tile(tile, p.acts, cols, weight_row(o), t0);
+                    for (k, v) in out.into_iter().enumerate() {
+                        write(t0 + k, o, v);
+                    }
                 }
-                o += ROWS;
+                t0 += TILE;
             }
         }
-        for o in o..o1 {
-            write(0, o, dot_token(p.dot, p.acts, cols, weight_row(o), 0));
+        // The item's weight rows stay in cache while each token visits them.
+        for t in t0..n {
+            let mut o = o0;
+            if let (Some(rows), Acts::Quant(buf, act_row)) = (p.rows_kernel, p.acts) {
+                let act = &buf[t * act_row..(t + 1) * act_row];
+                while o + ROWS <= o1 {
+                    let out = rows(&p.weights[o * p.row..(o + ROWS) * p.row], act);
+                    for (k, v) in out.into_iter().enumerate() {
+                        write(t, o + k, v);
+                    }
+                    o += ROWS;
+                }
+            }
+            for o in o..o1 {
+                write(t, o, dot_token(p.dot, p.acts, cols, weight_row(o), t));
+            }
         }
         return;
     }
@@ -561,7 +615,7 @@ mod tests {
             rows,
             y: &mut y,
         }];
-        run_group(&mut p, &ks, cols, x, n, &mut scratch).unwrap();
+        run_group(&mut p, &ks, cols, x, n, &mut scratch, false).unwrap();
         y
     }
 
@@ -572,6 +626,36 @@ mod tests {
         let mut wd = vec![0f32; rows * cols];
         (kernels(ty).unwrap().dequantize)(&wq, &mut wd);
         (wq, wd)
+    }
+
+    #[test]
+    fn per_token_matmul_equals_matvec_of_each_token_bit_for_bit() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap();
+        let rows = 67;
+        for ty in supported() {
+            let cols = 2 * ty.block_size().max(256);
+            let (wq, _) = quantized(ty, rows, cols, 3);
+            for n in [1, 2, 4, 7] {
+                let x = random(n * cols, 11 + n as u64);
+                let mut got = vec![f32::NAN; rows * n];
+                pool.install(|| matmul_per_token(ty, &wq, rows, cols, &x, n, &mut got))
+                    .unwrap();
+                for t in 0..n {
+                    let mut want = vec![0f32; rows];
+                    let xt = &x[t * cols..(t + 1) * cols];
+                    pool.install(|| matvec(ty, &wq, rows, cols, xt, &mut want))
+                        .unwrap();
+                    assert_eq!(
+                        &got[t * rows..(t + 1) * rows],
+                        &want[..],
+                        "{ty} n={n} t={t}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
@@ -702,11 +786,11 @@ mod tests {
             // Too little scratch is a typed error, not a panic.
             let mut small = vec![0u8; need - 1];
             assert!(matches!(
-                matmul_many(&mut products, cols, &x, n, &mut small),
+                matmul_many_in(&mut products, cols, &x, n, &mut small, false),
                 Err(QuantError::ByteLength { .. })
             ));
             let mut scratch = vec![0u8; need];
-            pool.install(|| matmul_many(&mut products, cols, &x, n, &mut scratch))
+            pool.install(|| matmul_many_in(&mut products, cols, &x, n, &mut scratch, false))
                 .unwrap();
             drop(products);
             for (((ty, rows), w), y) in types.iter().zip(&ws).zip(&ys) {

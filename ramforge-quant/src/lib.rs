@@ -121,7 +121,36 @@ pub fn matmul_many(
     n: usize,
     scratch: &mut [u8],
 ) -> Result<(), QuantError> {
-    drivers::matmul_many(products, cols, x, n, scratch)
+    drivers::matmul_many_in(products, cols, x, n, scratch, false)
+}
+
+/// [`matmul_many`] where each token's results equal, bit for bit, those of the same product
+/// with that token alone (`n = 1`): the tile kernels, which sum in another order, are not
+/// used. Each chunk of weights is still read once for all `n` tokens, so batched decoding of
+/// several sequences reads a layer once per step and each sequence gets exactly the numbers
+/// it would get decoded alone.
+pub fn matmul_many_per_token(
+    products: &mut [Product<'_>],
+    cols: usize,
+    x: &[f32],
+    n: usize,
+    scratch: &mut [u8],
+) -> Result<(), QuantError> {
+    drivers::matmul_many_in(products, cols, x, n, scratch, true)
+}
+
+/// [`matmul`] with each token's results equal to [`matvec`] of that token alone (see
+/// [`matmul_many_per_token`]).
+pub fn matmul_per_token(
+    ty: GgmlType,
+    weights: &[u8],
+    rows: usize,
+    cols: usize,
+    x: &[f32],
+    n: usize,
+    y: &mut [f32],
+) -> Result<(), QuantError> {
+    drivers::matmul_per_token(ty, weights, rows, cols, x, n, y)
 }
 
 /// Bytes of scratch [`matmul_many`] needs for products of `types` over `n` tokens of `cols`

@@ -11,9 +11,10 @@ use std::ops::Range;
 /// runs on the calling thread.
 const ATTENTION_PARALLEL_MIN: usize = 64 * 1024;
 
-/// Causal grouped-query attention of the query rows `rows` of `s.q` (row `i` at position
-/// `first + i`) over the cache, heads in parallel; the results land in the same rows of
-/// `s.att`. Each query attends to itself and the positions before it that `layer` keeps.
+/// Causal grouped-query attention of the query rows `rows` of `s.q` (the first at position
+/// `first`, the next at `first + 1` ...) over the cache, heads in parallel; the results land
+/// in the same rows of `s.att`. Each query attends to itself and the positions before it that
+/// `layer` keeps.
 pub(crate) fn attention(
     cfg: &ModelConfig,
     layer: usize,
@@ -31,8 +32,9 @@ pub(crate) fn attention(
     let q = &s.q;
     let ctx = s.ctx;
     // The positions query `i` sees: the last `slots` up to its own.
+    let start = rows.start;
     let seen = |i: usize| {
-        let end = first + i + 1;
+        let end = first + (i - start) + 1;
         end.saturating_sub(slots)..end
     };
     let head = |h: usize, out: &mut [f32], scores: &mut [f32]| {

@@ -19,12 +19,14 @@ pub(crate) const MATMUL_GROUPS: [&[Role]; 7] = [
 
 /// `ys[j] = ms[j] . x` for `n` rows of `x`, every product in one parallel region (one
 /// fork-join instead of one per matrix), with `x` quantized once into `act`. The matrices
-/// share their input, so they have the same `cols`.
+/// share their input, so they have the same `cols`. With `per_token` each row's results are
+/// those it would get alone (batched decoding of several sequences).
 pub(crate) fn matmul<const N: usize>(
     ms: [(&MatrixView<'_>, &mut [f32]); N],
     x: &[f32],
     n: usize,
     act: &mut [u8],
+    per_token: bool,
 ) -> Result<(), EngineError> {
     let cols = ms[0].0.cols;
     debug_assert!(ms.iter().all(|(m, _)| m.cols == cols));
@@ -36,6 +38,10 @@ pub(crate) fn matmul<const N: usize>(
         y: &mut y[..n * m.rows],
     });
     // The scratch is sized for the widest group of the model ([`super::scratch`]).
-    ramforge_quant::matmul_many(&mut products, cols, x, n, act)?;
+    if per_token {
+        ramforge_quant::matmul_many_per_token(&mut products, cols, x, n, act)?;
+    } else {
+        ramforge_quant::matmul_many(&mut products, cols, x, n, act)?;
+    }
     Ok(())
 }

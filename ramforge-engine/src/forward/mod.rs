@@ -9,7 +9,7 @@ mod ops;
 mod scratch;
 
 pub(crate) use ops::rms_norm;
-pub(crate) use ops::{rope_table, scale, RopeParams};
+pub(crate) use ops::{rope_rows, scale, RopeParams};
 pub(crate) use scratch::Scratch;
 
 use crate::error::EngineError;
@@ -21,14 +21,14 @@ use attention::attention;
 use matmul::matmul;
 use moe::moe_ffn;
 use ops::{add_bias, add_into, apply_rope, geglu, rms_norm_in_place, swiglu};
+use std::ops::Range;
 
-/// Fills the RoPE tables of `s` for the positions `first..first + n`: the global one (with
-/// `factors`, llama3-style) and, for a model with sliding-window layers, the local one.
+/// Fills the RoPE tables of `s` for rows at `positions`: the global one (with `factors`,
+/// llama3-style) and, for a model with sliding-window layers, the local one.
 pub(crate) fn rope_tables(
     cfg: &ModelConfig,
     factors: Option<&[f32]>,
-    first: usize,
-    n: usize,
+    positions: impl ExactSizeIterator<Item = usize> + Clone,
     s: &mut Scratch,
 ) {
     let params = |(base, scale), factors| RopeParams {
@@ -37,19 +37,39 @@ pub(crate) fn rope_tables(
         dim: cfg.rope_dim,
         factors,
     };
-    rope_table(
+    rope_rows(
         params((cfg.rope_base, cfg.rope_freq_scale), factors),
-        first,
-        n,
+        positions.clone(),
         &mut s.rope,
     );
     if let Some(local) = (0..cfg.n_layer).find(|&l| cfg.window(l).is_some()) {
-        rope_table(
+        rope_rows(
             params(cfg.rope_of(local), None),
-            first,
-            n,
+            positions,
             &mut s.rope_local,
         );
+    }
+}
+
+/// Whose keys and values the rows of a block are, and at which positions.
+pub(crate) enum Rows<'a, 'b> {
+    /// Consecutive positions of one sequence: a prompt batch, or one decoded token.
+    Run(&'a mut KvCache, Range<usize>),
+    /// One row per sequence (batched decoding): row `i` is at `positions[i]` of `kvs[i]`.
+    /// Every product then runs per token ([`ramforge_quant::matmul_many_per_token`]), so each
+    /// row gets exactly the numbers it would get decoded alone.
+    Batch {
+        kvs: &'a mut [&'b mut KvCache],
+        positions: &'a [usize],
+    },
+}
+
+impl Rows<'_, '_> {
+    fn len(&self) -> usize {
+        match self {
+            Rows::Run(_, positions) => positions.len(),
+            Rows::Batch { positions, .. } => positions.len(),
+        }
     }
 }
 
@@ -63,23 +83,22 @@ pub(crate) struct LayerWeights<'v, 'x> {
     pub experts: Option<&'x mut ExpertStore>,
 }
 
-/// Runs one transformer block, as `cfg.arch` composes it, on the rows of `s.x` at positions
-/// `positions`, storing their keys and values in `kv`. The RoPE tables must already hold these
-/// positions.
+/// Runs one transformer block, as `cfg.arch` composes it, on the rows of `s.x`, storing their
+/// keys and values where `rows` says. The RoPE tables must already hold their positions.
 pub(crate) fn block(
     cfg: &ModelConfig,
     layer_index: usize,
     weights: LayerWeights<'_, '_>,
     s: &mut Scratch,
-    kv: &mut KvCache,
-    positions: std::ops::Range<usize>,
+    mut rows: Rows<'_, '_>,
 ) -> Result<(), EngineError> {
     let LayerWeights {
         matrices: w,
         vectors: vecs,
         experts,
     } = weights;
-    let (first, n) = (positions.start, positions.len());
+    let n = rows.len();
+    let per_token = matches!(rows, Rows::Batch { .. });
     let (e, qd, kvd) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim());
     let hd = cfg.head_dim;
     let style = cfg.arch.rope;
@@ -101,6 +120,7 @@ pub(crate) fn block(
         &s.xn,
         n,
         &mut s.act,
+        per_token,
     )?;
     for (role, out, width) in [
         (Role::AttnQBias, &mut s.q, qd),
@@ -126,8 +146,78 @@ pub(crate) fn block(
     };
     apply_rope(&mut s.q, n, cfg.n_head, hd, cfg.rope_dim, style, table);
     apply_rope(&mut s.k, n, cfg.n_head_kv, hd, cfg.rope_dim, style, table);
-    // A layer that keeps fewer positions than the context (a ring) must not overwrite a key a
-    // query of the same batch still needs: once the ring wraps, one token at a time.
+    match &mut rows {
+        Rows::Run(kv, positions) => attend_run(cfg, layer_index, s, kv, positions.start, n),
+        Rows::Batch { kvs, positions } => {
+            // Each row against its own sequence, exactly as a run of one row.
+            for (i, (kv, &p)) in kvs.iter_mut().zip(positions.iter()).enumerate() {
+                kv.write(
+                    layer_index,
+                    p,
+                    &s.k[i * kvd..][..kvd],
+                    &s.v[i * kvd..][..kvd],
+                );
+                attention(cfg, layer_index, s, kv, p, i..i + 1);
+            }
+        }
+    }
+    matmul(
+        [(m(Role::AttnOutput), &mut s.xn)],
+        &s.att,
+        n,
+        &mut s.act,
+        per_token,
+    )?;
+    residual(cfg, vecs, Role::AttnPostNorm, s, n);
+
+    // Feed-forward.
+    rms_norm(
+        &s.x[..n * e],
+        vecs.norm(Role::FfnNorm),
+        cfg.rms_eps,
+        &mut s.xn[..n * e],
+    );
+    if cfg.n_expert > 0 {
+        moe_ffn(cfg, layer_index, w, experts, s, n, per_token)?;
+        s.xn[..n * e].copy_from_slice(&s.moe_out[..n * e]);
+    } else {
+        let ff = cfg.n_ff;
+        matmul(
+            [(m(Role::FfnGate), &mut s.gate), (m(Role::FfnUp), &mut s.up)],
+            &s.xn,
+            n,
+            &mut s.act,
+            per_token,
+        )?;
+        match cfg.arch.ffn {
+            Ffn::SwiGlu => swiglu(&mut s.gate[..n * ff], &s.up[..n * ff]),
+            Ffn::GeGlu => geglu(&mut s.gate[..n * ff], &s.up[..n * ff]),
+        }
+        matmul(
+            [(m(Role::FfnDown), &mut s.xn)],
+            &s.gate,
+            n,
+            &mut s.act,
+            per_token,
+        )?;
+    }
+    residual(cfg, vecs, Role::FfnPostNorm, s, n);
+    Ok(())
+}
+
+/// Writes the keys and values of `n` consecutive rows of one sequence, the first at `first`,
+/// and attends each query. A layer that keeps fewer positions than the context (a ring) must
+/// not overwrite a key a query of the same batch still needs: once the ring wraps, one token
+/// at a time.
+fn attend_run(
+    cfg: &ModelConfig,
+    layer_index: usize,
+    s: &mut Scratch,
+    kv: &mut KvCache,
+    first: usize,
+    n: usize,
+) {
+    let kvd = cfg.kv_dim();
     let slots = kv.slots(layer_index);
     let mut i = 0;
     while i < n {
@@ -143,38 +233,9 @@ pub(crate) fn block(
             let (k, v) = (&s.k[j * kvd..][..kvd], &s.v[j * kvd..][..kvd]);
             kv.write(layer_index, first + j, k, v);
         }
-        attention(cfg, layer_index, s, kv, first, i..i + len);
+        attention(cfg, layer_index, s, kv, first + i, i..i + len);
         i += len;
     }
-    matmul([(m(Role::AttnOutput), &mut s.xn)], &s.att, n, &mut s.act)?;
-    residual(cfg, vecs, Role::AttnPostNorm, s, n);
-
-    // Feed-forward.
-    rms_norm(
-        &s.x[..n * e],
-        vecs.norm(Role::FfnNorm),
-        cfg.rms_eps,
-        &mut s.xn[..n * e],
-    );
-    if cfg.n_expert > 0 {
-        moe_ffn(cfg, layer_index, w, experts, s, n)?;
-        s.xn[..n * e].copy_from_slice(&s.moe_out[..n * e]);
-    } else {
-        let ff = cfg.n_ff;
-        matmul(
-            [(m(Role::FfnGate), &mut s.gate), (m(Role::FfnUp), &mut s.up)],
-            &s.xn,
-            n,
-            &mut s.act,
-        )?;
-        match cfg.arch.ffn {
-            Ffn::SwiGlu => swiglu(&mut s.gate[..n * ff], &s.up[..n * ff]),
-            Ffn::GeGlu => geglu(&mut s.gate[..n * ff], &s.up[..n * ff]),
-        }
-        matmul([(m(Role::FfnDown), &mut s.xn)], &s.gate, n, &mut s.act)?;
-    }
-    residual(cfg, vecs, Role::FfnPostNorm, s, n);
-    Ok(())
 }
 
 /// `x += post_norm(xn)` for the `n` rows, the norm only where the layer has one.

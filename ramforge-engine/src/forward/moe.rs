@@ -29,7 +29,8 @@ pub(crate) fn route(logits: &[f32], k: usize, chosen: &mut Vec<(usize, f32)>) {
 
 /// The FFN output of the `n` normalized rows in `s.xn`, into `s.moe_out`: each selected expert
 /// once for all the rows routed to it, from the layer's view, or from `store` when experts are
-/// streamed one by one (which then reads only the selected ones).
+/// streamed one by one (which then reads only the selected ones). `per_token`: each row's
+/// products as if it ran alone (batched decoding of several sequences).
 pub(crate) fn moe_ffn(
     cfg: &ModelConfig,
     layer: usize,
@@ -37,6 +38,7 @@ pub(crate) fn moe_ffn(
     store: Option<&mut ExpertStore>,
     s: &mut Scratch,
     n: usize,
+    per_token: bool,
 ) -> Result<(), EngineError> {
     let (e, ne) = (cfg.n_embd, cfg.n_expert);
     matmul(
@@ -44,6 +46,7 @@ pub(crate) fn moe_ffn(
         &s.xn,
         n,
         &mut s.act,
+        per_token,
     )?;
     // routes[t]: token t's experts and weights.
     let mut routes = Vec::with_capacity(n);
@@ -69,7 +72,7 @@ pub(crate) fn moe_ffn(
     }
     s.moe_out[..n * e].fill(0.0);
     let mut run = |x: usize, [gate, up, down]: [MatrixView<'_>; 3]| {
-        expert_ffn(cfg, x, &routes, [&gate, &up, &down], s)
+        expert_ffn(cfg, x, &routes, [&gate, &up, &down], s, per_token)
     };
     match store {
         Some(store) => store.for_each(layer, &wanted, run),
@@ -91,6 +94,7 @@ fn expert_ffn(
     routes: &[Vec<(usize, f32)>],
     [gate, up, down]: [&MatrixView<'_>; 3],
     s: &mut Scratch,
+    per_token: bool,
 ) -> Result<(), EngineError> {
     let (e, ff) = (cfg.n_embd, cfg.n_ff_exp);
     let tokens: Vec<(usize, f32)> = routes
@@ -107,9 +111,10 @@ fn expert_ffn(
         &s.moe_in,
         m,
         &mut s.act,
+        per_token,
     )?;
     swiglu(&mut s.gate[..m * ff], &s.up[..m * ff]);
-    matmul([(down, &mut s.moe_in)], &s.gate, m, &mut s.act)?;
+    matmul([(down, &mut s.moe_in)], &s.gate, m, &mut s.act, per_token)?;
     for (j, &(t, weight)) in tokens.iter().enumerate() {
         let src = &s.moe_in[j * e..(j + 1) * e];
         for (o, &v) in s.moe_out[t * e..(t + 1) * e].iter_mut().zip(src) {

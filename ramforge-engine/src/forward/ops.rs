@@ -40,14 +40,26 @@ pub struct RopeParams<'a> {
     pub factors: Option<&'a [f32]>,
 }
 
-/// Fills `table` with cos (first half) and sin (second half) of every RoPE angle for the
-/// positions `first..first + n`.
+/// [`rope_rows`] for the positions `first..first + n`.
+#[cfg(test)]
 pub fn rope_table(r: RopeParams<'_>, first: usize, n: usize, table: &mut [f32]) {
+    rope_rows(r, first..first + n, table);
+}
+
+/// Fills `table` with cos (first half) and sin (second half) of every RoPE angle for rows at
+/// `positions` (row `i` at the `i`-th): a prompt batch, or the rows of a batch of sequences,
+/// each at its own position.
+pub fn rope_rows(
+    r: RopeParams<'_>,
+    positions: impl ExactSizeIterator<Item = usize>,
+    table: &mut [f32],
+) {
     let half = r.dim / 2;
     let factors = r.factors;
+    let n = positions.len();
     let (cos, sin) = table[..2 * n * half].split_at_mut(n * half);
-    for i in 0..n {
-        let p = (first + i) as f64 * r.scale as f64;
+    for (i, pos) in positions.enumerate() {
+        let p = pos as f64 * r.scale as f64;
         for j in 0..half {
             let mut freq = (r.base as f64).powf(-2.0 * j as f64 / r.dim as f64);
             if let Some(f) = factors {

@@ -78,6 +78,7 @@ impl Model {
                 ctx,
                 batch: options.batch.clamp(1, ctx),
                 kv_type: options.kv_type,
+                sequences: options.sequences.max(1),
             },
         )
     }

@@ -5,7 +5,7 @@
 //!
 //! Policy, in order:
 //! 1. The working set is reserved first: norms and biases (f32), the KV cache for the whole
-//!    context (a sliding-window layer's for its window only), scratch activations for one batch, logits, one token-embedding row, one streaming
+//!    context of each sequence decoded together (a sliding-window layer's for its window only), scratch activations for one batch, logits, one token-embedding row, one streaming
 //!    buffer large enough for any layer's aligned read, and a minimum output-projection chunk.
 //!    Their sum is the minimum workable budget; below it loading fails with an error that
 //!    states it.
@@ -49,6 +49,9 @@ pub struct PlanRequest {
     pub batch: usize,
     /// How keys and values are cached.
     pub kv_type: KvType,
+    /// Sequences decoded together at most (`serve --parallel`): each has its own KV cache
+    /// for the whole context and its own logits, all booked here.
+    pub sequences: usize,
 }
 
 /// The plan: every managed byte, by purpose.
@@ -58,11 +61,11 @@ pub struct MemoryPlan {
     pub request: PlanRequest,
     /// Norms, biases, RoPE factors as f32.
     pub vector_bytes: u64,
-    /// The KV cache for the whole context.
+    /// The KV caches for the whole context, one per sequence.
     pub kv_bytes: u64,
     /// Activations for one batch.
     pub scratch_bytes: u64,
-    /// One logit per vocabulary entry.
+    /// One logit per vocabulary entry, per sequence.
     pub logits_bytes: u64,
     /// One token-embedding row, staged for dequantization.
     pub embd_row_bytes: u64,
@@ -203,9 +206,10 @@ impl MemoryPlan {
         let min_chunk = min_chunk_rows * out_row;
 
         let vector_bytes = tensors.vector_bytes();
-        let kv_bytes = kv_cache_bytes(cfg, request.ctx, request.kv_type);
+        let sequences = request.sequences.max(1) as u64;
+        let kv_bytes = sequences * kv_cache_bytes(cfg, request.ctx, request.kv_type);
         let scratch_bytes = Scratch::bytes(cfg, tensors, request.batch, request.ctx)?;
-        let logits_bytes = 4 * tensors.n_vocab as u64;
+        let logits_bytes = sequences * 4 * tensors.n_vocab as u64;
         let embd_row_bytes = tensors.token_embd.row_bytes();
         let working =
             vector_bytes + kv_bytes + scratch_bytes + logits_bytes + embd_row_bytes + staging;

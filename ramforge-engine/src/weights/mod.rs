@@ -388,12 +388,15 @@ impl Matrices {
         Ok(())
     }
 
-    /// `logits = output . x`, reading the output projection in chunks when it is streamed.
+    /// The logits of `n` rows of normalized activations `x` into `logits` (`n` rows of the
+    /// vocabulary): the output projection is read once for all rows (chunk by chunk when it
+    /// is streamed), and each row's logits are those it would get alone.
     pub fn logits(
         &mut self,
         file: &GgufFile,
         tensors: &ModelTensors,
         x: &[f32],
+        n: usize,
         logits: &mut [f32],
     ) -> Result<(), EngineError> {
         // The last layer is done: its buffer goes back to the prefetch ring now, so the next
@@ -405,30 +408,26 @@ impl Matrices {
         let (cols, rows) = (t.row_len() as usize, t.n_rows() as usize);
         match &mut self.output {
             Output::Resident(buf) => {
-                ramforge_quant::matvec(t.ggml_type, buf, rows, cols, x, logits)?;
+                ramforge_quant::matmul_per_token(t.ggml_type, buf, rows, cols, x, n, logits)?;
             }
             Output::Streamed { chunk, rows: per } => {
                 let rb = t.row_bytes() as usize;
                 let mut first = 0;
                 while first < rows {
-                    let n = (*per).min(rows - first);
-                    let bytes = &mut chunk[..n * rb];
+                    let m = (*per).min(rows - first);
+                    let bytes = &mut chunk[..m * rb];
                     let started = Instant::now();
                     file.read_range_into(t, (first * rb) as u64, bytes)?;
                     let secs = started.elapsed().as_secs_f64();
                     self.stats.read_secs += secs;
                     self.stats.io_wait_secs += secs;
-                    self.stats.bytes_read += (n * rb) as u64;
+                    self.stats.bytes_read += (m * rb) as u64;
                     self.stats.output_chunks_read += 1;
-                    ramforge_quant::matvec(
-                        t.ggml_type,
-                        bytes,
-                        n,
-                        cols,
-                        x,
-                        &mut logits[first..first + n],
-                    )?;
-                    first += n;
+                    for (row, out) in x.chunks_exact(cols).zip(logits.chunks_exact_mut(rows)) {
+                        let out = &mut out[first..first + m];
+                        ramforge_quant::matvec(t.ggml_type, bytes, m, cols, row, out)?;
+                    }
+                    first += m;
                 }
             }
         }

@@ -9,6 +9,22 @@ use crate::isa::Isa;
 use crate::kernel_table::Kernels;
 use crate::GgmlType;
 
+/// Whether the tile kernel of `ty` on `isa` gives, per token, exactly the type's dot (the
+/// one-row tiles of the formats with a min): batched decoding may then use it and still get
+/// each sequence's numbers as if it were alone.
+pub(crate) fn tile_is_exact(isa: Isa, ty: GgmlType) -> bool {
+    match isa {
+        Isa::Scalar => false,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => x86::tile_is_exact(ty),
+        #[cfg(not(target_arch = "x86_64"))]
+        Isa::Avx2 => {
+            let _ = ty;
+            false
+        }
+    }
+}
+
 /// The fast kernels for `ty` on `isa`, if there are any.
 pub(crate) fn kernels(isa: Isa, ty: GgmlType) -> Option<&'static Kernels> {
     match isa {

@@ -69,6 +69,7 @@ pub fn run(args: Args) -> CmdResult {
         threads: args.workers.threads,
         kv_type: args.kv.kv_type,
         batch: args.prefill.batch.max(1),
+        sequences: 1,
     };
     let mut engine = load_engine(model, &options)?;
     let load_secs = started.elapsed().as_secs_f64();

@@ -1,7 +1,7 @@
 //! `ramforge-tools serve` end to end, over loopback HTTP on an ephemeral port: routes and
 //! errors (`errors`), generation against the CLI's own output and streamed against plain
-//! (`generation`), hang-ups and SIGTERM (`lifecycle`), and the real `openai` python client
-//! (`openai_client`).
+//! (`generation`), hang-ups and SIGTERM (`lifecycle`), several requests decoded together (`parallel`), and the real `openai` python
+//! client (`openai_client`).
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -9,4 +9,5 @@ mod errors;
 mod generation;
 mod lifecycle;
 mod openai_client;
+mod parallel;
 mod server;

@@ -64,7 +64,8 @@ fn openai_python() -> PathBuf {
 #[test]
 fn the_openai_python_client_works_against_the_server() {
     let python = openai_python();
-    let server = Server::start(&["--api-key", "test-key", "--ctx", "1024"]);
+    // Four requests decoded together: the script's 8 concurrent requests are batched.
+    let server = Server::start(&["--api-key", "test-key", "--ctx", "1024", "--parallel", "4"]);
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/serve/openai_client.py");
     let out = Command::new(python)
         .arg(script)
@@ -79,5 +80,8 @@ fn the_openai_python_client_works_against_the_server() {
         stdout.contains("all openai client checks passed"),
         "{stdout}"
     );
-    assert_eq!(server.get("/health", None).0, 200);
+    let (status, health) = server.get("/health", None);
+    assert_eq!(status, 200);
+    let busiest = health["busiest_step"].as_u64().unwrap();
+    assert!(busiest > 1, "nothing was decoded together: {health}");
 }

@@ -71,6 +71,10 @@ macro_rules! entry_points {
     };
 }
 
+/// The formats registered with `tile one_row` below: their tile is, per token, bit for bit
+/// their `vec_dot` (the per-token products of batched decoding may use it).
+pub(super) const EXACT_TILES: [crate::GgmlType; 2] = [crate::GgmlType::Q4_1, crate::GgmlType::Q5_1];
+
 entry_points!(q4_0, Q4_0, tile tile_chunked);
 entry_points!(q4_1, Q4_1, tile one_row);
 entry_points!(q5_0, Q5_0, tile tile_unsigned);

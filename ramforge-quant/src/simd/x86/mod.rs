@@ -9,6 +9,11 @@ mod register;
 use crate::kernel_table::Kernels;
 use crate::GgmlType;
 
+/// Whether the AVX2 tile of `ty` is, per token, bit for bit its `vec_dot`.
+pub(crate) fn tile_is_exact(ty: GgmlType) -> bool {
+    legacy::EXACT_TILES.contains(&ty)
+}
+
 /// The AVX2 kernels for `ty`, if written.
 pub(crate) fn kernels(ty: GgmlType) -> Option<&'static Kernels> {
     legacy::kernels(ty).or_else(|| kquant::kernels(ty))

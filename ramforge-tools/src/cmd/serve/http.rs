@@ -52,8 +52,14 @@ async fn check_key(Shared(state): Shared<Arc<State>>, request: Request, next: Ne
     next.run(request).await
 }
 
-async fn health() -> Json<Value> {
-    Json(json!({"status": "ok"}))
+/// Up, with how many requests it decodes together at most (`parallel`) and the most one
+/// decoding step has served so far (`busiest_step`).
+async fn health(Shared(state): Shared<Arc<State>>) -> Json<Value> {
+    Json(json!({
+        "status": "ok",
+        "parallel": state.parallel,
+        "busiest_step": state.busiest.get(),
+    }))
 }
 
 async fn models(Shared(state): Shared<Arc<State>>) -> Json<Value> {

@@ -1,15 +1,16 @@
 //! `ramforge-tools serve`: an OpenAI-compatible HTTP server (chat and text completions, plain
 //! and streamed) for one model under the RAM budget.
 //!
-//! One engine runs on its own thread (`worker`) and serves queued requests one at a time; the
-//! HTTP side (tokio + axum, `http`) reads requests strictly (`api`, the library's
-//! `ramforge_tools::openai`), answers with OpenAI's shapes (`reply`, `answer`) and errors
-//! (`errors`). SIGINT or SIGTERM stops accepting connections, lets the requests in flight
-//! finish, and exits 0.
+//! One engine runs on its own thread (`scheduler`), decoding up to `--parallel` queued
+//! requests together (`worker` is the queue to it); the HTTP side (tokio + axum, `http`) reads
+//! requests strictly (`api`, the library's `ramforge_tools::openai`), answers with OpenAI's
+//! shapes (`reply`, `answer`) and errors (`errors`). SIGINT or SIGTERM stops accepting
+//! connections, lets the requests in flight finish, and exits 0.
 
 mod answer;
 mod http;
 mod reply;
+mod scheduler;
 mod state;
 mod worker;
 
@@ -50,9 +51,14 @@ pub struct Args {
     pub api_key: Option<String>,
     #[command(flatten)]
     pub template: TemplateFile,
-    /// Requests that may wait while one is generated; more get 503 with Retry-After.
+    /// Requests that may wait while others are generated; more get 503 with Retry-After.
     #[arg(long, default_value_t = 16)]
     pub queue: usize,
+    /// Requests decoded together: one pass over the weights per token serves all of them.
+    /// The budget holds a whole context of KV cache for each.
+    #[arg(long, default_value_t = 1, value_name = "N",
+          value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub parallel: u16,
 }
 
 pub fn run(args: Args) -> CmdResult {
@@ -74,12 +80,14 @@ pub fn run(args: Args) -> CmdResult {
         ram: args.budget.ram,
         ctx: args.ctx,
         threads: args.workers.threads,
+        sequences: args.parallel.into(),
         ..EngineOptions::default()
     };
     let engine = load_engine(model, &options)?;
+    let parallel = engine.max_sequences();
     let tokenizer = Arc::clone(&engine.model().tokenizer);
     let ctx = engine.context_size();
-    let (queue, engine_thread) = worker::start(engine, args.queue)?;
+    let (queue, busiest, engine_thread) = worker::start(engine, args.queue)?;
     let state = Arc::new(state::State {
         model_id: model_id(&path),
         loaded: reply::unix_now(),
@@ -87,6 +95,8 @@ pub fn run(args: Args) -> CmdResult {
         chat,
         ctx,
         queue,
+        parallel,
+        busiest,
         api_key: args.api_key.clone(),
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -117,8 +127,8 @@ async fn listen(
     let listener = tokio::net::TcpListener::bind((host, port)).await?;
     let addr = listener.local_addr()?;
     eprintln!(
-        "listening on http://{addr} (model {}, context {}, queue {queue})",
-        state.model_id, state.ctx
+        "listening on http://{addr} (model {}, context {}, queue {queue}, parallel {})",
+        state.model_id, state.ctx, state.parallel
     );
     let stop = async move {
         tokio::select! {

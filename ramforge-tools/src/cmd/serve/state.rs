@@ -1,6 +1,7 @@
 //! What every request handler shares: the model's name and tokenizer, the chat template, the
 //! context size, the engine's queue and the API key.
 
+use super::scheduler::Busiest;
 use super::worker::Queue;
 use ramforge_engine::text::{ChatPrompt, Tokenizer};
 use serde_json::{json, Value};
@@ -18,6 +19,10 @@ pub struct State {
     /// Context positions: prompt and reply together.
     pub ctx: usize,
     pub queue: Queue,
+    /// Requests decoded together at most.
+    pub parallel: usize,
+    /// The most requests one decoding step has served so far.
+    pub busiest: Arc<Busiest>,
     pub api_key: Option<String>,
 }
 

@@ -1,13 +1,13 @@
-//! The engine's own thread: it takes jobs from a bounded queue one at a time and generates
-//! each with [`Engine::generate_reusing`], so a conversation's next turn reuses the prefix the
-//! context already holds. Text goes back to the request as it is produced; a request whose
-//! client is gone has its cancel flag raised and is stopped (or skipped, if still queued).
+//! The request side of the engine's thread: a bounded queue of jobs, the events a job sends
+//! back (text as it is produced, then the end), and the guard that cancels a job whose client
+//! hung up. The thread itself is the scheduler (`scheduler`).
 
 use super::errors::ApiError;
 use super::reply::Usage;
+use super::scheduler::{serve_jobs, Busiest};
 use ramforge_engine::{Engine, SamplingParams, StopReason};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
@@ -21,11 +21,30 @@ pub enum Event {
 }
 
 /// One generation for the engine thread.
-struct Job {
-    prompt: Vec<u32>,
-    params: SamplingParams,
-    cancel: Arc<AtomicBool>,
-    events: UnboundedSender<Event>,
+pub(super) struct Job {
+    pub prompt: Vec<u32>,
+    pub params: SamplingParams,
+    pub cancel: Arc<AtomicBool>,
+    pub events: UnboundedSender<Event>,
+}
+
+impl Job {
+    /// Whether its client is gone (the handler dropped its guard or its events).
+    pub fn abandoned(&self) -> bool {
+        self.cancel.load(Ordering::Relaxed) || self.events.is_closed()
+    }
+
+    /// Sends text that became visible; a client that is gone has the job cancelled.
+    pub fn text(&self, text: &str) {
+        if !text.is_empty() && self.events.send(Event::Text(text.to_string())).is_err() {
+            self.cancel.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Ends the job with its result.
+    pub fn done(&self, result: Result<(StopReason, Usage), String>) {
+        let _ = self.events.send(Event::Done(result));
+    }
 }
 
 /// Raises a request's cancel flag when dropped: when its handler or its stream is dropped
@@ -70,42 +89,18 @@ impl Queue {
     }
 }
 
-/// Starts the engine thread with room for `waiting` queued requests besides the one running.
-/// The thread ends when every [`Queue`] is dropped and the queue is empty.
-pub fn start(engine: Engine, waiting: usize) -> std::io::Result<(Queue, JoinHandle<()>)> {
+/// Starts the engine thread with room for `waiting` queued requests besides those running
+/// (up to [`Engine::max_sequences`] at once). The thread ends when every [`Queue`] is dropped
+/// and no job is left.
+pub fn start(
+    engine: Engine,
+    waiting: usize,
+) -> std::io::Result<(Queue, Arc<Busiest>, JoinHandle<()>)> {
     let (sender, jobs) = sync_channel(waiting);
+    let busiest = Arc::new(Busiest::default());
+    let seen = Arc::clone(&busiest);
     let thread = std::thread::Builder::new()
         .name("engine".into())
-        .spawn(move || serve_jobs(engine, jobs))?;
-    Ok((Queue(sender), thread))
-}
-
-fn serve_jobs(mut engine: Engine, jobs: Receiver<Job>) {
-    while let Ok(job) = jobs.recv() {
-        if job.cancel.load(Ordering::Relaxed) || job.events.is_closed() {
-            continue; // its client left while it waited
-        }
-        let (events, cancel) = (&job.events, &*job.cancel);
-        let result = engine.generate_reusing(
-            &job.prompt,
-            &job.params,
-            &mut |_, text| {
-                if !text.is_empty() && events.send(Event::Text(text.to_string())).is_err() {
-                    cancel.store(true, Ordering::Relaxed);
-                }
-            },
-            cancel,
-        );
-        let done = result
-            .map(|s| {
-                let usage = Usage {
-                    prompt_tokens: s.prompt_tokens,
-                    cached_tokens: s.cached_tokens,
-                    completion_tokens: s.generated_tokens,
-                };
-                (s.stop_reason, usage)
-            })
-            .map_err(|e| e.to_string());
-        let _ = events.send(Event::Done(done));
-    }
+        .spawn(move || serve_jobs(engine, jobs, &seen))?;
+    Ok((Queue(sender), busiest, thread))
 }

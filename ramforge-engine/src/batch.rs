@@ -1,0 +1,170 @@
+//! Decoding several sequences together: one pass over the weights per step serves every
+//! sequence of the batch (a streamed layer is read once per step, not once per sequence),
+//! while attention runs per row against the row's own [`Sequence`].
+//!
+//! Every product of a batched step runs per token ([`ramforge_quant::matmul_many_per_token`]),
+//! so each row's logits equal, bit for bit, those of [`Engine::eval`] of its token on its
+//! sequence alone: greedy decoding gives the same tokens batched or not.
+
+use crate::engine::Engine;
+use crate::error::EngineError;
+use crate::forward::{block, rms_norm, rope_tables, scale, LayerWeights, Rows};
+use crate::kv::KvCache;
+use crate::sequence::Sequence;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Instant;
+
+impl Engine {
+    /// An empty sequence with this engine's context size; nothing is charged until it holds
+    /// tokens.
+    pub fn new_sequence(&self) -> Sequence {
+        let ty = self.plan.request.kv_type;
+        let kv = KvCache::for_model(&self.budget, ty, self.config(), self.context_size());
+        Sequence::new(kv)
+    }
+
+    /// Sequences one [`Engine::decode_batch`] step may decode: those the plan booked a KV cache
+    /// and logits for (`EngineOptions::sequences`). The engine's own context (that of
+    /// [`Engine::eval`]) is one of the booked caches: [`Engine::reset`] it before holding that
+    /// many sequences.
+    pub fn max_sequences(&self) -> usize {
+        self.plan.request.sequences.clamp(1, self.scratch.batch)
+    }
+
+    /// Exchanges the engine's own context with `seq`'s.
+    fn swap_context(&mut self, seq: &mut Sequence) {
+        std::mem::swap(&mut self.kv, &mut seq.kv);
+        std::mem::swap(&mut self.history, &mut seq.history);
+    }
+
+    /// Evaluates `prompt` on `seq`, keeping the longest prefix `seq` already holds (at least
+    /// the last prompt token is evaluated, for its logits), as
+    /// [`Engine::generate_reusing`] does. Returns how many tokens were reused, or `None` when
+    /// `cancel` was raised (`seq` is then empty, as after an error); the logits that follow
+    /// the prompt are in [`Engine::logits`].
+    pub fn prefill(
+        &mut self,
+        seq: &mut Sequence,
+        prompt: &[u32],
+        cancel: &AtomicBool,
+    ) -> Result<Option<usize>, EngineError> {
+        if prompt.is_empty() {
+            return Err(EngineError::Invalid("the prompt has no tokens".into()));
+        }
+        let keep = seq.common_prefix(prompt).min(prompt.len() - 1);
+        self.swap_context(seq);
+        self.truncate_context(keep);
+        let done = self.eval_unless_cancelled(&prompt[keep..], Some(cancel));
+        self.swap_context(seq);
+        Ok(done?.then_some(keep))
+    }
+
+    /// One decoding step of several sequences: appends `tokens[i]` to `seqs[i]` and returns
+    /// the logits that follow, row `i` (of [`Engine::n_vocab`]) for `seqs[i]`. Every layer
+    /// is obtained once for the step. The sequences' keys and values are charged (reserved)
+    /// before the pass; on error no sequence grows.
+    pub fn decode_batch(
+        &mut self,
+        seqs: &mut [&mut Sequence],
+        tokens: &[u32],
+    ) -> Result<&[f32], EngineError> {
+        let n = tokens.len();
+        if n == 0 || n != seqs.len() {
+            return Err(EngineError::Invalid(format!(
+                "a batched step of {} sequences was given {n} tokens",
+                seqs.len()
+            )));
+        }
+        if n > self.max_sequences() {
+            return Err(EngineError::Invalid(format!(
+                "{n} sequences in one step; this engine was laid out for {}",
+                self.max_sequences()
+            )));
+        }
+        let ctx = self.context_size();
+        for seq in seqs.iter_mut() {
+            if seq.len() + 1 > ctx {
+                return Err(EngineError::ContextOverflow {
+                    prompt: 1,
+                    needed: seq.len() + 1,
+                    ctx,
+                });
+            }
+            seq.kv.reserve(seq.len() + 1)?;
+        }
+        let pool = Arc::clone(&self.pool);
+        let started = Instant::now();
+        let result = pool.install(|| self.decode_rows(seqs, tokens));
+        let added = if result.is_ok() { n } else { 0 };
+        self.weights
+            .record_eval(started.elapsed().as_secs_f64(), added);
+        result?;
+        for (seq, &t) in seqs.iter_mut().zip(tokens) {
+            seq.history.push(t);
+            seq.kv.set_len(seq.history.len());
+        }
+        Ok(&self.logits[..n * self.model.tensors.n_vocab])
+    }
+
+    /// The logits of the last [`Engine::decode_batch`] step of `n` sequences, row `i` for its
+    /// `i`-th sequence.
+    pub fn batch_logits(&self, n: usize) -> &[f32] {
+        &self.logits[..n.min(self.max_sequences()) * self.n_vocab()]
+    }
+
+    /// The pass of [`Engine::decode_batch`]: row `i` is `tokens[i]` at the end of `seqs[i]`.
+    fn decode_rows(
+        &mut self,
+        seqs: &mut [&mut Sequence],
+        tokens: &[u32],
+    ) -> Result<(), EngineError> {
+        self.before_pass(tokens[0])?;
+        let cfg = &self.model.config;
+        let (file, tensors) = (&self.model.file, &self.model.tensors);
+        let (e, n, v) = (cfg.n_embd, tokens.len(), tensors.n_vocab);
+        let positions: Vec<usize> = seqs.iter().map(|q| q.len()).collect();
+        let s = &mut self.scratch;
+        for (i, &t) in tokens.iter().enumerate() {
+            self.weights
+                .matrices
+                .embed(file, tensors, t, &mut s.x[i * e..(i + 1) * e])?;
+        }
+        if cfg.arch.scale_embeddings {
+            scale(&mut s.x[..n * e], (e as f32).sqrt());
+        }
+        let factors = self.weights.vectors.rope_freqs.as_deref();
+        rope_tables(cfg, factors, positions.iter().copied(), s);
+        let mut kvs: Vec<&mut KvCache> = seqs.iter_mut().map(|q| &mut q.kv).collect();
+        for l in 0..cfg.n_layer {
+            let view = self.weights.matrices.layer(file, tensors, l)?;
+            let weights = LayerWeights {
+                matrices: &view,
+                vectors: &self.weights.vectors.layers[l],
+                experts: self.weights.experts.as_mut(),
+            };
+            let rows = Rows::Batch {
+                kvs: &mut kvs,
+                positions: &positions,
+            };
+            block(cfg, l, weights, s, rows)?;
+        }
+        let norm = &self.weights.vectors.output_norm;
+        for (x, xn) in s.x[..n * e]
+            .chunks_exact(e)
+            .zip(s.xn[..n * e].chunks_exact_mut(e))
+        {
+            rms_norm(x, norm, cfg.rms_eps, xn);
+        }
+        self.weights.matrices.logits(
+            file,
+            tensors,
+            &s.xn[..n * e],
+            n,
+            &mut self.logits[..n * v],
+        )?;
+        // A file written to during the pass may have given it a mix of old and new weights.
+        self.check_file(tokens[0], "discarded the pass that started reading")?;
+        Ok(())
+    }
+}

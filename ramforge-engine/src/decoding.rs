@@ -1,0 +1,108 @@
+//! One sequence's sampling between passes: its sampler, stop strings, text decoder and the
+//! tokens so far. [`Engine::generate`](crate::Engine::generate) and batched decoding (the
+//! server's scheduler) both step it, so a sequence decoded with others stops and shows text
+//! by exactly the same rules as one decoded alone.
+
+use crate::generate::StopReason;
+use crate::sampling::{Sampler, SamplingParams, StopMatcher};
+use crate::text::tokenizer::StreamDecoder;
+use crate::text::Tokenizer;
+
+/// What [`Decoding::next`] decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Next {
+    /// Evaluate this (sampled, shown) token and call `next` again with the logits after it.
+    Eval(u32),
+    /// Generation has ended; call [`Decoding::finish`].
+    Stop(StopReason),
+}
+
+/// A generation in progress on one sequence.
+pub struct Decoding<'t> {
+    tokenizer: &'t Tokenizer,
+    sampler: Sampler,
+    stops: StopMatcher,
+    decoder: StreamDecoder<'t>,
+    max_tokens: usize,
+    ignore_eos: bool,
+    tokens: Vec<u32>,
+    text: String,
+}
+
+impl<'t> Decoding<'t> {
+    /// A generation under `params` (already validated) that has generated nothing yet.
+    pub fn new(tokenizer: &'t Tokenizer, params: &SamplingParams) -> Decoding<'t> {
+        Decoding {
+            tokenizer,
+            sampler: Sampler::new(params),
+            stops: StopMatcher::new(&params.stop),
+            decoder: tokenizer.decoder(),
+            max_tokens: params.max_tokens,
+            ignore_eos: params.ignore_eos,
+            tokens: Vec::new(),
+            text: String::new(),
+        }
+    }
+
+    /// Samples the next token from `logits` (those that follow `history`, the sequence's whole
+    /// context of at most `ctx` positions) and shows its text through `on_token(id, text)`
+    /// (empty while text is held back), or says why generation ends first.
+    pub fn next(
+        &mut self,
+        logits: &mut [f32],
+        history: &[u32],
+        ctx: usize,
+        cancelled: bool,
+        on_token: &mut dyn FnMut(u32, &str),
+    ) -> Next {
+        if cancelled {
+            return Next::Stop(StopReason::Cancelled);
+        }
+        if self.tokens.len() >= self.max_tokens {
+            return Next::Stop(StopReason::MaxTokens);
+        }
+        let id = self.sampler.sample(logits, history);
+        if !self.ignore_eos && self.tokenizer.is_eog(id) {
+            return Next::Stop(StopReason::EndOfGeneration);
+        }
+        self.tokens.push(id);
+        let (shown, hit) = self.stops.push(&self.decoder.push(id));
+        self.text.push_str(&shown);
+        on_token(id, &shown);
+        if hit {
+            return Next::Stop(StopReason::StopString);
+        }
+        if history.len() >= ctx {
+            return Next::Stop(StopReason::ContextFull);
+        }
+        Next::Eval(id)
+    }
+
+    /// Tokens generated so far.
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    /// Ends the generation for `reason`: the text the decoder and the stop matcher held back is
+    /// shown (unless a stop string ended it), reported with the last token's id. Returns the
+    /// generated tokens and the whole text shown.
+    pub fn finish(
+        mut self,
+        reason: StopReason,
+        on_token: &mut dyn FnMut(u32, &str),
+    ) -> (Vec<u32>, String) {
+        if reason != StopReason::StopString {
+            let (shown, hit) = self.stops.push(&self.decoder.finish());
+            let tail = if hit {
+                shown
+            } else {
+                shown + &self.stops.finish()
+            };
+            if !tail.is_empty() {
+                self.text.push_str(&tail);
+                on_token(*self.tokens.last().unwrap_or(&0), &tail);
+            }
+        }
+        (self.tokens, self.text)
+    }
+}

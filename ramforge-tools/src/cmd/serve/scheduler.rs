@@ -1,0 +1,262 @@
+//! The engine's thread: decodes up to `--parallel` requests together.
+//!
+//! Between decoding steps it admits queued requests: each goes to the free slot whose kept
+//! context shares the longest prefix with its prompt (as llama-server does), so a
+//! conversation's next turn prefills only its new tokens; the rest of that slot's context is
+//! dropped. Then one batched step ([`Engine::decode_batch`]) serves every active request: one
+//! pass over the weights, each row sampled with its own sampler. Text goes back as it is
+//! produced; a request whose client is gone is stopped (or skipped, if still queued). A
+//! finished request's keys and values stay in its slot (the plan booked a whole context for
+//! every slot), to be reused or dropped by the next request the slot takes.
+
+use super::reply::Usage;
+use super::worker::Job;
+use ramforge_engine::text::Tokenizer;
+use ramforge_engine::{Decoding, Engine, EngineError, Next, Sequence, StopReason};
+use std::cmp::Reverse;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::Arc;
+
+/// The most requests one decoding step has served (`/health` shows it).
+#[derive(Default)]
+pub struct Busiest(AtomicUsize);
+
+impl Busiest {
+    /// The most so far.
+    pub fn get(&self) -> usize {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    fn saw(&self, n: usize) {
+        self.0.fetch_max(n, Ordering::Relaxed);
+    }
+}
+
+/// A sequence slot: its context (kept after its request ends) and when it was last used.
+struct Slot {
+    seq: Sequence,
+    busy: bool,
+    last_used: u64,
+}
+
+/// A request being decoded in slot `slot`.
+struct Active<'t> {
+    job: Job,
+    slot: usize,
+    decoding: Decoding<'t>,
+    /// The token to evaluate in the next step.
+    next: u32,
+    usage: Usage,
+}
+
+/// Runs jobs from `jobs` until every sender is gone and nothing is left.
+pub fn serve_jobs(mut engine: Engine, jobs: Receiver<Job>, busiest: &Busiest) {
+    // Only the slots hold contexts: the engine's own is one of the caches the plan booked.
+    engine.reset();
+    let tokenizer = Arc::clone(&engine.model().tokenizer);
+    let mut slots: Vec<Slot> = (0..engine.max_sequences())
+        .map(|_| Slot {
+            seq: engine.new_sequence(),
+            busy: false,
+            last_used: 0,
+        })
+        .collect();
+    let mut active: Vec<Active> = Vec::new();
+    let mut row = vec![0f32; engine.n_vocab()];
+    let mut clock = 0u64;
+    let mut open = true;
+    loop {
+        // Admit what waits, between steps.
+        while open && active.len() < slots.len() {
+            let job = if active.is_empty() {
+                jobs.recv().ok()
+            } else {
+                match jobs.try_recv() {
+                    Ok(job) => Some(job),
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => None,
+                }
+            };
+            let Some(job) = job else {
+                open = false;
+                break;
+            };
+            if job.abandoned() {
+                continue; // its client left while it waited
+            }
+            clock += 1;
+            if let Some(a) = admit(&mut engine, &mut slots, job, &tokenizer, clock) {
+                active.push(a);
+            }
+        }
+        if active.is_empty() {
+            if open {
+                continue;
+            }
+            return;
+        }
+        // One step for every active request, rows in slot order.
+        active.sort_by_key(|a| a.slot);
+        busiest.saw(active.len());
+        let tokens: Vec<u32> = active.iter().map(|a| a.next).collect();
+        let mut seqs: Vec<&mut Sequence> = slots
+            .iter_mut()
+            .filter(|s| s.busy)
+            .map(|s| &mut s.seq)
+            .collect();
+        let mut result = engine.decode_batch(&mut seqs, &tokens).map(|_| ());
+        drop(seqs);
+        if matches!(result, Err(EngineError::Budget(_))) && evict_idle(&mut slots, usize::MAX) {
+            let mut seqs: Vec<&mut Sequence> = slots
+                .iter_mut()
+                .filter(|s| s.busy)
+                .map(|s| &mut s.seq)
+                .collect();
+            result = engine.decode_batch(&mut seqs, &tokens).map(|_| ());
+        }
+        let logits = match result {
+            Ok(()) => engine.batch_logits(tokens.len()),
+            Err(e) => {
+                // Nothing grew; the requests of this step fail with the engine's error.
+                let message = e.to_string();
+                for a in active.drain(..) {
+                    let slot = &mut slots[a.slot];
+                    (slot.busy, slot.last_used) = (false, clock);
+                    slot.seq.clear();
+                    a.job.done(Err(message.clone()));
+                }
+                continue;
+            }
+        };
+        let v = row.len();
+        let ctx = engine.context_size();
+        let mut finished = Vec::new();
+        for (i, a) in active.iter_mut().enumerate() {
+            row.copy_from_slice(&logits[i * v..(i + 1) * v]);
+            let history = slots[a.slot].seq.tokens();
+            let cancelled = a.job.cancel.load(Ordering::Relaxed);
+            let job = &a.job;
+            match a
+                .decoding
+                .next(&mut row, history, ctx, cancelled, &mut |_, t| job.text(t))
+            {
+                Next::Eval(t) => a.next = t,
+                Next::Stop(reason) => finished.push((i, reason)),
+            }
+        }
+        for (i, reason) in finished.into_iter().rev() {
+            let a = active.remove(i);
+            let slot = &mut slots[a.slot];
+            (slot.busy, slot.last_used) = (false, clock);
+            finish(a.job, a.decoding, reason, a.usage);
+        }
+    }
+}
+
+/// Prefills `job` in the free slot whose context shares the longest prefix with its prompt
+/// (the least recently used among equals) and samples its first token. `None` when it ended
+/// there (an error, a cancel, or a first token that stops it): it has had its answer.
+fn admit<'t>(
+    engine: &mut Engine,
+    slots: &mut [Slot],
+    job: Job,
+    tokenizer: &'t Tokenizer,
+    clock: u64,
+) -> Option<Active<'t>> {
+    let prompt = &job.prompt;
+    if let Err(e) = job.params.validate() {
+        job.done(Err(EngineError::Invalid(e).to_string()));
+        return None;
+    }
+    let ctx = engine.context_size();
+    if prompt.len() > ctx {
+        let e = EngineError::ContextOverflow {
+            prompt: prompt.len(),
+            needed: prompt.len() + job.params.max_tokens,
+            ctx,
+        };
+        job.done(Err(e.to_string()));
+        return None;
+    }
+    let index = slots
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| !s.busy)
+        .max_by_key(|(_, s)| (s.seq.common_prefix(prompt), Reverse(s.last_used)))
+        .map(|(i, _)| i)
+        .expect("a request is admitted only while a slot is free");
+    let mut result = engine.prefill(&mut slots[index].seq, prompt, &job.cancel);
+    if matches!(result, Err(EngineError::Budget(_))) && evict_idle(slots, index) {
+        result = engine.prefill(&mut slots[index].seq, prompt, &job.cancel);
+    }
+    let cached = match result {
+        Ok(Some(cached)) => cached,
+        Ok(None) => {
+            let usage = Usage {
+                prompt_tokens: prompt.len(),
+                cached_tokens: 0,
+                completion_tokens: 0,
+            };
+            job.done(Ok((StopReason::Cancelled, usage)));
+            return None;
+        }
+        Err(e) => {
+            job.done(Err(e.to_string()));
+            return None;
+        }
+    };
+    let slot = &mut slots[index];
+    slot.last_used = clock;
+    let usage = Usage {
+        prompt_tokens: prompt.len(),
+        cached_tokens: cached,
+        completion_tokens: 0,
+    };
+    let mut decoding = Decoding::new(tokenizer, &job.params);
+    let mut logits = engine.logits().to_vec();
+    let cancelled = job.cancel.load(Ordering::Relaxed);
+    let first = decoding.next(
+        &mut logits,
+        slot.seq.tokens(),
+        ctx,
+        cancelled,
+        &mut |_, t| job.text(t),
+    );
+    match first {
+        Next::Eval(next) => {
+            slot.busy = true;
+            Some(Active {
+                job,
+                slot: index,
+                decoding,
+                next,
+                usage,
+            })
+        }
+        Next::Stop(reason) => {
+            finish(job, decoding, reason, usage);
+            None
+        }
+    }
+}
+
+/// Drops the kept contexts of the free slots but `except`, for a sequence the budget has no
+/// room for; whether any was dropped.
+fn evict_idle(slots: &mut [Slot], except: usize) -> bool {
+    let mut any = false;
+    for (i, s) in slots.iter_mut().enumerate() {
+        if i != except && !s.busy && !s.seq.is_empty() {
+            s.seq.clear();
+            any = true;
+        }
+    }
+    any
+}
+
+/// Shows what the generation held back and ends the job.
+fn finish(job: Job, decoding: Decoding<'_>, reason: StopReason, mut usage: Usage) {
+    let (tokens, _) = decoding.finish(reason, &mut |_, t| job.text(t));
+    usage.completion_tokens = tokens.len();
+    job.done(Ok((reason, usage)));
+}
