@@ -3,10 +3,25 @@
 //! server's scheduler) both step it, so a sequence decoded with others stops and shows text
 //! by exactly the same rules as one decoded alone.
 
-use crate::generate::StopReason;
 use crate::sampling::{Sampler, SamplingParams, StopMatcher};
 use crate::text::tokenizer::StreamDecoder;
 use crate::text::Tokenizer;
+
+/// Why generation ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// An end-of-generation token (EOS, EOT, `<|im_end|>` ...) was sampled.
+    EndOfGeneration,
+    /// A user stop string appeared in the text.
+    StopString,
+    /// `max_tokens` were generated.
+    MaxTokens,
+    /// The context is full.
+    ContextFull,
+    /// The cancel flag was raised.
+    Cancelled,
+}
 
 /// What [`Decoding::next`] decided.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -2,7 +2,7 @@
 //! streamed as text, stopped by end-of-generation tokens, stop strings, the token limit, the
 //! context size or a cancel flag.
 
-use crate::decoding::{Decoding, Next};
+use crate::decoding::{Decoding, Next, StopReason};
 use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::sampling::SamplingParams;
@@ -10,22 +10,6 @@ use crate::stream::ResidencyStats;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
-
-/// Why generation ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum StopReason {
-    /// An end-of-generation token (EOS, EOT, `<|im_end|>` ...) was sampled.
-    EndOfGeneration,
-    /// A user stop string appeared in the text.
-    StopString,
-    /// `max_tokens` were generated.
-    MaxTokens,
-    /// The context is full.
-    ContextFull,
-    /// The cancel flag was raised.
-    Cancelled,
-}
 
 /// What one `generate` call did.
 #[derive(Clone, Debug, serde::Serialize)]

@@ -63,10 +63,10 @@ mod weights;
 pub struct ReadmeDoctest;
 
 pub use budget::{parse_memory_size, process_memory, MemoryBudget, ProcessMemory};
-pub use decoding::{Decoding, Next};
+pub use decoding::{Decoding, Next, StopReason};
 pub use engine::{Engine, PromptProgress};
 pub use error::EngineError;
-pub use generate::{GenerationStats, StopReason};
+pub use generate::GenerationStats;
 pub use kv::KvType;
 pub use model::{Architecture, Model, ModelConfig};
 pub use options::{EngineOptions, DEFAULT_BATCH, DEFAULT_CTX};

@@ -9,6 +9,7 @@
 
 mod answer;
 mod http;
+mod job;
 mod reply;
 mod scheduler;
 mod state;

@@ -9,8 +9,8 @@
 //! finished request's keys and values stay in its slot (the plan booked a whole context for
 //! every slot), to be reused or dropped by the next request the slot takes.
 
+use super::job::Job;
 use super::reply::Usage;
-use super::worker::Job;
 use ramforge_engine::text::Tokenizer;
 use ramforge_engine::{Decoding, Engine, EngineError, Next, Sequence, StopReason};
 use std::cmp::Reverse;

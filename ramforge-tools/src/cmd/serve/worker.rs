@@ -1,51 +1,16 @@
-//! The request side of the engine's thread: a bounded queue of jobs, the events a job sends
-//! back (text as it is produced, then the end), and the guard that cancels a job whose client
-//! hung up. The thread itself is the scheduler (`scheduler`).
+//! The request side of the engine's thread: a bounded queue of jobs (`job`) and the guard that
+//! cancels a job whose client hung up. The thread itself is the scheduler (`scheduler`).
 
 use super::errors::ApiError;
-use super::reply::Usage;
+pub use super::job::Event;
+use super::job::Job;
 use super::scheduler::{serve_jobs, Busiest};
-use ramforge_engine::{Engine, SamplingParams, StopReason};
+use ramforge_engine::{Engine, SamplingParams};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
-
-/// What the engine thread tells a request.
-pub enum Event {
-    /// Text that became visible.
-    Text(String),
-    /// The generation ended: why and what it used, or the engine's error.
-    Done(Result<(StopReason, Usage), String>),
-}
-
-/// One generation for the engine thread.
-pub(super) struct Job {
-    pub prompt: Vec<u32>,
-    pub params: SamplingParams,
-    pub cancel: Arc<AtomicBool>,
-    pub events: UnboundedSender<Event>,
-}
-
-impl Job {
-    /// Whether its client is gone (the handler dropped its guard or its events).
-    pub fn abandoned(&self) -> bool {
-        self.cancel.load(Ordering::Relaxed) || self.events.is_closed()
-    }
-
-    /// Sends text that became visible; a client that is gone has the job cancelled.
-    pub fn text(&self, text: &str) {
-        if !text.is_empty() && self.events.send(Event::Text(text.to_string())).is_err() {
-            self.cancel.store(true, Ordering::Relaxed);
-        }
-    }
-
-    /// Ends the job with its result.
-    pub fn done(&self, result: Result<(StopReason, Usage), String>) {
-        let _ = self.events.send(Event::Done(result));
-    }
-}
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
 /// Raises a request's cancel flag when dropped: when its handler or its stream is dropped
 /// because the client hung up, the engine stops after the current token.
