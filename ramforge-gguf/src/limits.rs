@@ -7,6 +7,9 @@ pub const MAGIC: [u8; 4] = *b"GGUF";
 pub const DEFAULT_ALIGNMENT: u64 = 32;
 /// The metadata key that sets the data alignment.
 pub const ALIGNMENT_KEY: &str = "general.alignment";
+/// The largest alignment the writer pads to. The reader accepts any power of two, but a larger
+/// alignment only makes padding (real files use 32), up to gigabytes of zeros per tensor.
+pub const MAX_WRITE_ALIGNMENT: u64 = 1 << 20;
 /// Longest tensor name GGUF allows.
 pub const MAX_TENSOR_NAME: u64 = 64;
 /// Deepest array nesting accepted (arrays of arrays of ...).

@@ -9,7 +9,7 @@
 
 use crate::error::GgufError;
 use crate::file::GgufFile;
-use crate::limits::{align_up, ALIGNMENT_KEY, DEFAULT_ALIGNMENT, MAGIC};
+use crate::limits::{align_up, ALIGNMENT_KEY, DEFAULT_ALIGNMENT, MAGIC, MAX_WRITE_ALIGNMENT};
 use crate::parse::{parse_header, GgufHeader};
 use crate::tensor::TensorInfo;
 use crate::value::{Metadata, Value};
@@ -181,6 +181,12 @@ impl<'a> GgufWriter<'a> {
             .and_then(Value::as_u64)
             .filter(|a| a.is_power_of_two())
             .unwrap_or(DEFAULT_ALIGNMENT);
+        if alignment > MAX_WRITE_ALIGNMENT {
+            return Err(GgufError::OutOfRange {
+                key: ALIGNMENT_KEY.to_string(),
+                value: format!("{alignment} (the writer pads to at most {MAX_WRITE_ALIGNMENT})"),
+            });
+        }
         let overflow = |name: &str| GgufError::SizeOverflow {
             offset: None,
             tensor: name.to_string(),

@@ -272,6 +272,22 @@ fn writer_refuses_what_the_reader_would() {
         Err(GgufError::BadAlignment { value: 48, .. })
     ));
 
+    // Found by the gguf_structured fuzz target: a valid but huge alignment made the writer
+    // allocate gigabytes of padding. It writes alignments up to 1 MiB.
+    let mut m = Metadata::new();
+    m.set("general.alignment", Value::U64(1 << 40));
+    let e = w(m).to_bytes().unwrap_err();
+    assert!(
+        matches!(&e, GgufError::OutOfRange { key, .. } if key == "general.alignment"),
+        "{e}"
+    );
+    let mut m = Metadata::new();
+    m.set("general.alignment", Value::U64(1 << 20));
+    let mut big = w(m);
+    big.add_tensor("t", GgmlType::F32, &[1], vec![0; 4])
+        .unwrap();
+    assert_eq!(big.to_bytes().unwrap().len() as u64, 2 << 20);
+
     let mut m = Metadata::new();
     m.set(
         "mixed",
