@@ -6,9 +6,9 @@
 //! so each row's logits equal, bit for bit, those of [`Engine::eval`] of its token on its
 //! sequence alone: greedy decoding gives the same tokens batched or not.
 
-use crate::engine::Engine;
+use crate::engine::{input_rows, Engine};
 use crate::error::EngineError;
-use crate::forward::{block, rms_norm, rope_tables, scale, LayerWeights, Rows};
+use crate::forward::{block, rms_norm, LayerWeights, Rows};
 use crate::kv::KvCache;
 use crate::sequence::Sequence;
 use std::sync::atomic::AtomicBool;
@@ -125,16 +125,13 @@ impl Engine {
         let (e, n, v) = (cfg.n_embd, tokens.len(), tensors.n_vocab);
         let positions: Vec<usize> = seqs.iter().map(|q| q.len()).collect();
         let s = &mut self.scratch;
-        for (i, &t) in tokens.iter().enumerate() {
-            self.weights
-                .matrices
-                .embed(file, tensors, t, &mut s.x[i * e..(i + 1) * e])?;
-        }
-        if cfg.arch.scale_embeddings {
-            scale(&mut s.x[..n * e], (e as f32).sqrt());
-        }
-        let factors = self.weights.vectors.rope_freqs.as_deref();
-        rope_tables(cfg, factors, positions.iter().copied(), s);
+        input_rows(
+            &self.model,
+            &mut self.weights,
+            tokens,
+            positions.iter().copied(),
+            s,
+        )?;
         let mut kvs: Vec<&mut KvCache> = seqs.iter_mut().map(|q| &mut q.kv).collect();
         for l in 0..cfg.n_layer {
             let view = self.weights.matrices.layer(file, tensors, l)?;

@@ -373,16 +373,8 @@ impl Engine {
             }
             let n = s.batch.min(tokens.len() - done);
             let pos = first + done;
-            for (i, &t) in tokens[done..done + n].iter().enumerate() {
-                self.weights
-                    .matrices
-                    .embed(file, tensors, t, &mut s.x[i * e..(i + 1) * e])?;
-            }
-            if cfg.arch.scale_embeddings {
-                scale(&mut s.x[..n * e], (e as f32).sqrt());
-            }
-            let factors = self.weights.vectors.rope_freqs.as_deref();
-            rope_tables(cfg, factors, pos..pos + n, s);
+            let batch = &tokens[done..done + n];
+            input_rows(&self.model, &mut self.weights, batch, pos..pos + n, s)?;
             for l in 0..cfg.n_layer {
                 let view = self.weights.matrices.layer(file, tensors, l)?;
                 let weights = LayerWeights {
@@ -419,4 +411,28 @@ impl Engine {
         self.check_file(tokens[0], "discarded the pass that started reading")?;
         Ok(true)
     }
+}
+
+/// The input of a pass: each of `tokens`' embedding rows into `s.x` (scaled where the
+/// architecture scales them) and the RoPE tables for their `positions`. Shared by prompt
+/// batches and batched decoding, so a row starts from the same numbers either way.
+pub(crate) fn input_rows(
+    model: &Model,
+    weights: &mut Weights,
+    tokens: &[u32],
+    positions: impl ExactSizeIterator<Item = usize> + Clone,
+    s: &mut Scratch,
+) -> Result<(), EngineError> {
+    let (cfg, file, tensors) = (&model.config, &model.file, &model.tensors);
+    let (e, n) = (cfg.n_embd, tokens.len());
+    for (i, &t) in tokens.iter().enumerate() {
+        weights
+            .matrices
+            .embed(file, tensors, t, &mut s.x[i * e..(i + 1) * e])?;
+    }
+    if cfg.arch.scale_embeddings {
+        scale(&mut s.x[..n * e], (e as f32).sqrt());
+    }
+    rope_tables(cfg, weights.vectors.rope_freqs.as_deref(), positions, s);
+    Ok(())
 }

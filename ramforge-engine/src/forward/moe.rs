@@ -77,8 +77,7 @@ pub(crate) fn moe_ffn(
     match store {
         Some(store) => store.for_each(layer, &wanted, run),
         None => {
-            let stacks =
-                [Role::FfnGateExps, Role::FfnUpExps, Role::FfnDownExps].map(|r| w.matrix(r));
+            let stacks = Role::EXPERT_STACKS.map(|r| w.matrix(r));
             for &(x, _) in &wanted {
                 run(x, stacks.map(|m| m.expert(x, ne)))?;
             }

@@ -35,8 +35,7 @@ impl LayerTensors {
     /// Bytes of one expert's three slices (gate, up, down) in an MoE layer of `n_expert`
     /// experts; `None` in a dense layer.
     pub fn expert_bytes(&self, n_expert: usize) -> Option<u64> {
-        let roles = [Role::FfnGateExps, Role::FfnUpExps, Role::FfnDownExps];
-        let total: u64 = roles
+        let total: u64 = Role::EXPERT_STACKS
             .iter()
             .filter_map(|&r| self.get(r))
             .map(|t| t.n_bytes)
@@ -47,24 +46,20 @@ impl LayerTensors {
     /// The three expert stacks of an MoE layer (gate, up, down; GGUF `[cols, rows, n_expert]`,
     /// expert `x` is the `x`-th of `n_expert` equal slices of each); `None` in a dense layer.
     pub fn expert_stacks(&self) -> Option<[&TensorInfo; 3]> {
-        Some([
-            self.get(Role::FfnGateExps)?,
-            self.get(Role::FfnUpExps)?,
-            self.get(Role::FfnDownExps)?,
-        ])
+        let [gate, up, down] = Role::EXPERT_STACKS.map(|r| self.get(r));
+        Some([gate?, up?, down?])
     }
 
     /// This layer without its expert stacks: what stays a layer (pinned or streamed whole)
     /// when experts are streamed one by one. The stacks stay reachable by role.
     pub fn without_experts(&self) -> LayerTensors {
-        let experts = [Role::FfnGateExps, Role::FfnUpExps, Role::FfnDownExps];
         LayerTensors {
             by_role: self.by_role.clone(),
             matrix_roles: self
                 .matrix_roles
                 .iter()
                 .copied()
-                .filter(|r| !experts.contains(r))
+                .filter(|r| !Role::EXPERT_STACKS.contains(r))
                 .collect(),
         }
     }

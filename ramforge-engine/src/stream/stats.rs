@@ -116,6 +116,12 @@ impl ResidencyStats {
         })
     }
 
+    /// Whether an MoE model's experts were streamed one by one (an expert cache was planned, or
+    /// experts were read).
+    pub fn streams_experts(&self) -> bool {
+        self.expert_slots_per_layer > 0 || self.expert_hits + self.expert_misses > 0
+    }
+
     /// Experts read from storage per token processed.
     pub fn expert_reads_per_token(&self) -> f64 {
         if self.tokens == 0 {

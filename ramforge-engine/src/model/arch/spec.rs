@@ -98,6 +98,9 @@ impl Role {
     /// How many roles there are (the size of a per-layer table indexed by role).
     pub const COUNT: usize = Role::FfnPostNorm as usize + 1;
 
+    /// An MoE layer's expert stacks, in the order an expert's slices are used: gate, up, down.
+    pub const EXPERT_STACKS: [Role; 3] = [Role::FfnGateExps, Role::FfnUpExps, Role::FfnDownExps];
+
     /// Every role, in declaration order (`Role::ALL[r as usize] == r`).
     pub const ALL: [Role; Role::COUNT] = {
         use Role::*;
