@@ -29,50 +29,22 @@ import argparse
 import http.client
 import json
 import os
-import re
 import signal
 import statistics
-import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-SLACK = 16 << 20  # the HTTP side's allowance over the budget
-
-
-def default_binary():
-    target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
-    for profile in ("release", "debug"):
-        p = target / profile / "ramforge-tools"
-        if p.is_file():
-            return str(p)
-    sys.exit("no ramforge-tools binary: build it (cargo build --release -p ramforge-tools) or pass --ramforge")
-
-
-def status_kib(pid, field):
-    for line in open(f"/proc/{pid}/status"):
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    return 0
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from serve_load import ROOT, SLACK, default_binary, launch, status_kib  # noqa: E402  (shared with the load script)
 
 
 def start_server(args, ram_mib):
     cmd = [args.ramforge, "serve", args.model, "--port", "0", "--ram", f"{ram_mib}M", "--ctx", str(args.ctx),
            "--threads", str(args.threads), "--parallel", str(args.clients), "--queue", str(args.clients * 2)]
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        line = proc.stderr.readline()
-        if not line:
-            break
-        m = re.search(r"listening on http://(127\.0\.0\.1):(\d+)", line)
-        if m:
-            threading.Thread(target=lambda: proc.stderr.read(), daemon=True).start()
-            return proc, int(m.group(2))
-    proc.kill()
-    sys.exit("the server printed no address line (is the budget too small for --parallel x --ctx?)")
+    return launch(cmd, " (is the budget too small for --parallel x --ctx?)")
 
 
 def stream(port, model, prompt, tokens):

@@ -60,6 +60,11 @@ def status_kib(pid, field):
 def start_server(args):
     cmd = [args.ramforge, "serve", args.model, "--port", "0", "--ram", args.ram, "--ctx", str(args.ctx),
            "--threads", str(args.threads), "--queue", str(args.clients * 2), "--parallel", str(args.parallel)]
+    return launch(cmd)
+
+
+def launch(cmd, hint=""):
+    """Start `serve` with `cmd` (its --port 0) and wait for its address line: (process, port)."""
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
     while time.time() < deadline:
@@ -71,7 +76,7 @@ def start_server(args):
             threading.Thread(target=lambda: proc.stderr.read(), daemon=True).start()
             return proc, int(m.group(2))
     proc.kill()
-    sys.exit("the server printed no address line")
+    sys.exit("the server printed no address line" + hint)
 
 
 def body_for(rng, model, i):

@@ -8,7 +8,6 @@
 
 mod common;
 
-use common::model_path;
 use serde_json::Value;
 use std::path::PathBuf;
 use std::process::Command;
@@ -33,15 +32,7 @@ fn synth(name: &str, args: &[&str]) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("ramforge-experts-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join(name);
-    let status = Command::new(env!("CARGO_BIN_EXE_ramforge-tools"))
-        .args(["synth", "-q", "-o"])
-        .arg(&file)
-        .args(args)
-        .arg("--vocab-from")
-        .arg(model_path("SmolLM2-135M-Instruct.Q4_1.gguf"))
-        .status()
-        .unwrap();
-    assert!(status.success());
+    common::synth(&file, args);
     file
 }
 

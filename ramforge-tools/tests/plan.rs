@@ -26,13 +26,17 @@ fn plan_shows_experts_and_their_size() {
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("moe.gguf");
     let donor = model_path("SmolLM2-135M-Instruct.Q4_1.gguf");
-    let status = Command::new(env!("CARGO_BIN_EXE_ramforge-tools"))
-        .args(["synth", "-q", "-o"])
-        .arg(&file)
-        .args([
-            "--arch", "qwen3moe", "--layers", "2", "--embd", "256", "--ffn", "128",
-        ])
-        .args([
+    common::synth(
+        &file,
+        &[
+            "--arch",
+            "qwen3moe",
+            "--layers",
+            "2",
+            "--embd",
+            "256",
+            "--ffn",
+            "128",
             "--heads",
             "4",
             "--kv-heads",
@@ -41,12 +45,10 @@ fn plan_shows_experts_and_their_size() {
             "8",
             "--experts-used",
             "2",
-        ])
-        .args(["--type", "Q8_0", "--vocab-from"])
-        .arg(&donor)
-        .status()
-        .unwrap();
-    assert!(status.success());
+            "--type",
+            "Q8_0",
+        ],
+    );
     let f = file.to_str().unwrap();
     let plan = tool(&["plan", f, "--ram", "1G", "--json"]);
     let inspect = tool(&["inspect", f, "--json"]);

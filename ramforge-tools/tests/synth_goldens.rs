@@ -33,16 +33,7 @@ Une phrase en français, pour changer un peu de langue et de tokens.\n";
 /// Writes `name`.gguf with `synth` and these arguments, then llama.cpp's golden for it.
 fn synth_and_record(name: &str, args: &[&str]) -> (PathBuf, PathBuf) {
     let model = tmp(&format!("{name}.gguf"));
-    let donor = common::model_path("SmolLM2-135M-Instruct.Q4_1.gguf");
-    let o = Command::new(env!("CARGO_BIN_EXE_ramforge-tools"))
-        .args(["synth", "-o"])
-        .arg(&model)
-        .args(args)
-        .arg("--vocab-from")
-        .arg(donor)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    common::synth(&model, args);
     let prompts = tmp(&format!("{name}.prompts.txt"));
     std::fs::write(&prompts, PROMPTS).unwrap();
     let script = golden_dir().join("../reference/golden.py");

@@ -179,14 +179,7 @@ fn report(
             "mapped_io": stats.mapped_io,
             "peak_rss_bytes": mem.peak_rss,
             "cancelled": m.cancelled,
-            "experts": (stats.expert_slots_per_layer > 0 || stats.expert_misses > 0).then(|| serde_json::json!({
-                "slots_per_layer": stats.expert_slots_per_layer,
-                "decode_hits": decode.expert_hits,
-                "decode_misses": decode.expert_misses,
-                "decode_bytes_read": decode.expert_bytes_read,
-                "decode_reads_per_token": decode.expert_reads_per_token(),
-                "decode_hit_rate": decode.expert_hit_rate(),
-            })),
+            "experts": crate::expert_stats::json(stats, decode),
         });
         println!("{out}");
         return Ok(ExitCode::SUCCESS);

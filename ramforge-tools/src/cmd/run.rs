@@ -161,27 +161,7 @@ fn json_report(
         "stream_buffers": r.stream_buffers,
         "direct_io": r.direct_io,
         "mapped_io": r.mapped_io,
-        "experts": experts_json(r, d),
-    })
-}
-
-/// The expert cache's figures (`None` unless experts are streamed one by one): the whole
-/// call's and decoding's.
-fn experts_json(
-    r: &ramforge_engine::stream::ResidencyStats,
-    d: &ramforge_engine::stream::ResidencyStats,
-) -> Option<serde_json::Value> {
-    (r.expert_slots_per_layer > 0 || r.expert_hits + r.expert_misses > 0).then(|| {
-        serde_json::json!({
-            "slots_per_layer": r.expert_slots_per_layer,
-            "hits": r.expert_hits,
-            "misses": r.expert_misses,
-            "admitted": r.experts_admitted,
-            "bytes_read": r.expert_bytes_read,
-            "decode_hits": d.expert_hits,
-            "decode_misses": d.expert_misses,
-            "decode_bytes_read": d.expert_bytes_read,
-        })
+        "experts": crate::expert_stats::json(r, d),
     })
 }
 
@@ -252,7 +232,7 @@ fn expert_line(
     decode: &ramforge_engine::stream::ResidencyStats,
 ) -> String {
     let per = if decode.tokens > 0 { decode } else { r };
-    if r.expert_slots_per_layer == 0 && r.expert_hits + r.expert_misses == 0 {
+    if !r.streams_experts() {
         return String::new();
     }
     format!(

@@ -2,7 +2,7 @@
 //! the goldens are, and how to run the binary. A missing model fails the test with what to do.
 #![allow(dead_code)] // each test file uses only some of these
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// The model files listed in ../shared/golden/README.md.
@@ -89,4 +89,18 @@ pub fn tool(args: &[&str]) -> Output {
         .args(args)
         .output()
         .expect("spawn ramforge-tools")
+}
+
+/// Writes `file` with `ramforge-tools synth` and `args`, taking the vocabulary from the real
+/// SmolLM2 file.
+pub fn synth(file: &Path, args: &[&str]) {
+    let o = Command::new(env!("CARGO_BIN_EXE_ramforge-tools"))
+        .args(["synth", "-q", "-o"])
+        .arg(file)
+        .args(args)
+        .arg("--vocab-from")
+        .arg(model_path("SmolLM2-135M-Instruct.Q4_1.gguf"))
+        .output()
+        .expect("spawn ramforge-tools");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
