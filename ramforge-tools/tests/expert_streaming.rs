@@ -4,7 +4,8 @@
 //! plan's minimum up, with one thread and two; only the router's experts are read (each miss
 //! reads one expert's slices, within their alignment, and nothing but embedding rows besides
 //! while decoding once the layers and output are resident); the cache serves hits once it has slots;
-//! peak RSS stays within the budget + 16 MiB; and a model that fits is not streamed at all.
+//! peak RSS stays within the budget + 16 MiB; from a warm file, experts used once are mapped in
+//! place, from a cold one read; and a model that fits is not streamed at all.
 
 mod common;
 
@@ -83,9 +84,14 @@ fn check(file: PathBuf) {
 
     let mut budgets = vec![minimum];
     budgets.extend([10, 25, 40, 60, 85].map(|pct| file_bytes * pct / 100));
-    let (mut hits, mut streamed_runs) = (0, 0);
+    let (mut hits, mut streamed_runs, mut mapped_warm) = (0, 0, 0);
     for ram in budgets.into_iter().filter(|&b| b >= minimum) {
-        for threads in ["1", "2"] {
+        // One thread on a warm file (experts used once are mapped in place), two on a cold
+        // one (every miss is read).
+        for (threads, cold) in [("1", false), ("2", true)] {
+            if cold {
+                common::evict(&file);
+            }
             let got = run(f, Some(ram), threads);
             assert_eq!(&got["tokens"], want, "--ram {ram} --threads {threads}");
             let peak = got["peak_rss_bytes"].as_u64().unwrap();
@@ -120,9 +126,20 @@ fn check(file: PathBuf) {
             if x["slots_per_layer"].as_u64().unwrap() > 0 {
                 hits += x["decode_hits"].as_u64().unwrap();
             }
+            let mapped = x["mapped"].as_u64().unwrap();
+            assert!(mapped <= x["misses"].as_u64().unwrap() - x["admitted"].as_u64().unwrap());
+            if cold {
+                assert_eq!(mapped, 0, "--ram {ram}: a cold file is read, not mapped");
+            } else {
+                mapped_warm += mapped;
+            }
         }
     }
     assert!(hits > 0, "the cache never served a hit");
+    assert!(
+        mapped_warm > 0,
+        "no expert was used in place from the warm file"
+    );
     assert!(
         streamed_runs >= 8,
         "experts streamed in only {streamed_runs} runs"
@@ -195,13 +212,22 @@ fn mixtral_experts_stream_with_all_resident_tokens() {
 
 /// A file cut short under a running engine that streams experts: generation ends with one
 /// line naming the first tensor the file no longer holds, every charge of the generation is
-/// released and the context reset.
+/// released and the context reset; from a warm file (experts mapped) and a cold one (read).
 #[test]
 fn a_file_cut_short_ends_expert_streaming_cleanly() {
+    cut_short(false);
+    cut_short(true);
+}
+
+fn cut_short(cold: bool) {
     use ramforge_engine::{Engine, EngineOptions, SamplingParams};
     use std::sync::atomic::AtomicBool;
     let file = synth(
-        "cut.gguf",
+        if cold {
+            "cut-cold.gguf"
+        } else {
+            "cut-warm.gguf"
+        },
         &[
             "--arch",
             "qwen3moe",
@@ -230,6 +256,9 @@ fn a_file_cut_short_ends_expert_streaming_cleanly() {
         ctx: Some(64),
         ..EngineOptions::default()
     };
+    if cold {
+        common::evict(&file);
+    }
     let mut e = Engine::load(&file, &options).unwrap();
     assert!(e.plan().experts.is_some(), "the budget streams experts");
     let held = e.budget().held();
@@ -243,6 +272,8 @@ fn a_file_cut_short_ends_expert_streaming_cleanly() {
         )
     };
     gen(&mut e).unwrap();
+    let mapped = e.residency().experts_mapped;
+    assert_eq!(mapped > 0, !cold, "experts used in place: {mapped}");
     // Cut the file inside the last layer's expert stacks.
     let stacks = e.model().tensors.layers[1].expert_stacks().unwrap();
     let cut = e.model().file.absolute_offset(stacks[0]) + 4096;

@@ -1,6 +1,7 @@
 //! `plan` describes what shapes the layout beyond layers: the experts of an MoE model (count,
 //! used per token, bytes of one expert, as the file's expert tensors hold them) and a
-//! sliding window; `inspect` describes the same experts from the header alone.
+//! sliding window; `inspect` describes the same experts from the header alone; `--parallel`
+//! books a KV cache and logits per sequence.
 
 mod common;
 
@@ -100,4 +101,41 @@ fn plan_shows_gemma3s_sliding_window() {
     let gemma = model_path("gemma-3-270m-q4_k_m.gguf");
     let plan = tool(&["plan", gemma.to_str().unwrap(), "--ram", "1G", "--json"]);
     assert_eq!(plan["sliding_window"], 512);
+}
+
+/// `plan --parallel N` books what `serve --parallel N` charges: a whole context of KV cache
+/// and a row of logits per sequence, so the minimum grows by both for each extra sequence.
+#[test]
+fn plan_books_kv_and_logits_for_each_parallel_sequence() {
+    let f = model_path("SmolLM2-135M-Instruct.Q4_1.gguf");
+    let f = f.to_str().unwrap();
+    let plan = |n: &str| {
+        tool(&[
+            "plan",
+            f,
+            "--ram",
+            "1G",
+            "--ctx",
+            "256",
+            "--parallel",
+            n,
+            "--json",
+        ])
+    };
+    let (one, four) = (plan("1"), plan("4"));
+    let n = |p: &serde_json::Value, k: &str| p[k].as_u64().unwrap();
+    assert_eq!(one["parallel"], 1);
+    assert_eq!(four["parallel"], 4);
+    assert_eq!(n(&four, "kv_cache_bytes"), 4 * n(&one, "kv_cache_bytes"));
+    assert_eq!(n(&four, "logits_bytes"), 4 * n(&one, "logits_bytes"));
+    assert_eq!(
+        n(&four, "minimum_budget_bytes") - n(&one, "minimum_budget_bytes"),
+        3 * (n(&one, "kv_cache_bytes") + n(&one, "logits_bytes"))
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_ramforge-tools"))
+        .args(["plan", f, "--ram", "1G", "--ctx", "256", "--parallel", "4"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("4 sequences in parallel"), "{text}");
 }

@@ -21,7 +21,7 @@
 //!
 //! A mixture-of-experts model that does not fit whole streams its experts one by one
 //! ([`ExpertPlan`]): its layers are planned without their expert stacks (attention, router and
-//! norms are what every token needs), one staging buffer for an expert joins the working set,
+//! norms are what every token needs), two staging buffers for experts join the working set,
 //! and what is left after step 3 becomes the expert cache, the same number of slots per layer.
 
 pub mod residency;
@@ -114,9 +114,18 @@ pub struct ExpertPlan {
 }
 
 impl ExpertPlan {
-    /// Bytes charged for the cache and the staging buffer.
+    /// Staging buffers for missed experts the cache does not admit: two, so one can be read
+    /// while the compute uses the other.
+    pub const STAGING_BUFFERS: usize = 2;
+
+    /// Bytes charged for the staging buffers.
+    pub fn staging_bytes(&self) -> u64 {
+        Self::STAGING_BUFFERS as u64 * self.buffer_charge
+    }
+
+    /// Bytes charged for the cache and the staging buffers.
     pub fn charged_bytes(&self) -> u64 {
-        (self.per_layer * self.layers + 1) as u64 * self.buffer_charge
+        (self.per_layer * self.layers) as u64 * self.buffer_charge + self.staging_bytes()
     }
 
     /// The fraction of all experts the cache holds.
@@ -197,8 +206,8 @@ impl MemoryPlan {
         let layer_bytes: Vec<u64> = layers.iter().map(|l| l.matrix_bytes()).collect();
         let stream_buffer_len = layers.iter().map(LayerLayout::bound).max().unwrap_or(0);
         let buffer_charge = aligned_buf_charge(stream_buffer_len);
-        // The staging buffer an expert the cache does not admit is read into.
-        let staging = experts.as_ref().map_or(0, |x| x.buffer_charge);
+        // The staging buffers missed experts the cache does not admit are read into.
+        let staging = experts.as_ref().map_or(0, ExpertPlan::staging_bytes);
         let out = &tensors.output;
         let output_bytes = out.n_bytes;
         let out_row = out.row_bytes();

@@ -22,7 +22,7 @@ pub use depth::{DepthDecision, WINDOW_PASSES};
 pub use stats::ResidencyStats;
 
 pub(crate) use aligned::{aligned_buf_charge, AlignedBuf};
-pub(crate) use layout::LayerLayout;
+pub(crate) use layout::{LayerLayout, MappedLayer};
 pub(crate) use page_cache::drop_read;
 pub(crate) use prefetch::Prefetcher;
 pub(crate) use reader::{ReadMode, StreamFile, WARM_FRACTION};

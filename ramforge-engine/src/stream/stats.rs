@@ -58,6 +58,12 @@ pub struct ResidencyStats {
     pub experts_admitted: u64,
     /// Bytes read for experts (part of `bytes_read`).
     pub expert_bytes_read: u64,
+    /// Of the missed experts, those used in place from a warm page cache (mapped, no copy).
+    pub experts_mapped: u64,
+    /// Seconds the expert reader spent reading (part of `read_secs`; it overlaps compute).
+    pub expert_read_secs: f64,
+    /// Seconds the compute waited for a missed expert (part of `io_wait_secs`).
+    pub expert_wait_secs: f64,
     /// Expert cache slots of each MoE layer (0: experts are not streamed one by one).
     pub expert_slots_per_layer: u64,
 }
@@ -93,6 +99,9 @@ impl ResidencyStats {
             expert_misses: self.expert_misses - before.expert_misses,
             experts_admitted: self.experts_admitted - before.experts_admitted,
             expert_bytes_read: self.expert_bytes_read - before.expert_bytes_read,
+            experts_mapped: self.experts_mapped - before.experts_mapped,
+            expert_read_secs: self.expert_read_secs - before.expert_read_secs,
+            expert_wait_secs: self.expert_wait_secs - before.expert_wait_secs,
             ..*self
         }
     }

@@ -5,6 +5,7 @@
 use crate::args::{KvCache, PromptBatch};
 use crate::error::CmdResult;
 use ramforge_engine::budget::human_bytes;
+use ramforge_engine::plan::ExpertPlan;
 use ramforge_engine::{EngineError, EngineOptions, MemoryPlan, Model};
 use std::io::Write;
 use std::path::PathBuf;
@@ -27,6 +28,11 @@ pub struct Args {
     pub prefill: PromptBatch,
     #[command(flatten)]
     pub kv: KvCache,
+    /// Sequences decoded together, as `serve --parallel N` books them: a whole context of KV
+    /// cache and a row of logits for each.
+    #[arg(long, default_value_t = 1, value_name = "N",
+          value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub parallel: u16,
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
@@ -39,6 +45,7 @@ pub fn run(args: Args) -> CmdResult {
         ctx: args.ctx,
         batch: args.prefill.batch.max(1),
         kv_type: args.kv.kv_type,
+        sequences: args.parallel.into(),
         ..EngineOptions::default()
     };
     // The unlimited layout gives the sizes and the minimum even when the budget does not fit.
@@ -96,6 +103,7 @@ fn json(
         "minimum_budget_bytes": sizes.minimum,
         "ctx": sizes.request.ctx,
         "batch": sizes.request.batch,
+        "parallel": sizes.request.sequences.max(1),
         "kv_type": sizes.request.kv_type.name(),
         "kv_cache_bytes": sizes.kv_bytes,
         "scratch_bytes": sizes.scratch_bytes,
@@ -156,8 +164,12 @@ fn text(model: &Model, args: &Args, sizes: &MemoryPlan, plan: Option<&MemoryPlan
     if let Some(w) = cfg.sliding_window {
         s += &format!("sliding-window attention: {w} positions on the local layers (their KV cache holds only the window)\n");
     }
+    let parallel = match sizes.request.sequences {
+        0 | 1 => String::new(),
+        n => format!(", {n} sequences in parallel"),
+    };
     s += &format!(
-        "working set (context {}, batch {}): KV cache {} ({}), scratch {}, logits {}, norms/biases {}\n",
+        "working set (context {}, batch {}{parallel}): KV cache {} ({}), scratch {}, logits {}, norms/biases {}\n",
         sizes.request.ctx,
         sizes.request.batch,
         h(sizes.kv_bytes),
@@ -208,10 +220,11 @@ fn text(model: &Model, args: &Args, sizes: &MemoryPlan, plan: Option<&MemoryPlan
             );
             if let Some(x) = &p.experts {
                 s += &format!(
-                    "  experts streamed one by one (layers above are without them): cache of {} per layer ({:.0}% of the experts, {}) + 1 staging buffer of {}\n",
+                    "  experts streamed one by one (layers above are without them): cache of {} per layer ({:.0}% of the experts, {}) + {} staging buffers of {}\n",
                     x.per_layer,
                     100.0 * x.cached_fraction(),
-                    h(x.charged_bytes() - x.buffer_charge),
+                    h(x.charged_bytes() - x.staging_bytes()),
+                    ExpertPlan::STAGING_BUFFERS,
                     h(x.buffer_charge)
                 );
             }

@@ -236,7 +236,7 @@ fn expert_line(
         return String::new();
     }
     format!(
-        "experts: {} hits / {} misses ({:.0}% hit rate, {} slots per layer), {:.1} expert reads and {}/token, {} admitted\n",
+        "experts: {} hits / {} misses ({:.0}% hit rate, {} slots per layer), {:.1} expert reads and {}/token, {} admitted, {} used in place; reads {:.2} s, of which the compute waited {:.2} s\n",
         r.expert_hits,
         r.expert_misses,
         100.0 * r.expert_hit_rate(),
@@ -244,5 +244,8 @@ fn expert_line(
         per.expert_reads_per_token(),
         human_bytes((per.expert_bytes_read as f64 / per.tokens.max(1) as f64) as u64),
         r.experts_admitted,
+        r.experts_mapped,
+        r.expert_read_secs,
+        r.expert_wait_secs,
     )
 }

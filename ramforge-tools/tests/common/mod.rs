@@ -104,3 +104,20 @@ pub fn synth(file: &Path, args: &[&str]) {
         .expect("spawn ramforge-tools");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
+
+/// Drops `file` from the page cache (written pages are synced first: only clean ones can be
+/// dropped), so the next reader finds it cold.
+pub fn evict(file: &Path) {
+    let f = std::fs::File::open(file).unwrap();
+    f.sync_all().unwrap();
+    // SAFETY: posix_fadvise only reads its integer arguments; the descriptor is open.
+    let rc = unsafe {
+        libc::posix_fadvise(
+            std::os::unix::io::AsRawFd::as_raw_fd(&f),
+            0,
+            0,
+            libc::POSIX_FADV_DONTNEED,
+        )
+    };
+    assert_eq!(rc, 0, "posix_fadvise on {}", file.display());
+}

@@ -2,34 +2,44 @@
 //! attention and router stay a layer (pinned or streamed whole), and each of its experts is
 //! read on demand, only when the router selects it: its three slices (gate, up, down) in as
 //! few aligned reads as the file allows, into a cache slot of its layer or, when the policy
-//! ([`policy`]) keeps what the slots hold, into a staging buffer used once.
+//! ([`policy`]) keeps what the slots hold, into a staging buffer used once. A thread
+//! ([`reader`]) reads the misses while the compute runs the experts before them; from a warm
+//! page cache an expert used once is mapped in place instead of copied.
 
 pub mod policy;
+mod reader;
 
 use super::view::MatrixView;
 use crate::budget::MemoryBudget;
 use crate::error::EngineError;
 use crate::model::LayerTensors;
 use crate::plan::ExpertPlan;
-use crate::stream::{AlignedBuf, LayerLayout, ReadMode, ResidencyStats, StreamFile};
-use policy::{admit, Admit, ExpertUse, Slot};
+use crate::stream::{AlignedBuf, LayerLayout, MappedLayer, ReadMode, ResidencyStats, StreamFile};
+use policy::{sources, Admit, ExpertUse, Source};
 use ramforge_gguf::{GgufFile, TensorInfo};
+use reader::{Done, ExpertReader, Read, Request};
+use std::collections::VecDeque;
 use std::time::Instant;
 
 /// The expert cache of every MoE layer and the reader that fills it.
 pub struct ExpertStore {
     n_expert: usize,
-    /// Cache slots of each layer: layer `l` owns `slots[l * per_layer..][..per_layer]`.
+    /// Cache slots of each layer: layer `l` owns `slots[l * per_layer..][..per_layer]`; a
+    /// slot's buffer is away (`None`) while the reader fills it.
     per_layer: usize,
-    slots: Vec<AlignedBuf>,
+    slots: Vec<Option<AlignedBuf>>,
     /// The expert each slot holds.
     held: Vec<Option<usize>>,
-    /// Where a missed expert the cache does not admit is read.
-    staging: AlignedBuf,
+    /// Free staging buffers, where missed experts the cache does not admit are read.
+    staging: Vec<AlignedBuf>,
     /// Each layer's expert stacks (gate, up, down).
     stacks: Vec<[TensorInfo; 3]>,
     data_offset: u64,
-    file: StreamFile,
+    reader: ExpertReader,
+    /// The model file, to tell where it ends when a mapped expert faulted.
+    file: std::fs::File,
+    /// Windows of experts used in place, unmapped by the reader with its next request.
+    retiring: Vec<MappedLayer>,
     use_: ExpertUse,
     /// Expert traffic not yet handed to the run's stats ([`ExpertStore::drain_stats`]).
     pending: ResidencyStats,
@@ -58,13 +68,16 @@ impl ExpertStore {
             .collect::<Result<Vec<_>, _>>()?;
         let len = plan.buffer_len as usize;
         let slots = (0..plan.per_layer * layers.len())
-            .map(|i| AlignedBuf::new(budget, &format!("expert cache slot {i}"), len))
+            .map(|i| AlignedBuf::new(budget, &format!("expert cache slot {i}"), len).map(Some))
             .collect::<Result<Vec<_>, _>>()?;
-        let staging = AlignedBuf::new(budget, "expert staging buffer", len)?;
+        let staging = (0..ExpertPlan::STAGING_BUFFERS)
+            .map(|i| AlignedBuf::new(budget, &format!("expert staging buffer {i}"), len))
+            .collect::<Result<Vec<_>, _>>()?;
         let io = |source| ramforge_gguf::GgufError::Io {
             path: file.path().display().to_string(),
             source,
         };
+        let stream_file = StreamFile::open(file.path(), file.file(), mode).map_err(io)?;
         Ok(ExpertStore {
             n_expert: plan.n_expert,
             per_layer: plan.per_layer,
@@ -73,7 +86,9 @@ impl ExpertStore {
             staging,
             stacks,
             data_offset: file.header().data_offset,
-            file: StreamFile::open(file.path(), file.file(), mode).map_err(io)?,
+            reader: ExpertReader::start(stream_file)?,
+            file: file.file().try_clone().map_err(io)?,
+            retiring: Vec::new(),
             use_: ExpertUse::new(layers.len(), plan.n_expert),
             pending: ResidencyStats::default(),
         })
@@ -81,12 +96,14 @@ impl ExpertStore {
 
     /// Whether expert reads go around the page cache.
     pub fn direct(&self) -> bool {
-        self.file.is_direct()
+        self.reader.direct()
     }
 
     /// Calls `f(expert, [gate, up, down])` for each `(expert, rows routed to it)` of `wanted`
     /// in layer `l`, in that order (so sums over experts add up as in an all-resident run):
-    /// from its cache slot, or read first. Nothing is read that `wanted` does not name.
+    /// from its cache slot, or read first. Nothing is read that `wanted` does not name. The
+    /// misses are all placed first ([`sources`]) and read by the reader thread in order, as
+    /// far ahead as their buffers allow, while `f` runs the experts before them.
     pub fn for_each(
         &mut self,
         l: usize,
@@ -97,57 +114,158 @@ impl ExpertStore {
         for &(x, rows) in wanted {
             self.use_.record(l, x, rows);
         }
-        let slots = l * self.per_layer..(l + 1) * self.per_layer;
-        for (done, &(x, _)) in wanted.iter().enumerate() {
+        let base = l * self.per_layer;
+        let experts: Vec<usize> = wanted.iter().map(|w| w.0).collect();
+        let places = sources(&self.held[base..base + self.per_layer], &experts, |e| {
+            self.use_.score(l, e)
+        });
+        let mut reads = Reads {
+            misses: (0..places.len())
+                .filter(|&k| matches!(places[k], Source::Read { .. }))
+                .collect(),
+            in_flight: VecDeque::new(),
+        };
+        let mut result = Ok(());
+        for (k, &x) in experts.iter().enumerate() {
+            self.send_ready(l, &experts, &places, &mut reads, k);
             let layout = self.layout(l, x);
-            if let Some(i) = self.held[slots.clone()].iter().position(|&h| h == Some(x)) {
-                self.pending.expert_hits += 1;
-                f(
-                    x,
-                    self.views(l, &layout, self.slots[slots.start + i].bytes()),
-                )?;
-                continue;
+            result = match places[k] {
+                Source::Hit(i) => {
+                    self.pending.expert_hits += 1;
+                    let buf = self.slots[base + i].as_ref().map_or(&[][..], |b| b.bytes());
+                    f(x, self.views(l, |m| layout.buffered_matrix(buf, m)))
+                }
+                Source::Read { into, .. } => {
+                    debug_assert_eq!(reads.in_flight.front(), Some(&k));
+                    reads.in_flight.pop_front();
+                    let waited = Instant::now();
+                    match self.reader.recv() {
+                        Ok(done) => {
+                            let secs = waited.elapsed().as_secs_f64();
+                            self.pending.expert_wait_secs += secs;
+                            self.pending.io_wait_secs += secs;
+                            self.use_read(l, x, &layout, into, done, &mut f)
+                        }
+                        Err(e) => Err(e),
+                    }
+                }
+            };
+            if result.is_err() {
+                break;
             }
-            let later = &wanted[done + 1..];
-            let view: Vec<Slot> = self.held[slots.clone()]
-                .iter()
-                .map(|h| match *h {
-                    None => Slot::Free,
-                    Some(e) => Slot::Held {
-                        score: self.use_.score(l, e),
-                        busy: later.iter().any(|&(w, _)| w == e),
-                    },
-                })
-                .collect();
-            let place = admit(self.use_.score(l, x), &view);
-            let buf = match place {
+        }
+        // After a failure: let what is in flight land, so every buffer is back.
+        while let Some(k) = reads.in_flight.pop_front() {
+            if let (Ok(done), Source::Read { into, .. }) = (self.reader.recv(), places[k]) {
+                self.put_back(base, into, done.buf);
+            }
+        }
+        if !self.retiring.is_empty() {
+            self.reader.send(Request {
+                retire: std::mem::take(&mut self.retiring),
+                read: None,
+            });
+        }
+        result
+    }
+
+    /// Sends the reads of `reads.misses` in order while each one's buffer is free: a slot
+    /// once the compute is past the slot's earlier user (`computed` experts are done), a
+    /// staging buffer while one is free.
+    fn send_ready(
+        &mut self,
+        l: usize,
+        experts: &[usize],
+        places: &[Source],
+        reads: &mut Reads,
+        computed: usize,
+    ) {
+        let base = l * self.per_layer;
+        while let Some(&k) = reads.misses.front() {
+            let Source::Read { into, after } = places[k] else {
+                unreachable!("only misses are read")
+            };
+            let buf = match into {
+                Admit::Into(_) if after.is_some_and(|p| p >= computed) => break,
                 Admit::Into(i) => {
                     // Emptied first: a failed read leaves no half-read expert behind.
-                    self.held[slots.start + i] = None;
-                    &mut self.slots[slots.start + i]
+                    self.held[base + i] = None;
+                    self.slots[base + i].take()
                 }
-                Admit::Bypass => &mut self.staging,
+                Admit::Bypass => self.staging.pop(),
             };
-            let started = Instant::now();
-            let n = self.file.read_layer(&layout, buf.bytes_mut())?;
-            let secs = started.elapsed().as_secs_f64();
-            let p = &mut self.pending;
-            p.expert_misses += 1;
-            p.expert_bytes_read += n;
-            p.bytes_read += n;
-            p.read_secs += secs;
-            p.io_wait_secs += secs;
-            let bytes = match place {
-                Admit::Into(i) => {
-                    self.held[slots.start + i] = Some(x);
-                    self.pending.experts_admitted += 1;
-                    self.slots[slots.start + i].bytes()
-                }
-                Admit::Bypass => self.staging.bytes(),
-            };
-            f(x, self.views(l, &layout, bytes))?;
+            let Some(buf) = buf else { break };
+            reads.misses.pop_front();
+            reads.in_flight.push_back(k);
+            self.reader.send(Request {
+                retire: std::mem::take(&mut self.retiring),
+                read: Some(Read {
+                    layout: self.layout(l, experts[k]),
+                    buf,
+                    may_map: into == Admit::Bypass,
+                }),
+            });
         }
-        Ok(())
+    }
+
+    /// Runs `f` on missed expert `x` of layer `l`, which the reader answered with `done`, and
+    /// puts its buffer where it belongs.
+    fn use_read(
+        &mut self,
+        l: usize,
+        x: usize,
+        layout: &LayerLayout,
+        into: Admit,
+        done: Done,
+        f: &mut impl FnMut(usize, [MatrixView<'_>; 3]) -> Result<(), EngineError>,
+    ) -> Result<(), EngineError> {
+        let base = l * self.per_layer;
+        let Done {
+            mapped,
+            buf,
+            result,
+            secs,
+            ..
+        } = done;
+        let p = &mut self.pending;
+        p.read_secs += secs;
+        p.expert_read_secs += secs;
+        let n = match result {
+            Ok(n) => n,
+            Err(e) => {
+                self.put_back(base, into, buf);
+                return Err(e.into());
+            }
+        };
+        p.expert_misses += 1;
+        p.expert_bytes_read += n;
+        p.bytes_read += n;
+        let used = match &mapped {
+            Some(m) => {
+                p.experts_mapped += 1;
+                f(x, self.views(l, |i| layout.mapped_matrix(m, i)))
+                    .and_then(|()| layout.check(m, &self.file).map_err(EngineError::from))
+            }
+            None => f(x, self.views(l, |i| layout.buffered_matrix(buf.bytes(), i))),
+        };
+        self.retiring.extend(mapped);
+        if used.is_ok() {
+            if let Admit::Into(i) = into {
+                self.held[base + i] = Some(x);
+                self.pending.experts_admitted += 1;
+            }
+        }
+        self.put_back(base, into, buf);
+        used
+    }
+
+    /// Returns a buffer the reader had: to its slot (which holds whatever `held` says) or to
+    /// the free staging buffers.
+    fn put_back(&mut self, base: usize, into: Admit, buf: AlignedBuf) {
+        match into {
+            Admit::Into(i) => self.slots[base + i] = Some(buf),
+            Admit::Bypass => self.staging.push(buf),
+        }
     }
 
     /// Adds the expert traffic since the last call to `stats`.
@@ -157,6 +275,9 @@ impl ExpertStore {
         stats.expert_misses += p.expert_misses;
         stats.experts_admitted += p.experts_admitted;
         stats.expert_bytes_read += p.expert_bytes_read;
+        stats.experts_mapped += p.experts_mapped;
+        stats.expert_read_secs += p.expert_read_secs;
+        stats.expert_wait_secs += p.expert_wait_secs;
         stats.bytes_read += p.bytes_read;
         stats.read_secs += p.read_secs;
         stats.io_wait_secs += p.io_wait_secs;
@@ -167,8 +288,8 @@ impl ExpertStore {
         LayerLayout::of_expert(&self.stacks[l], x, self.n_expert, self.data_offset)
     }
 
-    /// The three matrices of an expert read into `buf` with `layout`.
-    fn views<'a>(&self, l: usize, layout: &LayerLayout, buf: &'a [u8]) -> [MatrixView<'a>; 3] {
+    /// The three matrices of an expert of layer `l`, whose bytes `matrix(i)` gives.
+    fn views<'a>(&self, l: usize, matrix: impl Fn(usize) -> &'a [u8]) -> [MatrixView<'a>; 3] {
         let ne = self.n_expert;
         std::array::from_fn(|m| {
             let t = &self.stacks[l][m];
@@ -176,8 +297,15 @@ impl ExpertStore {
                 ty: t.ggml_type,
                 rows: t.n_rows() as usize / ne,
                 cols: t.row_len() as usize,
-                bytes: layout.buffered_matrix(buf, m),
+                bytes: matrix(m),
             }
         })
     }
+}
+
+/// A pass's missed experts: those not yet sent to the reader, and those sent and not yet used,
+/// both in compute order (indices into the pass's experts).
+struct Reads {
+    misses: VecDeque<usize>,
+    in_flight: VecDeque<usize>,
 }

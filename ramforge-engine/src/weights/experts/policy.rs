@@ -92,6 +92,60 @@ pub fn admit(score: f32, slots: &[Slot]) -> Admit {
     }
 }
 
+/// Where one expert of a layer's pass comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// Cache slot `i` holds it.
+    Hit(usize),
+    /// It is read to `into`; into a slot, only once the compute is done with `wanted[after]`,
+    /// an expert of the same pass that slot held before.
+    Read { into: Admit, after: Option<usize> },
+}
+
+/// The source of each expert of `wanted` (a pass of one layer, in compute order), given what
+/// the layer's slots `held` and each expert's decayed use count: the misses are placed one
+/// after another with [`admit`], each seeing the slots as the misses before it left them, and
+/// an expert still needed later in the pass is never evicted. Deciding all of them before any
+/// read is what lets the reads run ahead of the compute.
+pub fn sources(
+    held: &[Option<usize>],
+    wanted: &[usize],
+    score: impl Fn(usize) -> f32,
+) -> Vec<Source> {
+    let mut held = held.to_vec();
+    // The index in `wanted` of the last expert taken from each slot in this pass.
+    let mut used_at: Vec<Option<usize>> = vec![None; held.len()];
+    let mut out = Vec::with_capacity(wanted.len());
+    for (k, &x) in wanted.iter().enumerate() {
+        if let Some(i) = held.iter().position(|&h| h == Some(x)) {
+            used_at[i] = Some(k);
+            out.push(Source::Hit(i));
+            continue;
+        }
+        let later = &wanted[k + 1..];
+        let view: Vec<Slot> = held
+            .iter()
+            .map(|h| match *h {
+                None => Slot::Free,
+                Some(e) => Slot::Held {
+                    score: score(e),
+                    busy: later.contains(&e),
+                },
+            })
+            .collect();
+        let into = admit(score(x), &view);
+        let after = match into {
+            Admit::Into(i) => {
+                held[i] = Some(x);
+                used_at[i].replace(k)
+            }
+            Admit::Bypass => None,
+        };
+        out.push(Source::Read { into, after });
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -187,5 +241,58 @@ mod tests {
         assert!((use_.score(1, 3) - old * DECAY.powi(50)).abs() < 1e-4);
         // Layers count separately.
         assert_eq!(use_.score(0, 3), 0.0);
+    }
+    #[test]
+    fn sources_place_misses_in_turn_and_wait_for_earlier_users_of_a_slot() {
+        // Slots hold experts 7 and 2; the pass wants 2 (a hit), then 4 and 9 (misses).
+        let score = |x: usize| match x {
+            7 => 0.5,
+            2 => 1.0,
+            4 => 3.0,
+            9 => 2.0,
+            _ => 0.0,
+        };
+        let got = sources(&[Some(7), Some(2)], &[2, 4, 9], score);
+        assert_eq!(
+            got,
+            [
+                Source::Hit(1),
+                // 4 evicts 7 (least used, not needed): no earlier use of slot 0.
+                Source::Read {
+                    into: Admit::Into(0),
+                    after: None
+                },
+                // 9 (2.0) beats 2 (1.0), which was used at index 0: its read waits for it.
+                Source::Read {
+                    into: Admit::Into(1),
+                    after: Some(0)
+                },
+            ]
+        );
+        // An expert used more than every cached one, but all of them still needed: staging.
+        let got = sources(&[Some(7), Some(2)], &[4, 7, 2], score);
+        assert_eq!(
+            got[0],
+            Source::Read {
+                into: Admit::Bypass,
+                after: None
+            }
+        );
+        assert_eq!(&got[1..], [Source::Hit(0), Source::Hit(1)]);
+        // A slot filled earlier in the pass and evicted again waits for that use.
+        let got = sources(&[None], &[2, 4], score);
+        assert_eq!(
+            got,
+            [
+                Source::Read {
+                    into: Admit::Into(0),
+                    after: None
+                },
+                Source::Read {
+                    into: Admit::Into(0),
+                    after: Some(0)
+                },
+            ]
+        );
     }
 }
