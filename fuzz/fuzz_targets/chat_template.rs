@@ -2,13 +2,19 @@
 //! Chat template fuzzing: any template text and conversation renders or fails with one line,
 //! never a panic, a hang or unbounded memory (the limits of `ramforge_engine::text::limits`).
 //! Input: the template, then NUL-separated role/content pairs (so real templates are seeds).
-//! The render runs in its forked child, where the fuzzer cannot see coverage; so a render the
-//! child finished within the memory and time limits runs again here, and must agree.
+//! The render runs in a forked child (one `RenderServer` child for many inputs, under the same
+//! memory and time limits as `render_chat`'s child per render), where the fuzzer cannot see
+//! coverage; so a render the child finished within the memory and time limits runs again
+//! here, and must agree.
 
 use libfuzzer_sys::fuzz_target;
-use ramforge_engine::text::template::{
-    input_limits, render_chat, render_in_process, ChatError, ChatMessage,
-};
+use ramforge_engine::text::render_server::RenderServer;
+use ramforge_engine::text::template::{input_limits, render_in_process, ChatError, ChatMessage};
+use std::cell::RefCell;
+
+thread_local! {
+    static SERVER: RefCell<RenderServer> = RefCell::new(RenderServer::new());
+}
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);
@@ -24,7 +30,7 @@ fuzz_target!(|data: &[u8]| {
         .collect();
     let (bos, eos) = ("<|im_start|>", "<|im_end|>");
     let agp = rest.len() % 2 == 0;
-    let isolated = render_chat(template, &messages, agp, bos, eos);
+    let isolated = SERVER.with(|s| s.borrow_mut().render(template, &messages, agp, bos, eos));
     match &isolated {
         Ok(out) => assert!(out.len() <= input_limits(&messages, bos, eos).output_bytes),
         Err(e) => assert!(!e.to_string().contains('\n'), "multi-line error: {e}"),

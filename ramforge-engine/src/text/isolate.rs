@@ -25,7 +25,7 @@ pub fn run_isolated(
 }
 
 /// The child's answer on the pipe: a tag byte, then the text.
-fn encode(result: std::thread::Result<Result<String, ChatError>>) -> Vec<u8> {
+pub(super) fn encode(result: std::thread::Result<Result<String, ChatError>>) -> Vec<u8> {
     let (tag, text) = match result {
         Ok(Ok(s)) => (b'O', s),
         Ok(Err(ChatError::Syntax(s))) => (b'S', s),
@@ -46,7 +46,7 @@ fn encode(result: std::thread::Result<Result<String, ChatError>>) -> Vec<u8> {
 }
 
 /// The child's answer, or None when it is not one (the child died before finishing it).
-fn decode(bytes: Vec<u8>) -> Option<Result<String, ChatError>> {
+pub(super) fn decode(bytes: Vec<u8>) -> Option<Result<String, ChatError>> {
     let (&tag, text) = bytes.split_first()?;
     let text = String::from_utf8(text.to_vec()).ok()?;
     Some(match tag {
@@ -64,7 +64,7 @@ fn decode(bytes: Vec<u8>) -> Option<Result<String, ChatError>> {
 }
 
 #[cfg(target_os = "linux")]
-mod linux {
+pub(super) mod linux {
     use super::*;
     use std::io::{Read, Write};
     use std::os::fd::{FromRawFd, OwnedFd};
@@ -195,7 +195,7 @@ mod linux {
     }
 
     /// Bytes of address space this process has now (`/proc/self/statm`).
-    fn current_address_space() -> u64 {
+    pub(in crate::text) fn current_address_space() -> u64 {
         let pages = std::fs::read_to_string("/proc/self/statm")
             .ok()
             .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
@@ -205,7 +205,7 @@ mod linux {
         pages * page
     }
 
-    fn describe(status: i32) -> String {
+    pub(in crate::text) fn describe(status: i32) -> String {
         if libc::WIFSIGNALED(status) {
             format!("signal {}", libc::WTERMSIG(status))
         } else {

@@ -4,6 +4,7 @@
 mod isolate;
 pub mod limits;
 pub mod prompt;
+pub mod render_server;
 pub mod template;
 mod template_error;
 pub mod tokenizer;
