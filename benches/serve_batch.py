@@ -16,7 +16,11 @@ bounded by max_tokens and a 300 s timeout.
 
 usage: benches/serve_batch.py [--ramforge BIN] [--model M.gguf] [--fraction 0.4] [--ctx 256]
                               [--clients 4] [--tokens 64] [--rounds 3] [--threads 2] [--want 2.5]
-                              [--cold]
+                              [--cold] [--read-bps BPS]
+With --read-bps the server runs under ../shared/bench/limits.sh: a memory cgroup of the budget + 24 MiB
+(RSS and page cache together, so the streamed layers come from storage on every step) and reads from
+the model's device capped at BPS bytes/s, which makes storage the limit exactly: the case batching
+is for, where one pass over the streamed layers serves every active request.
 With --cold the model file is evicted from the page cache (posix_fadvise DONTNEED) before the
 server starts and before every round, so the
 server streams its layers from storage (O_DIRECT, or buffered reads it drops again) as a budget that
@@ -41,10 +45,30 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from serve_load import ROOT, SLACK, default_binary, launch, status_kib  # noqa: E402  (shared with the load script)
 
 
+LIMITS = ROOT.parent / "shared" / "bench" / "limits.sh"
+CGROUP_SLACK = 24 << 20  # the cgroup's memory over the budget (as moe_streaming.py gives it)
+
+
 def start_server(args, ram_mib):
+    """(process to wait for, pid of the server itself, port)."""
     cmd = [args.ramforge, "serve", args.model, "--port", "0", "--ram", f"{ram_mib}M", "--ctx", str(args.ctx),
            "--threads", str(args.threads), "--parallel", str(args.clients), "--queue", str(args.clients * 2)]
-    return launch(cmd, " (is the budget too small for --parallel x --ctx?)")
+    if args.read_bps:
+        cmd = ["bash", str(LIMITS), "--mem", str((ram_mib << 20) + CGROUP_SLACK), "--read-bps", str(args.read_bps),
+               "--file", args.model, "--"] + cmd
+    proc, port = launch(cmd, " (is the budget too small for --parallel x --ctx?)")
+    return proc, server_pid(proc) if args.read_bps else proc.pid, port
+
+
+def server_pid(proc):
+    """The server under limits.sh: the child its subshell became with exec."""
+    for _ in range(100):
+        children = open(f"/proc/{proc.pid}/task/{proc.pid}/children").read().split()
+        for c in children:
+            if os.path.realpath(f"/proc/{c}/exe").endswith("ramforge-tools"):
+                return int(c)
+        time.sleep(0.05)
+    sys.exit("no ramforge-tools process under limits.sh")
 
 
 def stream(port, model, prompt, tokens):
@@ -119,6 +143,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--want", type=float, default=2.5)
     ap.add_argument("--cold", action="store_true", help="evict the model file from the page cache first")
+    ap.add_argument("--read-bps", type=int, default=0,
+                    help="run the server under limits.sh: memory = budget + 24 MiB, reads capped at this rate")
     args = ap.parse_args()
     args.ramforge = args.ramforge or default_binary()
     args.model_id = Path(args.model).stem
@@ -126,7 +152,7 @@ def main():
     budget = ram_mib << 20
     if args.cold:
         evict(args.model)
-    proc, port = start_server(args, ram_mib)
+    proc, pid, port = start_server(args, ram_mib)
     try:
         stream(port, args.model_id, prompt(99), 4)  # warm-up
         one, many = [], []
@@ -145,15 +171,16 @@ def main():
         conn.request("GET", "/health")
         health = json.loads(conn.getresponse().read())
         conn.close()
-        peak = status_kib(proc.pid, "VmHWM") << 10
+        peak = status_kib(pid, "VmHWM") << 10
     finally:
-        proc.send_signal(signal.SIGTERM)
+        os.kill(pid, signal.SIGTERM)
         exit_code = proc.wait(timeout=120)
     m1, mc = statistics.median(one), statistics.median(many)
     ratio = mc / m1
     print(f"serve_batch: {os.path.basename(args.model)}, --ram {ram_mib}M ({args.fraction:.0%} of the file), "
           f"--ctx {args.ctx}, --parallel {args.clients}, --threads {args.threads}, {args.tokens} tokens per answer, "
-          f"page cache {'cold' if args.cold else 'warm'}")
+          + (f"under limits.sh (memory budget + 24 MiB, reads {args.read_bps / 1e6:.0f} MB/s)" if args.read_bps
+             else f"page cache {'cold' if args.cold else 'warm'}"))
     print(f"  median aggregate decode: 1 client {m1:.2f} tok/s, {args.clients} clients {mc:.2f} tok/s: {ratio:.2f}x "
           f"(want >= {args.want}x); busiest step {health.get('busiest_step')}")
     print(f"  peak RSS {peak / 2**20:.1f} MiB (budget {ram_mib} MiB + {SLACK >> 20} MiB allowed); SIGTERM: exit {exit_code}")
