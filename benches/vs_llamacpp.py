@@ -288,7 +288,7 @@ def table_model(model, args, rf_bin, ref_py):
                       f" {l['prefill_tokens_per_sec']:.1f}, decode {o['decode_tokens_per_sec']:.1f} /"
                       f" {l['decode_tokens_per_sec']:.1f} tok/s (ours / llama.cpp)", file=sys.stderr)
     row = {"model": model, "model_bytes": os.path.getsize(model), "threads": args.threads, "runs": args.runs,
-           "gen_tokens": args.gen_tokens, "columns": []}
+           "warmup": args.warmup, "gen_tokens": args.gen_tokens, "columns": []}
     for kind, lengths, key in (("prefill", prefills, "prefill_tokens_per_sec"),
                                ("decode", depths, "decode_tokens_per_sec")):
         for n in lengths:
@@ -335,7 +335,7 @@ def print_wide_table(rows):
                  for c in r["columns"]]
         print(f"{format_name(r['model'])[:20]:<20} | " + " | ".join(cells))
     r = rows[0]
-    print(f"(tok/s, RAMforge then llama.cpp, medians of {r['runs']} alternating runs after warm-up, "
+    print(f"(tok/s, RAMforge then llama.cpp, medians of {r['runs']} alternating runs after {r.get('warmup', 1)} warm-up, "
           f"{r['threads']} threads; decode @D = {r['gen_tokens']} greedy tokens after a D-token prompt"
           f" (@0: 1 token); ratio = ours / llama.cpp)")
 
