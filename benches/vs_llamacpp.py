@@ -10,6 +10,13 @@ alternate between the engines so that load from other processes hits both alike.
 
     benches/vs_llamacpp.py [MODEL.gguf ...] [--threads 2] [--runs 5] [--prompt-tokens 128]
                            [--gen-tokens 64] [--json]
+    benches/vs_llamacpp.py --table [MODEL.gguf ...] [--prefill 500,2000] [--depths 0,2000] ...
+
+`--table` prints one row per model with prefill speed at each `--prefill` length and decode
+speed at each `--depths` depth (decode after a D-token prompt; depth 0 is a 1-token prompt).
+Each distinct prompt length is its own child run (a long prompt's run gives both its prefill
+and its decode-at-depth figure); every measured round runs each length on both engines,
+alternating which goes first.
 
 The llama.cpp side is llama-cpp-python 0.3.36 from the reference venv
 (../shared/reference/setup.sh); `--python` or $RAMFORGE_REFERENCE_PY picks an existing one.
@@ -211,12 +218,18 @@ def summarize(values):
     return {"median": statistics.median(values), "min": min(values), "max": max(values), "runs": values}
 
 
-def bench_model(model, args, rf_bin, ref_py):
+def child_cmds(model, args, rf_bin, ref_py, prompt_tokens, gen_tokens):
+    """(ramforge cmd, llama.cpp cmd) for one prompt length and decode length."""
     me = str(Path(__file__).resolve())
-    rf_cmd = [rf_bin, "--quiet", "bench", "-m", model, "-p", str(args.prompt_tokens), "-n", str(args.gen_tokens),
+    rf_cmd = [rf_bin, "--quiet", "bench", "-m", model, "-p", str(prompt_tokens), "-n", str(gen_tokens),
               "-t", str(args.threads), "--json"]
     ll_cmd = [ref_py, me, "--child-llama", model, "--threads", str(args.threads),
-              "--prompt-tokens", str(args.prompt_tokens), "--gen-tokens", str(args.gen_tokens)]
+              "--prompt-tokens", str(prompt_tokens), "--gen-tokens", str(gen_tokens)]
+    return rf_cmd, ll_cmd
+
+
+def bench_model(model, args, rf_bin, ref_py):
+    rf_cmd, ll_cmd = child_cmds(model, args, rf_bin, ref_py, args.prompt_tokens, args.gen_tokens)
     for _ in range(args.warmup):
         one_run(rf_cmd, "ramforge-tools bench")
         one_run(ll_cmd, "llama.cpp child")
@@ -244,6 +257,87 @@ def bench_model(model, args, rf_bin, ref_py):
     row["prefill_ratio"] = ours["prefill_tokens_per_sec"]["median"] / ref["prefill_tokens_per_sec"]["median"]
     row["decode_ratio"] = ours["decode_tokens_per_sec"]["median"] / ref["decode_tokens_per_sec"]["median"]
     return row
+
+
+def table_model(model, args, rf_bin, ref_py):
+    """`--table`: prefill at each --prefill length, decode at each --depths depth."""
+    prefills = parse_lengths(args.prefill)
+    depths = parse_lengths(args.depths)
+    # Prompt length -> decoded tokens; a depth-D column decodes after a max(D, 1)-token prompt.
+    plan = {}
+    for p in prefills:
+        plan[p] = 1
+    for d in depths:
+        plan[max(d, 1)] = args.gen_tokens
+    cmds = {p: child_cmds(model, args, rf_bin, ref_py, p, n) for p, n in sorted(plan.items())}
+    for _ in range(args.warmup):
+        for rf_cmd, ll_cmd in cmds.values():
+            one_run(rf_cmd, "ramforge-tools bench")
+            one_run(ll_cmd, "llama.cpp child")
+    runs = {(name, p): [] for name in ("ramforge", "llama.cpp") for p in cmds}
+    for i in range(args.runs):
+        for p, (rf_cmd, ll_cmd) in cmds.items():
+            order = [("ramforge", rf_cmd), ("llama.cpp", ll_cmd)]
+            if i % 2:
+                order.reverse()
+            for name, cmd in order:
+                runs[(name, p)].append(one_run(cmd, name))
+            if not args.json:
+                o, l = runs[("ramforge", p)][-1], runs[("llama.cpp", p)][-1]
+                print(f"  run {i + 1}/{args.runs} p={p}: prefill {o['prefill_tokens_per_sec']:.1f} /"
+                      f" {l['prefill_tokens_per_sec']:.1f}, decode {o['decode_tokens_per_sec']:.1f} /"
+                      f" {l['decode_tokens_per_sec']:.1f} tok/s (ours / llama.cpp)", file=sys.stderr)
+    row = {"model": model, "model_bytes": os.path.getsize(model), "threads": args.threads, "runs": args.runs,
+           "warmup": args.warmup, "gen_tokens": args.gen_tokens, "columns": []}
+    for kind, lengths, key in (("prefill", prefills, "prefill_tokens_per_sec"),
+                               ("decode", depths, "decode_tokens_per_sec")):
+        for n in lengths:
+            p = n if kind == "prefill" else max(n, 1)
+            col = {"kind": kind, "tokens": n, "prompt_tokens": p}
+            for name in ("ramforge", "llama.cpp"):
+                col[name] = summarize([r[key] for r in runs[(name, p)]])
+            col["ratio"] = col["ramforge"]["median"] / col["llama.cpp"]["median"]
+            row["columns"].append(col)
+    for name in ("ramforge", "llama.cpp"):
+        row[name] = {"peak_rss_bytes": max(r["child_maxrss_bytes"] for p in cmds for r in runs[(name, p)])}
+    return row
+
+
+def parse_lengths(text):
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        sys.exit(f"error: {text!r}: expected comma-separated token counts")
+    if not values or any(v < 0 for v in values):
+        sys.exit(f"error: {text!r}: expected comma-separated token counts >= 0")
+    return values
+
+
+def format_name(model):
+    """A SmolLM2 file's format (smollm2-Q6_K.gguf -> Q6_K); other files keep their stem."""
+    stem = Path(model).name.removesuffix(".gguf")
+    for prefix in ("smollm2-", "SmolLM2-135M-Instruct."):
+        if stem.startswith(prefix):
+            return stem[len(prefix):]
+    return stem
+
+
+def print_wide_table(rows):
+    if not rows:
+        return
+    cols = rows[0]["columns"]
+    heads = [f"{c['kind']} {c['tokens']}" if c["kind"] == "prefill" else f"decode @{c['tokens']}" for c in cols]
+    head = f"{'format':<20} | " + " | ".join(f"{h:>12} {'llama.cpp':>9} {'ratio':>6}" for h in heads)
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        cells = [f"{c['ramforge']['median']:>12.1f} {c['llama.cpp']['median']:>9.1f} {c['ratio']:>5.2f}x"
+                 for c in r["columns"]]
+        print(f"{format_name(r['model'])[:20]:<20} | " + " | ".join(cells))
+    r = rows[0]
+    print(f"(tok/s, RAMforge then llama.cpp, medians of {r['runs']} alternating runs after {r.get('warmup', 1)} warm-up, "
+          f"{r['threads']} threads; decode @D = {r['gen_tokens']} greedy tokens after a D-token prompt"
+          f" (@0: 1 token); ratio = ours / llama.cpp)")
 
 
 def mib(n):
@@ -283,6 +377,10 @@ def main():
     p.add_argument("--warmup", type=int, default=1, help="discarded warm-up runs per engine (default 1)")
     p.add_argument("-p", "--prompt-tokens", type=int, default=128, help="prefill prompt length (default 128)")
     p.add_argument("-n", "--gen-tokens", type=int, default=64, help="decoded tokens (default 64)")
+    p.add_argument("--table", action="store_true",
+                   help="one row per model: prefill at each --prefill length, decode at each --depths depth")
+    p.add_argument("--prefill", default="500,2000", metavar="N,N", help="--table prefill lengths (default 500,2000)")
+    p.add_argument("--depths", default="0,2000", metavar="D,D", help="--table decode depths (default 0,2000)")
     p.add_argument("--ramforge", metavar="PATH", help="ramforge-tools binary (default: release build)")
     p.add_argument("--no-build", action="store_true", help="do not run cargo build first")
     p.add_argument("--python", metavar="PATH", help="python with llama_cpp 0.3.36 (default: reference venv)")
@@ -309,9 +407,11 @@ def main():
         if not args.json:
             print(f"{Path(m).name}: {args.warmup} warm-up + {args.runs} runs per engine, {args.threads} threads",
                   file=sys.stderr)
-        rows.append(bench_model(m, args, rf_bin, ref_py))
+        rows.append((table_model if args.table else bench_model)(m, args, rf_bin, ref_py))
     if args.json:
         print(json.dumps({"machine": {"cpus": os.cpu_count()}, "results": rows}, indent=1))
+    elif args.table:
+        print_wide_table(rows)
     else:
         print_table(rows)
 

@@ -11,6 +11,10 @@ use crate::error::EngineError;
 use crate::model::ModelConfig;
 use half::f16;
 use half::slice::HalfFloatSliceExt;
+use std::ops::Range;
+
+mod tile;
+pub(crate) use tile::{BLOCK, TILE_ROWS};
 
 /// Positions per cache chunk.
 pub const KV_CHUNK_TOKENS: usize = 64;
@@ -63,149 +67,31 @@ pub fn kv_cache_bytes(cfg: &ModelConfig, ctx: usize, ty: KvType) -> u64 {
         * ty.bytes_per_element()
 }
 
-/// A cache element type: stored form of one f32. The row kernels read the stored form
+/// A cache element type: stored form of one f32. The tile kernels read the stored form
 /// directly (f16 is widened in registers), so attention never copies a row.
-trait Element: Copy + Default + Send + Sync {
-    /// `sum_i row[i] q[i]`, in f32.
-    fn dot(row: &[Self], q: &[f32], simd: bool) -> f32;
-    /// `out[i] += w * row[i]`.
-    fn axpy(w: f32, row: &[Self], out: &mut [f32], simd: bool);
+trait Element: Copy + Default + Send + Sync + tile::TileAvx2 {
+    /// The element as f32.
+    fn widen(self) -> f32;
 }
 
 impl Element for f32 {
     #[inline]
-    fn dot(row: &[f32], q: &[f32], simd: bool) -> f32 {
-        #[cfg(target_arch = "x86_64")]
-        if simd {
-            // SAFETY: `simd` is only true when the CPU has AVX2, FMA and F16C.
-            return unsafe { avx2::dot_f32(row, q) };
-        }
-        let _ = simd;
-        row.iter().zip(q).map(|(k, qi)| k * qi).sum()
-    }
-
-    #[inline]
-    fn axpy(w: f32, row: &[f32], out: &mut [f32], simd: bool) {
-        #[cfg(target_arch = "x86_64")]
-        if simd {
-            // SAFETY: as above.
-            return unsafe { avx2::axpy_f32(w, row, out) };
-        }
-        let _ = simd;
-        for (o, v) in out.iter_mut().zip(row) {
-            *o += w * v;
-        }
+    fn widen(self) -> f32 {
+        self
     }
 }
 
 impl Element for f16 {
     #[inline]
-    fn dot(row: &[f16], q: &[f32], simd: bool) -> f32 {
-        #[cfg(target_arch = "x86_64")]
-        if simd {
-            // SAFETY: as above.
-            return unsafe { avx2::dot_f16(row, q) };
-        }
-        let _ = simd;
-        row.iter().zip(q).map(|(k, qi)| k.to_f32() * qi).sum()
-    }
-
-    #[inline]
-    fn axpy(w: f32, row: &[f16], out: &mut [f32], simd: bool) {
-        #[cfg(target_arch = "x86_64")]
-        if simd {
-            // SAFETY: as above.
-            return unsafe { avx2::axpy_f16(w, row, out) };
-        }
-        let _ = simd;
-        for (o, v) in out.iter_mut().zip(row) {
-            *o += w * v.to_f32();
-        }
+    fn widen(self) -> f32 {
+        self.to_f32()
     }
 }
 
-/// Whether the row kernels may use AVX2 + FMA + F16C (the instruction set the quant kernels
+/// Whether the tile kernels may use AVX2 + FMA + F16C (the instruction set the quant kernels
 /// run on, so `RAMFORGE_ISA=scalar` turns this off too).
 fn simd_rows() -> bool {
     ramforge_quant::isa::active() == ramforge_quant::isa::Isa::Avx2
-}
-
-/// The attention row kernels for AVX2 + FMA + F16C: 8 lanes, two accumulators, f16 widened
-/// with `vcvtph2ps` as it is loaded. Tails (head sizes not a multiple of 8) run scalar.
-#[cfg(target_arch = "x86_64")]
-mod avx2 {
-    use half::f16;
-    use std::arch::x86_64::*;
-
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn hsum(v: __m256) -> f32 {
-        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-        _mm_cvtss_f32(s)
-    }
-
-    /// 8 f16 at `p`, widened.
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn load_f16(p: *const f16) -> __m256 {
-        _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))
-    }
-
-    macro_rules! row_kernels {
-        ($dot:ident, $axpy:ident, $t:ty, $load:ident, $scalar:path) => {
-            /// `sum_i row[i] q[i]`. Caller: the CPU has AVX2, FMA and F16C.
-            #[target_feature(enable = "avx2,fma,f16c")]
-            pub(super) unsafe fn $dot(row: &[$t], q: &[f32]) -> f32 {
-                let n = row.len().min(q.len());
-                let (r, qp) = (row.as_ptr(), q.as_ptr());
-                let (mut a0, mut a1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-                let mut i = 0;
-                while i + 16 <= n {
-                    a0 = _mm256_fmadd_ps($load(r.add(i)), _mm256_loadu_ps(qp.add(i)), a0);
-                    a1 = _mm256_fmadd_ps($load(r.add(i + 8)), _mm256_loadu_ps(qp.add(i + 8)), a1);
-                    i += 16;
-                }
-                if i + 8 <= n {
-                    a0 = _mm256_fmadd_ps($load(r.add(i)), _mm256_loadu_ps(qp.add(i)), a0);
-                    i += 8;
-                }
-                let mut s = hsum(_mm256_add_ps(a0, a1));
-                for j in i..n {
-                    s += $scalar(row[j]) * q[j];
-                }
-                s
-            }
-
-            /// `out[i] += w * row[i]`. Caller: the CPU has AVX2, FMA and F16C.
-            #[target_feature(enable = "avx2,fma,f16c")]
-            pub(super) unsafe fn $axpy(w: f32, row: &[$t], out: &mut [f32]) {
-                let n = row.len().min(out.len());
-                let (r, op) = (row.as_ptr(), out.as_mut_ptr());
-                let wv = _mm256_set1_ps(w);
-                let mut i = 0;
-                while i + 8 <= n {
-                    let o = _mm256_loadu_ps(op.add(i));
-                    _mm256_storeu_ps(op.add(i), _mm256_fmadd_ps(wv, $load(r.add(i)), o));
-                    i += 8;
-                }
-                for j in i..n {
-                    out[j] += w * $scalar(row[j]);
-                }
-            }
-        };
-    }
-
-    /// 8 f32 at `p`.
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn load_f32(p: *const f32) -> __m256 {
-        _mm256_loadu_ps(p)
-    }
-
-    row_kernels!(dot_f32, axpy_f32, f32, load_f32, f32::from);
-    row_kernels!(dot_f16, axpy_f16, f16, load_f16, f16::to_f32);
 }
 
 enum ChunkData {
@@ -408,54 +294,168 @@ impl KvCache {
         })
     }
 
-    /// Attention of one query head over positions `first..first + scores.len()` of `layer`
-    /// (at most the positions it keeps), using key/value head `kv_head`:
-    /// `out = softmax(q . K^T * scale) V`.
-    pub fn attend(
+    /// Partial attention of up to [`TILE_ROWS`] query rows `qs` (row `r` at position `pos[r]`)
+    /// over the positions of `split` that each row sees (itself and the positions before it
+    /// that `layer` keeps), using key/value head `kv_head`. Writes into `part` (see
+    /// [`Partial`]) each row's running max, sum of `exp(score - max)` and unnormalised output,
+    /// computed block by block over [`BLOCK`]-aligned positions with an online softmax. A row
+    /// that sees nothing of `split` gets max `-inf` and sum 0.
+    pub(crate) fn attend_split(
         &self,
         (layer, kv_head): (usize, usize),
-        q: &[f32],
+        qs: &[&[f32]],
+        pos: &[usize],
         scale: f32,
-        first: usize,
-        scores: &mut [f32],
-        out: &mut [f32],
+        split: Range<usize>,
+        part: Partial<'_>,
     ) {
-        let n_pos = scores.len();
+        let rows = qs.len();
+        assert!(rows <= TILE_ROWS && pos.len() == rows && rows > 0);
+        let hd = qs[0].len();
         let (si, li) = self.layers[layer];
-        debug_assert!(n_pos <= self.stores[si].slots);
-        let hd = q.len();
-        let col = kv_head * hd;
-        let simd = simd_rows();
+        let slots = self.stores[si].slots;
         let chunks = &self.stores[si].chunks;
-        let mut max = f32::NEG_INFINITY;
-        for r in self.runs(si, first, n_pos) {
-            let chunk = &chunks[r.chunk];
-            let base = self.offset(chunk.tokens, li, 0, r.at) + col;
-            let s = &mut scores[r.offset..r.offset + r.count];
-            match &chunk.data {
-                ChunkData::F16(data) => dots(data, base, self.kv_dim, q, scale, s, simd),
-                ChunkData::F32(data) => dots(data, base, self.kv_dim, q, scale, s, simd),
+        let simd = simd_rows();
+        let col = kv_head * hd;
+        let Partial { max, sum, out } = part;
+        max[..rows].fill(f32::NEG_INFINITY);
+        sum[..rows].fill(0.0);
+        out[..rows * hd].fill(0.0);
+        // What each row sees of the split, and the union.
+        let seen = |r: usize| {
+            let end = pos[r] + 1;
+            end.saturating_sub(slots).max(split.start)..end.min(split.end)
+        };
+        let seeing = (0..rows).map(seen).filter(|s| !s.is_empty());
+        let Some(lo) = seeing.clone().map(|s| s.start).min() else {
+            return;
+        };
+        let hi = seeing.map(|s| s.end).max().unwrap_or(lo);
+        let mut tile = [[0.0f32; BLOCK]; TILE_ROWS];
+        let tile = &mut tile[..rows];
+        let mut b = lo - lo % BLOCK;
+        while b < hi {
+            let (b0, b1) = (b.max(lo), (b + BLOCK).min(hi));
+            for row in tile.iter_mut() {
+                row.fill(f32::NEG_INFINITY);
             }
-            max = s.iter().fold(max, |m, &x| m.max(x));
+            for r in self.runs(si, b0, b1 - b0) {
+                let chunk = &chunks[r.chunk];
+                let base = self.offset(chunk.tokens, li, 0, r.at) + col;
+                let col0 = b0 - b + r.offset;
+                match &chunk.data {
+                    ChunkData::F16(d) => tile::dots(
+                        &d[base..],
+                        self.kv_dim,
+                        r.count,
+                        qs,
+                        scale,
+                        tile,
+                        col0,
+                        simd,
+                    ),
+                    ChunkData::F32(d) => tile::dots(
+                        &d[base..],
+                        self.kv_dim,
+                        r.count,
+                        qs,
+                        scale,
+                        tile,
+                        col0,
+                        simd,
+                    ),
+                }
+            }
+            for (r, row) in tile.iter_mut().enumerate() {
+                let s = seen(r);
+                let (c0, c1) = (
+                    s.start.max(b).min(b + BLOCK) - b,
+                    s.end.min(b + BLOCK).max(b) - b,
+                );
+                if c0 >= c1 {
+                    row.fill(0.0);
+                    continue;
+                }
+                row[..c0].fill(f32::NEG_INFINITY);
+                row[c1..].fill(f32::NEG_INFINITY);
+                let block_max = row[c0..c1].iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+                let new_max = max[r].max(block_max);
+                let c = (max[r] - new_max).exp();
+                let w = tile::exp_row(row, new_max, simd);
+                sum[r] = sum[r] * c + w;
+                max[r] = new_max;
+                for o in &mut out[r * hd..(r + 1) * hd] {
+                    *o *= c;
+                }
+            }
+            for r in self.runs(si, b0, b1 - b0) {
+                let chunk = &chunks[r.chunk];
+                let base = self.offset(chunk.tokens, li, 1, r.at) + col;
+                let col0 = b0 - b + r.offset;
+                let o = &mut out[..rows * hd];
+                match &chunk.data {
+                    ChunkData::F16(d) => {
+                        tile::accumulate(&d[base..], self.kv_dim, r.count, tile, col0, o, hd, simd)
+                    }
+                    ChunkData::F32(d) => {
+                        tile::accumulate(&d[base..], self.kv_dim, r.count, tile, col0, o, hd, simd)
+                    }
+                }
+            }
+            b += BLOCK;
         }
-        let mut sum = 0.0f64;
-        for s in scores.iter_mut() {
-            *s = (*s - max).exp();
-            sum += *s as f64;
+    }
+}
+
+/// The running softmax state of a tile of query rows: per row its max score, its sum of
+/// `exp(score - max)` and its output (rows `hd` apart), not yet divided by the sum.
+pub(crate) struct Partial<'a> {
+    pub max: &'a mut [f32],
+    pub sum: &'a mut [f32],
+    pub out: &'a mut [f32],
+}
+
+impl Partial<'_> {
+    /// Floats one partial of `rows` rows of `hd` takes in a flat buffer.
+    pub(crate) fn floats(rows: usize, hd: usize) -> usize {
+        rows * (hd + 2)
+    }
+
+    /// The partial of `rows` rows of `hd` laid out at the start of `buf`.
+    pub(crate) fn of(buf: &mut [f32], rows: usize, hd: usize) -> Partial<'_> {
+        let (out, rest) = buf.split_at_mut(rows * hd);
+        let (max, rest) = rest.split_at_mut(rows);
+        Partial {
+            max,
+            sum: &mut rest[..rows],
+            out,
         }
-        let inv = (1.0 / sum) as f32;
-        out.fill(0.0);
-        for r in self.runs(si, first, n_pos) {
-            let chunk = &chunks[r.chunk];
-            let base = self.offset(chunk.tokens, li, 1, r.at) + col;
-            let w = &scores[r.offset..r.offset + r.count];
-            match &chunk.data {
-                ChunkData::F16(data) => weighted_sum(data, base, self.kv_dim, w, out, simd),
-                ChunkData::F32(data) => weighted_sum(data, base, self.kv_dim, w, out, simd),
+    }
+
+    /// Folds `other` (the next split of the same rows) into `self`: the softmax of the
+    /// union. A row of `other` that saw nothing leaves `self`'s row as it was.
+    pub(crate) fn fold(&mut self, other: &Partial<'_>, hd: usize) {
+        for r in 0..self.max.len() {
+            if other.sum[r] == 0.0 && other.max[r] == f32::NEG_INFINITY {
+                continue;
+            }
+            let m = self.max[r].max(other.max[r]);
+            let (ca, cb) = ((self.max[r] - m).exp(), (other.max[r] - m).exp());
+            self.sum[r] = self.sum[r] * ca + other.sum[r] * cb;
+            self.max[r] = m;
+            let a = &mut self.out[r * hd..(r + 1) * hd];
+            let b = &other.out[r * hd..(r + 1) * hd];
+            for (x, y) in a.iter_mut().zip(b) {
+                *x = *x * ca + *y * cb;
             }
         }
-        for o in out.iter_mut() {
-            *o *= inv;
+    }
+
+    /// Writes row `r`'s attention output (the output divided by the sum) to `dst`.
+    pub(crate) fn finish_row(&self, r: usize, hd: usize, dst: &mut [f32]) {
+        let inv = 1.0 / self.sum[r];
+        for (d, o) in dst.iter_mut().zip(&self.out[r * hd..(r + 1) * hd]) {
+            *d = o * inv;
         }
     }
 }
@@ -472,42 +472,33 @@ fn store(dst: &mut [f16], src: &[f32]) {
     dst.convert_from_f32_slice(src);
 }
 
-/// `scores[p] = scale * sum_i q[i] K[p][i]` for the rows starting at `base`, `stride` apart.
-fn dots<T: Element>(
-    data: &[T],
-    base: usize,
-    stride: usize,
-    q: &[f32],
-    scale: f32,
-    scores: &mut [f32],
-    simd: bool,
-) {
-    let hd = q.len();
-    for (p, s) in scores.iter_mut().enumerate() {
-        let row = &data[base + p * stride..base + p * stride + hd];
-        *s = T::dot(row, q, simd) * scale;
-    }
-}
-
-/// `out += sum_p w[p] V[p]` for the rows starting at `base`, `stride` apart.
-fn weighted_sum<T: Element>(
-    data: &[T],
-    base: usize,
-    stride: usize,
-    w: &[f32],
-    out: &mut [f32],
-    simd: bool,
-) {
-    let hd = out.len();
-    for (p, &wp) in w.iter().enumerate() {
-        let row = &data[base + p * stride..base + p * stride + hd];
-        T::axpy(wp, row, out, simd);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One query at position `first + n - 1` over positions `first..first + n` (one split).
+    fn attend_one(
+        kv: &KvCache,
+        head: (usize, usize),
+        q: &[f32],
+        scale: f32,
+        first: usize,
+        n: usize,
+    ) -> Vec<f32> {
+        let hd = q.len();
+        let mut buf = vec![0.0; Partial::floats(1, hd)];
+        kv.attend_split(
+            head,
+            &[q],
+            &[first + n - 1],
+            scale,
+            first..first + n,
+            Partial::of(&mut buf, 1, hd),
+        );
+        let mut out = vec![0.0; hd];
+        Partial::of(&mut buf, 1, hd).finish_row(0, hd, &mut out);
+        out
+    }
 
     fn naive(q: &[f32], ks: &[Vec<f32>], vs: &[Vec<f32>], scale: f32) -> Vec<f32> {
         let s: Vec<f64> = ks
@@ -561,9 +552,7 @@ mod tests {
                 .map(|p| (0..hd).map(|i| val(p, head * hd + i, 5 + layer)).collect())
                 .collect();
             let want = naive(&q, &ks, &vs, 0.35);
-            let mut scores = vec![0.0; n];
-            let mut out = vec![0.0; hd];
-            kv.attend((layer, head), &q, 0.35, 0, &mut scores[..n], &mut out);
+            let out = attend_one(&kv, (layer, head), &q, 0.35, 0, n);
             for (a, b) in out.iter().zip(&want) {
                 // Values are multiples of 1/8, exact in f16.
                 assert!((a - b).abs() < 1e-5, "{ty:?}: {a} vs {b}");
@@ -606,9 +595,7 @@ mod tests {
                 .map(|p| (0..hd).map(|i| val(p, i, 7 + layer)).collect())
                 .collect();
             let want = naive(&q, &ks, &vs, 0.5);
-            let mut scores = vec![0.0; n - first];
-            let mut out = vec![0.0; hd];
-            kv.attend((layer, 0), &q, 0.5, first, &mut scores, &mut out);
+            let out = attend_one(&kv, (layer, 0), &q, 0.5, first, n - first);
             for (a, b) in out.iter().zip(&want) {
                 assert!(
                     (a - b).abs() < 1e-5,
@@ -636,40 +623,5 @@ mod tests {
         let e = kv.reserve(1).unwrap_err().to_string();
         assert!(e.contains("KV cache"), "{e}");
         assert_eq!(small.held(), 0);
-    }
-
-    #[test]
-    fn simd_rows_match_the_scalar_rows() {
-        if !ramforge_quant::isa::Isa::Avx2.is_available() {
-            return; // Nothing to compare on this CPU: only the scalar rows exist.
-        }
-        let val =
-            |i: usize, salt: usize| ((i * 2654435761 + salt * 97) % 1000) as f32 / 500.0 - 1.0;
-        for hd in [1, 7, 8, 13, 16, 64, 72, 128, 200] {
-            let q: Vec<f32> = (0..hd).map(|i| val(i, 1)).collect();
-            let k32: Vec<f32> = (0..hd).map(|i| val(i, 2)).collect();
-            let k16: Vec<f16> = k32.iter().map(|&v| f16::from_f32(v)).collect();
-            let mag: f32 = k32.iter().zip(&q).map(|(a, b)| (a * b).abs()).sum();
-            for (a, b) in [
-                (f32::dot(&k32, &q, true), f32::dot(&k32, &q, false)),
-                (f16::dot(&k16, &q, true), f16::dot(&k16, &q, false)),
-            ] {
-                assert!((a - b).abs() <= 1e-5 * mag, "hd {hd}: {a} vs {b}");
-            }
-            for simd_first in [true, false] {
-                let mut o1: Vec<f32> = (0..hd).map(|i| val(i, 3)).collect();
-                let mut o2 = o1.clone();
-                f16::axpy(0.37, &k16, &mut o1, simd_first);
-                f16::axpy(0.37, &k16, &mut o2, !simd_first);
-                f32::axpy(-1.5, &k32, &mut o1, simd_first);
-                f32::axpy(-1.5, &k32, &mut o2, !simd_first);
-                for (a, b) in o1.iter().zip(&o2) {
-                    assert!(
-                        (a - b).abs() <= 1e-6 * (1.0 + b.abs()),
-                        "hd {hd}: {a} vs {b}"
-                    );
-                }
-            }
-        }
     }
 }

@@ -157,7 +157,16 @@ pub(crate) fn block(
                     &s.k[i * kvd..][..kvd],
                     &s.v[i * kvd..][..kvd],
                 );
-                attention(cfg, layer_index, s, kv, p, i..i + 1);
+                attention(
+                    cfg,
+                    layer_index,
+                    kv,
+                    p,
+                    i..i + 1,
+                    &s.q,
+                    &mut s.att_part,
+                    &mut s.att,
+                );
             }
         }
     }
@@ -233,7 +242,16 @@ fn attend_run(
             let (k, v) = (&s.k[j * kvd..][..kvd], &s.v[j * kvd..][..kvd]);
             kv.write(layer_index, first + j, k, v);
         }
-        attention(cfg, layer_index, s, kv, first + i, i..i + len);
+        attention(
+            cfg,
+            layer_index,
+            kv,
+            first + i,
+            i..i + len,
+            &s.q,
+            &mut s.att_part,
+            &mut s.att,
+        );
         i += len;
     }
 }

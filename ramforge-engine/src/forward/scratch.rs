@@ -1,6 +1,7 @@
 //! The activations of one batch of tokens, charged as "scratch": every buffer the forward pass
 //! writes, sized by the one formula the plan also books.
 
+use super::attention::Heads;
 use super::matmul::MATMUL_GROUPS;
 use crate::budget::{ChargedVec, MemoryBudget};
 use crate::error::EngineError;
@@ -9,7 +10,6 @@ use crate::model::{ModelConfig, ModelTensors};
 /// Activations for one batch of tokens, each row `batch` tokens long.
 pub struct Scratch {
     pub batch: usize,
-    pub ctx: usize,
     /// Residual stream, `batch x n_embd`.
     pub x: ChargedVec<f32>,
     /// Normalised input / projection output, `batch x n_embd`.
@@ -19,16 +19,15 @@ pub struct Scratch {
     pub v: ChargedVec<f32>,
     /// Attention output, token-major (`batch x q_dim`).
     pub att: ChargedVec<f32>,
-    /// Attention output, head-major (`n_head x batch x head_dim`), written in parallel.
-    pub att_heads: ChargedVec<f32>,
+    /// Attention's partial softmax state (running max, sum and output of each tile of query
+    /// rows, or of each split of one query's positions); see `Heads::scratch_floats`.
+    pub att_part: ChargedVec<f32>,
     pub gate: ChargedVec<f32>,
     pub up: ChargedVec<f32>,
     /// cos then sin of each RoPE angle, `batch x rope_dim/2` each.
     pub rope: ChargedVec<f32>,
     /// The same for the sliding-window layers' RoPE (empty without them).
     pub rope_local: ChargedVec<f32>,
-    /// One score row per head, `n_head x ctx`.
-    pub scores: ChargedVec<f32>,
     /// Router logits, `batch x n_expert` (empty without experts).
     pub router: ChargedVec<f32>,
     /// The rows routed to one expert, then its outputs, `batch x n_embd` (empty without
@@ -42,7 +41,7 @@ pub struct Scratch {
 }
 
 /// Elements of the f32 buffers, in [`Scratch`]'s field order from `x` to `moe_out`.
-fn f32_lens(cfg: &ModelConfig, batch: usize, ctx: usize) -> [usize; 15] {
+fn f32_lens(cfg: &ModelConfig, batch: usize, ctx: usize) -> [usize; 14] {
     let (e, q, kv) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim());
     let moe = cfg.n_expert > 0;
     let ff = if moe { cfg.n_ff_exp } else { cfg.n_ff };
@@ -60,12 +59,11 @@ fn f32_lens(cfg: &ModelConfig, batch: usize, ctx: usize) -> [usize; 15] {
         b * kv,
         b * kv,
         b * q,
-        b * q,
+        Heads::of(cfg).scratch_floats(b, ctx),
         b * ff,
         b * ff,
         b * cfg.rope_dim,
         local_rope,
-        cfg.n_head * ctx,
         if_moe(b * cfg.n_expert),
         if_moe(b * e),
         if_moe(b * e),
@@ -116,23 +114,21 @@ impl Scratch {
     ) -> Result<Scratch, EngineError> {
         let act = activation_bytes(tensors, batch)?;
         let buf = |len: usize| ChargedVec::zeroed(budget, "scratch", len);
-        let [x, xn, q, k, v, att, att_heads, gate, up, rope, rope_local, scores, router, moe_in, moe_out] =
+        let [x, xn, q, k, v, att, att_part, gate, up, rope, rope_local, router, moe_in, moe_out] =
             f32_lens(cfg, batch, ctx);
         Ok(Scratch {
             batch,
-            ctx,
             x: buf(x)?,
             xn: buf(xn)?,
             q: buf(q)?,
             k: buf(k)?,
             v: buf(v)?,
             att: buf(att)?,
-            att_heads: buf(att_heads)?,
+            att_part: buf(att_part)?,
             gate: buf(gate)?,
             up: buf(up)?,
             rope: buf(rope)?,
             rope_local: buf(rope_local)?,
-            scores: buf(scores)?,
             router: buf(router)?,
             moe_in: buf(moe_in)?,
             moe_out: buf(moe_out)?,
