@@ -74,8 +74,14 @@ for t in "${targets[@]}"; do
     before=$(find "fuzz/artifacts/$t" -type f | wc -l)
     log="$(mktemp)"
     rc=0
-    (cd fuzz && cargo fuzz run "$t" -s "$sanitizer" --target-dir "$fuzz_target_dir" "corpus/$t" -- \
-        "${limit[@]}" -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1) 2>&1 | tee "$log" || rc=$?
+    extra=() asan="$ASAN_OPTIONS"
+    # chat_template re-runs each render in-process to see its coverage, and a template can
+    # leak what it builds into a reference cycle there (a namespace holding itself: seed
+    # namespace_cycle); minijinja frees values by reference counting. On Linux every other
+    # render runs in a forked child whose memory goes with it, so LeakSanitizer is off here.
+    if [ "$t" = chat_template ]; then extra=(-detect_leaks=0); asan="$asan:detect_leaks=0"; fi
+    (cd fuzz && ASAN_OPTIONS="$asan" cargo fuzz run "$t" -s "$sanitizer" --target-dir "$fuzz_target_dir" "corpus/$t" -- \
+        "${limit[@]}" -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 "${extra[@]}") 2>&1 | tee "$log" || rc=$?
     execs=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*$' || echo "?")
     cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*$' || echo "?")
     crashes=$(( $(find "fuzz/artifacts/$t" -type f | wc -l) - before ))

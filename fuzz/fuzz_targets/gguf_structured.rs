@@ -3,7 +3,7 @@
 //! (which must produce a file the reader accepts and describes exactly), then the bytes are
 //! mutated and truncated to reach the reader's deep validation paths.
 
-use arbitrary::Arbitrary;
+use arbitrary::{Arbitrary, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use ramforge_gguf::{parse_header, GgmlType, GgufError, GgufWriter, Metadata, Value, ValueType};
 
@@ -23,8 +23,8 @@ enum Leaf {
     F64(f64),
 }
 
-/// Homogeneous by construction, nested through `Nested`.
-#[derive(Arbitrary, Debug, Clone)]
+/// Homogeneous by construction, nested through `Nested`, at most [`MAX_NESTING`] deep.
+#[derive(Debug, Clone)]
 enum Array {
     U8(Vec<u8>),
     I32(Vec<i32>),
@@ -33,6 +33,36 @@ enum Array {
     Str(Vec<String>),
     U64(Vec<u64>),
     Nested(Vec<Array>),
+}
+
+/// Nesting generated: past the reader's limit, but bounded. A derived `Arbitrary` recursed as
+/// deep as the input allowed and overflowed the stack under AddressSanitizer.
+const MAX_NESTING: usize = ramforge_gguf::MAX_ARRAY_DEPTH + 2;
+
+impl<'a> Arbitrary<'a> for Array {
+    fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Array> {
+        array_of_depth(u, 0)
+    }
+}
+
+fn array_of_depth(u: &mut Unstructured<'_>, depth: usize) -> arbitrary::Result<Array> {
+    let kinds = if depth < MAX_NESTING { 7 } else { 6 };
+    Ok(match u.choose_index(kinds)? {
+        0 => Array::U8(u.arbitrary()?),
+        1 => Array::I32(u.arbitrary()?),
+        2 => Array::F32(u.arbitrary()?),
+        3 => Array::Bool(u.arbitrary()?),
+        4 => Array::Str(u.arbitrary()?),
+        5 => Array::U64(u.arbitrary()?),
+        _ => {
+            let n = u.arbitrary_len::<u8>()?;
+            let mut items = Vec::new();
+            for _ in 0..n {
+                items.push(array_of_depth(u, depth + 1)?);
+            }
+            Array::Nested(items)
+        }
+    })
 }
 
 #[derive(Arbitrary, Debug)]

@@ -220,7 +220,14 @@ mod linux {
         ) {
             Answer::Done(answer) => match decode(answer) {
                 Some(result) => {
-                    *slot = Some(child);
+                    // A template can leak what it builds into a reference cycle (a namespace
+                    // holding itself); the next render's limit counts from the child's size, so
+                    // a child grown past RETIRE_RSS is replaced.
+                    if resident_bytes(child.pid) > RETIRE_RSS {
+                        child.end();
+                    } else {
+                        *slot = Some(child);
+                    }
                     result
                 }
                 None => Err(died(&limits, child.end())),
@@ -234,6 +241,20 @@ mod linux {
                 )))
             }
         }
+    }
+
+    /// Resident bytes past which a child is replaced after its render.
+    const RETIRE_RSS: u64 = 512 << 20;
+
+    /// Resident bytes of process `pid` (`/proc/PID/statm`; 0 if unreadable).
+    fn resident_bytes(pid: libc::pid_t) -> u64 {
+        let pages = std::fs::read_to_string(format!("/proc/{pid}/statm"))
+            .ok()
+            .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .unwrap_or(0);
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
+        pages * page
     }
 
     fn died(limits: &RenderLimits, status: i32) -> ChatError {
