@@ -192,12 +192,24 @@ fn a_full_queue_is_503_with_retry_after() {
     // No waiting room: while one request generates, the next is turned away.
     let server = Server::start(&["--queue", "0"]);
     let long = completion_body("1, 2, 3, 4, 5,", 400, r#""stream": true"#);
-    let mut busy = server.raw_post("/v1/completions", &long);
-    // The first bytes of the stream: the engine has taken the request.
-    let mut first = [0u8; 64];
-    busy.set_read_timeout(Some(Duration::from_secs(60)))
-        .unwrap();
-    assert!(busy.read(&mut first).unwrap() > 0);
+    // The first bytes of a 200 stream: the engine has taken the request. With no waiting room
+    // a request is only taken while the engine thread waits for one, which it may not do yet
+    // just after the server announced itself; that request gets a 503 and is asked again.
+    let mut busy = None;
+    for _ in 0..50 {
+        let mut stream = server.raw_post("/v1/completions", &long);
+        let mut first = [0u8; 64];
+        stream
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .unwrap();
+        let n = stream.read(&mut first).unwrap();
+        if first[..n].starts_with(b"HTTP/1.1 200") {
+            busy = Some(stream);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let busy = busy.expect("the long request was never taken");
     let ((status, body), retry) =
         server.post_full("/v1/completions", &completion_body("Hi", 2, ""), None);
     assert_eq!(status, 503, "{body}");
