@@ -125,6 +125,24 @@ pub(super) mod linux {
         address_space: u64,
         render: impl FnOnce() -> Result<String, ChatError>,
     ) -> ! {
+        let mut lim = prepare_child();
+        lim.rlim_cur = address_space.min(lim.rlim_max);
+        // SAFETY: sets this process's own limit.
+        unsafe { libc::setrlimit(libc::RLIMIT_AS, &lim) };
+        let answer = encode(catch_unwind(AssertUnwindSafe(render)));
+        let mut pipe = std::fs::File::from(write_end);
+        let code = if pipe.write_all(&answer).is_ok() {
+            0
+        } else {
+            1
+        };
+        // SAFETY: leaves the child without running the parent's exit handlers.
+        unsafe { libc::_exit(code) }
+    }
+
+    /// Readies a forked render child: default crash handlers, stderr to /dev/null, no core
+    /// dumps. Returns its address-space limit as inherited.
+    pub(in crate::text) fn prepare_child() -> libc::rlimit {
         // SAFETY: plain system calls on this (single-threaded) child's own state.
         unsafe {
             // A fuzzer's or test harness's crash handlers are not the child's business; an
@@ -144,18 +162,8 @@ pub(super) mod linux {
             libc::setrlimit(libc::RLIMIT_CORE, &no_core);
             let mut lim = no_core;
             libc::getrlimit(libc::RLIMIT_AS, &mut lim);
-            lim.rlim_cur = address_space.min(lim.rlim_max);
-            libc::setrlimit(libc::RLIMIT_AS, &lim);
+            lim
         }
-        let answer = encode(catch_unwind(AssertUnwindSafe(render)));
-        let mut pipe = std::fs::File::from(write_end);
-        let code = if pipe.write_all(&answer).is_ok() {
-            0
-        } else {
-            1
-        };
-        // SAFETY: leaves the child without running the parent's exit handlers.
-        unsafe { libc::_exit(code) }
     }
 
     /// Everything the child writes, or None when it is not done by `deadline` (or writes more

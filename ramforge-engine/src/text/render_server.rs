@@ -75,7 +75,7 @@ impl RenderServer {
 
 #[cfg(target_os = "linux")]
 mod linux {
-    use super::super::isolate::linux::{current_address_space, describe};
+    use super::super::isolate::linux::{current_address_space, describe, prepare_child};
     use super::super::isolate::{decode, encode};
     use super::*;
     use std::io::{Read, Write};
@@ -268,26 +268,7 @@ mod linux {
     /// The child's loop: a request, its render under the address-space limit of its input,
     /// the answer; until this side closes the socket.
     fn serve(mut sock: UnixStream) -> ! {
-        // SAFETY: plain system calls on this (single-threaded) child's own state.
-        let base = unsafe {
-            // A fuzzer's or test harness's crash handlers are not the child's business; an
-            // allocation failure under the limit aborts quietly and the parent reports it.
-            for sig in [libc::SIGABRT, libc::SIGSEGV, libc::SIGBUS] {
-                libc::signal(sig, libc::SIG_DFL);
-            }
-            let null = libc::open(c"/dev/null".as_ptr(), libc::O_WRONLY);
-            if null >= 0 {
-                libc::dup2(null, 2);
-            }
-            let no_core = libc::rlimit {
-                rlim_cur: 0,
-                rlim_max: 0,
-            };
-            libc::setrlimit(libc::RLIMIT_CORE, &no_core);
-            let mut lim = no_core;
-            libc::getrlimit(libc::RLIMIT_AS, &mut lim);
-            lim
-        };
+        let base = prepare_child();
         let set_address_space = |bytes: u64| {
             let lim = libc::rlimit {
                 rlim_cur: bytes.min(base.rlim_max),
