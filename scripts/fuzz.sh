@@ -6,6 +6,11 @@
 #   scripts/fuzz.sh --long [TARGET ...]                 each target to $RAMFORGE_FUZZ_RUNS executions
 #                                                       (default 10000000)
 #
+# A long run may be stopped (SIGTERM or SIGINT to the fuzzer, e.g. to free the cores for a
+# benchmark) and resumed: each target's campaign total (executions, seconds, segments) is kept
+# in fuzz/long/<target>, and the next --long run of it goes on from its grown corpus with the
+# executions still missing. Delete that file to start a campaign afresh.
+#
 # RAMFORGE_FUZZ_SANITIZER picks cargo-fuzz's sanitizer (default address; none runs the same
 # checks - panics, hangs, the RSS limit - several times faster, without AddressSanitizer's
 # memory checks of unsafe code).
@@ -60,14 +65,25 @@ for m in SmolLM2-135M-Instruct.Q4_1.gguf gemma-3-270m-q4_k_m.gguf qwen2ish-Q8_0.
 done
 cargo run -q -p ramforge-gguf --example fuzz_corpus -- fuzz/corpus/gguf_parse "${seeds[@]}"
 
-if [ "$mode" = long ]; then
-    limit=(-runs="$runs")
-else
-    limit=(-max_total_time="$secs")
-fi
 failed=0
 summary=()
 for t in "${targets[@]}"; do
+    # A long campaign's state: executions, seconds and segments so far.
+    state="fuzz/long/$t"
+    done_execs=0 done_secs=0 segments=0
+    if [ "$mode" = long ]; then
+        mkdir -p fuzz/long
+        [ -f "$state" ] && read -r done_execs done_secs segments < "$state"
+        if [ "$done_execs" -ge "$runs" ]; then
+            line="$t: campaign done, executions $done_execs in $done_secs s ($segments segments)"
+            echo "== $line"
+            summary+=("$line")
+            continue
+        fi
+        limit=(-runs="$((runs - done_execs))")
+    else
+        limit=(-max_total_time="$secs")
+    fi
     echo "== fuzz $t (${limit[*]}, sanitizer $sanitizer)"
     mkdir -p "fuzz/corpus/$t" "fuzz/artifacts/$t"
     if [ -d "fuzz/seeds/$t" ]; then cp -n fuzz/seeds/"$t"/* "fuzz/corpus/$t/" || true; fi
@@ -80,14 +96,27 @@ for t in "${targets[@]}"; do
     # namespace_cycle); minijinja frees values by reference counting. On Linux every other
     # render runs in a forked child whose memory goes with it, so LeakSanitizer is off here.
     if [ "$t" = chat_template ]; then extra=(-detect_leaks=0); asan="$asan:detect_leaks=0"; fi
+    (cd fuzz && cargo fuzz build "$t" -s "$sanitizer" --target-dir "$fuzz_target_dir")
+    start=$(date +%s)
     (cd fuzz && ASAN_OPTIONS="$asan" cargo fuzz run "$t" -s "$sanitizer" --target-dir "$fuzz_target_dir" "corpus/$t" -- \
         "${limit[@]}" -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 "${extra[@]}") 2>&1 | tee "$log" || rc=$?
+    took=$(( $(date +%s) - start ))
     execs=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*$' || echo "?")
     cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*$' || echo "?")
     crashes=$(( $(find "fuzz/artifacts/$t" -type f | wc -l) - before ))
-    took=$(grep -o 'Done [0-9]* runs in [0-9]* second' "$log" | tail -1 | grep -o 'in [0-9]*' | grep -o '[0-9]*' || echo "?")
+    # SIGTERM/SIGINT makes libFuzzer print its final stats and exit 72 (cargo-fuzz then fails).
+    interrupted=0
+    if [ "$rc" -ne 0 ] && grep -q 'libFuzzer: run interrupted' "$log" && [ "$crashes" -eq 0 ]; then
+        interrupted=1 rc=0
+    fi
     rm -f "$log"
     line="$t: executions $execs in ${took} s, cov $cov, crashes $crashes, exit $rc (sanitizer $sanitizer)"
+    if [ "$mode" = long ] && [[ "$execs" =~ ^[0-9]+$ ]]; then
+        done_execs=$((done_execs + execs)) done_secs=$((done_secs + took)) segments=$((segments + 1))
+        echo "$done_execs $done_secs $segments" > "$state"
+        line="$line; campaign $done_execs executions in $done_secs s ($segments segments)"
+        [ "$interrupted" -eq 1 ] && line="$line, interrupted"
+    fi
     echo "== $line"
     summary+=("$line")
     if [ "$rc" -ne 0 ] || [ "$crashes" -ne 0 ]; then failed=1; fi

@@ -187,29 +187,29 @@ fn api_key_not_found_too_large_and_wrong_method() {
     );
 }
 
+/// Sends a long streaming completion and waits for its first bytes: a 200 means the server
+/// holds it (running or waiting); what else it answered otherwise.
+fn start_long(server: &Server) -> Result<std::net::TcpStream, String> {
+    let long = completion_body("1, 2, 3, 4, 5,", 400, r#""stream": true"#);
+    let mut stream = server.raw_post("/v1/completions", &long);
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let mut first = [0u8; 64];
+    let n = stream.read(&mut first).unwrap();
+    if first[..n].starts_with(b"HTTP/1.1 200") {
+        Ok(stream)
+    } else {
+        Err(String::from_utf8_lossy(&first[..n]).into_owned())
+    }
+}
+
 #[test]
 fn a_full_queue_is_503_with_retry_after() {
-    // No waiting room: while one request generates, the next is turned away.
+    // No waiting room: while one request generates, the next is turned away. The first is
+    // taken at once, even just after the server announced itself.
     let server = Server::start(&["--queue", "0"]);
-    let long = completion_body("1, 2, 3, 4, 5,", 400, r#""stream": true"#);
-    // The first bytes of a 200 stream: the engine has taken the request. With no waiting room
-    // a request is only taken while the engine thread waits for one, which it may not do yet
-    // just after the server announced itself; that request gets a 503 and is asked again.
-    let mut busy = None;
-    for _ in 0..50 {
-        let mut stream = server.raw_post("/v1/completions", &long);
-        let mut first = [0u8; 64];
-        stream
-            .set_read_timeout(Some(Duration::from_secs(60)))
-            .unwrap();
-        let n = stream.read(&mut first).unwrap();
-        if first[..n].starts_with(b"HTTP/1.1 200") {
-            busy = Some(stream);
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let busy = busy.expect("the long request was never taken");
+    let busy = start_long(&server).expect("the first request of an idle server is taken");
     let ((status, body), retry) =
         server.post_full("/v1/completions", &completion_body("Hi", 2, ""), None);
     assert_eq!(status, 503, "{body}");
@@ -227,4 +227,17 @@ fn a_full_queue_is_503_with_retry_after() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert!(served, "the server never became free again");
+}
+
+#[test]
+fn a_free_slot_takes_a_request_without_waiting_room() {
+    // `--queue 0 --parallel 2`: the second request runs beside the first; a third, with both
+    // slots running, is a 503.
+    let server = Server::start(&["--queue", "0", "--parallel", "2"]);
+    let first = start_long(&server).expect("the first request is taken");
+    let second = start_long(&server).expect("the second request takes the free slot");
+    let ((status, body), _) =
+        server.post_full("/v1/completions", &completion_body("Hi", 2, ""), None);
+    assert_eq!(status, 503, "{body}");
+    drop((first, second));
 }

@@ -4,7 +4,7 @@
 
 use super::reply::Usage;
 use ramforge_engine::{SamplingParams, StopReason};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -22,6 +22,18 @@ pub(super) struct Job {
     pub params: SamplingParams,
     pub cancel: Arc<AtomicBool>,
     pub events: UnboundedSender<Event>,
+    /// Its place among the jobs the server holds, waiting or running; held for its `Drop`.
+    pub _place: Place,
+}
+
+/// One of the places the queue counts (`--queue` waiting + `--parallel` running), given back
+/// when the job is dropped: finished, failed or abandoned.
+pub(super) struct Place(pub Arc<AtomicUsize>);
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl Job {

@@ -3,11 +3,11 @@
 
 use super::errors::ApiError;
 pub use super::job::Event;
-use super::job::Job;
+use super::job::{Job, Place};
 use super::scheduler::{serve_jobs, Busiest};
 use ramforge_engine::{Engine, SamplingParams};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{channel, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
@@ -22,18 +22,31 @@ impl Drop for CancelOnDrop {
     }
 }
 
-/// The sending end of the queue; cloned into every request.
+/// The sending end of the queue; cloned into every request. The jobs it holds, waiting or
+/// running, are counted against `limit`; the channel itself is unbounded (a job leaves it when
+/// the engine takes it, long before it ends, and nothing is allocated for places not taken).
 #[derive(Clone)]
-pub struct Queue(SyncSender<Job>);
+pub struct Queue {
+    sender: Sender<Job>,
+    held: Arc<AtomicUsize>,
+    limit: usize,
+}
 
 impl Queue {
     /// Queues a generation: the events to read and the guard that cancels it when dropped.
-    /// A full queue is a 503.
+    /// A full queue (every slot running and every waiting place taken) is a 503.
     pub fn submit(
         &self,
         prompt: Vec<u32>,
         params: SamplingParams,
     ) -> Result<(UnboundedReceiver<Event>, CancelOnDrop), ApiError> {
+        let full = || ApiError::busy("the server is busy: its request queue is full; retry later");
+        self.held
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |h| {
+                (h < self.limit).then_some(h + 1)
+            })
+            .map_err(|_| full())?;
+        let place = Place(Arc::clone(&self.held));
         let cancel = Arc::new(AtomicBool::new(false));
         let (events, receiver) = unbounded_channel();
         let job = Job {
@@ -41,15 +54,11 @@ impl Queue {
             params,
             cancel: Arc::clone(&cancel),
             events,
+            _place: place,
         };
-        match self.0.try_send(job) {
+        match self.sender.send(job) {
             Ok(()) => Ok((receiver, CancelOnDrop(cancel))),
-            Err(TrySendError::Full(_)) => Err(ApiError::busy(
-                "the server is busy: its request queue is full; retry later",
-            )),
-            Err(TrySendError::Disconnected(_)) => {
-                Err(ApiError::busy("the server is shutting down"))
-            }
+            Err(_) => Err(ApiError::busy("the server is shutting down")),
         }
     }
 }
@@ -61,11 +70,17 @@ pub fn start(
     engine: Engine,
     waiting: usize,
 ) -> std::io::Result<(Queue, Arc<Busiest>, JoinHandle<()>)> {
-    let (sender, jobs) = sync_channel(waiting);
+    let limit = waiting.saturating_add(engine.max_sequences());
+    let (sender, jobs) = channel();
     let busiest = Arc::new(Busiest::default());
     let seen = Arc::clone(&busiest);
     let thread = std::thread::Builder::new()
         .name("engine".into())
         .spawn(move || serve_jobs(engine, jobs, &seen))?;
-    Ok((Queue(sender), busiest, thread))
+    let queue = Queue {
+        sender,
+        held: Arc::new(AtomicUsize::new(0)),
+        limit,
+    };
+    Ok((queue, busiest, thread))
 }
