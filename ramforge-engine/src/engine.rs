@@ -16,6 +16,7 @@ use crate::stream::identity::{FileChange, FileIdentity};
 use crate::stream::{AlignedBuf, ResidencyStats};
 use crate::weights::Weights;
 use ramforge_gguf::{GgufError, TensorInfo};
+use ramforge_quant::parallel::WorkerPool;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -26,7 +27,7 @@ pub struct Engine {
     pub(crate) model: Model,
     pub(crate) plan: MemoryPlan,
     pub(crate) budget: MemoryBudget,
-    pub(crate) pool: Arc<rayon::ThreadPool>,
+    pub(crate) pool: Arc<WorkerPool>,
     threads: usize,
     pub(crate) weights: Weights,
     pub(crate) kv: KvCache,
@@ -82,14 +83,10 @@ impl Engine {
         } else {
             options.threads
         };
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .thread_name(|i| format!("ramforge-{i}"))
-            .build()
-            .map_err(|e| EngineError::Threads {
-                threads,
-                reason: e.to_string(),
-            })?;
+        let pool = WorkerPool::new(threads).map_err(|e| EngineError::Threads {
+            threads,
+            reason: e.to_string(),
+        })?;
         let cfg = &model.config;
         let ctx = plan.request.ctx;
         let identity =

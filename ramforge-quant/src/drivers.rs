@@ -1,19 +1,20 @@
 //! The row drivers: matvec (one token), matmul (a batch of tokens) and the fused form that
 //! runs several matrices of the same activations in one parallel region, each running a
-//! type's kernels over many rows, in parallel with rayon.
+//! type's kernels over many rows, in parallel (`parallel::for_each`: the installed
+//! `WorkerPool`, else rayon's current pool).
 
 use crate::dispatch::kernels;
 use crate::kernel_table::{Dot, Kernels, Rows, Tile, ROWS, TILE, TILE_ROWS};
 use crate::lengths::{check_bytes, check_elements, row_bytes};
+use crate::parallel;
 use crate::{GgmlType, QuantError};
-use rayon::prelude::*;
 
 /// Below this many weight bytes times tokens a product runs on the calling thread: waking
 /// the pool would cost more than it saves.
 const PARALLEL_MIN_BYTES: usize = 64 * 1024;
-/// Weight bytes per parallel work item. Small enough that rayon's work stealing balances a
-/// decode step even when another process takes part of a core (the item a descheduled
-/// worker holds is the most the others wait for), large enough to amortise the hand-off.
+/// Weight bytes per parallel work item. Small enough that the threads balance a decode step
+/// even when another process takes part of a core (the item a descheduled worker holds is
+/// the most the others wait for), large enough to amortise the claim.
 const CHUNK_BYTES: usize = 16 * 1024;
 /// Quantized activation bytes of one token block in the batched product: a block stays in
 /// L1 while every weight row of the item (in L2) is dotted with it.
@@ -140,8 +141,8 @@ thread_local! {
 }
 
 /// Runs `f` with this thread's activation scratch, at least `len` bytes long. The buffer is
-/// taken out of the cell while in use, so a nested call (a rayon worker running another
-/// product while it waits) gets its own rather than a double borrow.
+/// taken out of the cell while in use, so a nested call (a worker running another product
+/// while it waits) gets its own rather than a double borrow.
 fn with_thread_scratch<R>(len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
     let mut buf = ACT_SCRATCH.with(|c| c.take());
     if buf.len() < len {
@@ -300,10 +301,9 @@ fn run_group(
         let quantize = kernels(act)?.quantize;
         let region = &mut scratch[used..end];
         if n >= 8 && bytes >= PARALLEL_MIN_BYTES / 4 {
-            region
-                .par_chunks_mut(act_row)
-                .zip(x.par_chunks(cols))
-                .for_each(|(dst, src)| quantize(src, dst));
+            parallel::for_each_chunk_mut(region, act_row, |t, dst| {
+                quantize(&x[t * cols..(t + 1) * cols], dst)
+            });
         } else {
             for (dst, src) in region.chunks_exact_mut(act_row).zip(x.chunks_exact(cols)) {
                 quantize(src, dst);
@@ -366,7 +366,7 @@ fn run_group(
     if total_bytes.saturating_mul(n) < PARALLEL_MIN_BYTES || total_items < 2 {
         (0..total_items).for_each(run);
     } else {
-        (0..total_items).into_par_iter().for_each(run);
+        parallel::for_each(total_items, run);
     }
     Ok(())
 }
@@ -630,10 +630,7 @@ mod tests {
 
     #[test]
     fn per_token_matmul_equals_matvec_of_each_token_bit_for_bit() {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(3)
-            .build()
-            .unwrap();
+        let pool = crate::parallel::WorkerPool::new(3).unwrap();
         let rows = 67;
         for ty in supported() {
             let cols = 2 * ty.block_size().max(256);
@@ -660,10 +657,7 @@ mod tests {
 
     #[test]
     fn matmul_equals_per_token_matvec_for_odd_batches_with_and_without_tiles() {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(3)
-            .build()
-            .unwrap();
+        let pool = crate::parallel::WorkerPool::new(3).unwrap();
         let rows = 67;
         for ty in supported() {
             let cols = 2 * ty.block_size().max(256);

@@ -31,6 +31,7 @@ pub mod formats;
 pub mod isa;
 mod kernel_table;
 mod lengths;
+pub mod parallel;
 mod simd;
 mod spec_support;
 
@@ -76,8 +77,9 @@ pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), Qua
 /// `cols` elements of type `ty` (GGUF shape `[cols, rows]`).
 ///
 /// `x` is quantized once to the type's activation type ([`vec_dot_type`]), then each row is
-/// dotted block by block. Large products run in parallel on the current rayon pool: call
-/// inside `ThreadPool::install` to choose the thread count.
+/// dotted block by block. Large products run in parallel on the [`parallel::WorkerPool`]
+/// installed on the calling thread (`WorkerPool::install` chooses the thread count), else on
+/// the current rayon pool.
 pub fn matvec(
     ty: GgmlType,
     weights: &[u8],

@@ -11,7 +11,7 @@
 
 use crate::kv::{KvCache, Partial, TILE_ROWS};
 use crate::model::ModelConfig;
-use rayon::prelude::*;
+use ramforge_quant::parallel::for_each_chunk_mut;
 use std::ops::Range;
 
 /// Below this many key/value elements (heads x queries x positions x head size) attention
@@ -136,11 +136,14 @@ pub(crate) fn attend(
         let pf = Partial::floats(per_head, hd);
         let region = &mut part[..h.n_head_kv * n_splits * pf];
         let item =
-            |(i, buf): (usize, &mut [f32])| compute(i / n_splits, 0..per_head, i % n_splits, buf);
+            |i: usize, buf: &mut [f32]| compute(i / n_splits, 0..per_head, i % n_splits, buf);
         if parallel {
-            region.par_chunks_mut(pf).enumerate().for_each(item);
+            for_each_chunk_mut(region, pf, item);
         } else {
-            region.chunks_mut(pf).enumerate().for_each(item);
+            region
+                .chunks_mut(pf)
+                .enumerate()
+                .for_each(|(i, buf)| item(i, buf));
         }
         for (g, splits) in region.chunks_mut(n_splits * pf).enumerate() {
             let (head, rest) = splits.split_at_mut(pf);
@@ -158,7 +161,7 @@ pub(crate) fn attend(
     // A batch of queries: every (head, tile) is a work item folding its splits as it goes.
     let pf = Partial::floats(TILE_ROWS, hd);
     let region = &mut part[..h.n_head_kv * tiles * 2 * pf];
-    let item = |(i, buf): (usize, &mut [f32])| {
+    let item = |i: usize, buf: &mut [f32]| {
         let (g, t) = (i / tiles, tile(i % tiles));
         let (acc_buf, part_buf) = buf.split_at_mut(pf);
         compute(g, t.clone(), 0, acc_buf);
@@ -169,9 +172,12 @@ pub(crate) fn attend(
         }
     };
     if parallel {
-        region.par_chunks_mut(2 * pf).enumerate().for_each(item);
+        for_each_chunk_mut(region, 2 * pf, item);
     } else {
-        region.chunks_mut(2 * pf).enumerate().for_each(item);
+        region
+            .chunks_mut(2 * pf)
+            .enumerate()
+            .for_each(|(i, buf)| item(i, buf));
     }
     for (i, buf) in region.chunks_mut(2 * pf).enumerate() {
         let (g, t) = (i / tiles, tile(i % tiles));

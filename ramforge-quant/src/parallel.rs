@@ -1,0 +1,415 @@
+//! Parallel regions: the products' row chunks (and the engine's attention items) run on a
+//! [`WorkerPool`] whose threads claim items one at a time.
+//!
+//! Why not rayon's pool for these: a decoding step is hundreds of short regions, and an idle
+//! rayon worker calls `sched_yield` between them, which hands its core to any other runnable
+//! process for a whole time slice; the next region then runs on the other thread alone, or
+//! waits for the worker that took part of it. Here an idle worker spins (without yielding)
+//! for [`SPIN`] before it sleeps, the caller takes part in its own region, and a worker holds
+//! at most one item, so a descheduled thread delays a region by one item, not by a share.
+//!
+//! Without an installed pool, [`for_each`] runs on rayon's current pool, so the kernels'
+//! public functions stay parallel for users of this crate alone.
+
+use rayon::prelude::*;
+use std::any::Any;
+use std::cell::{Cell, RefCell};
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::thread::{JoinHandle, Thread};
+use std::time::{Duration, Instant};
+
+/// How long an idle worker (or a caller waiting for its region's last items) spins before it
+/// sleeps: longer than the serial work between two regions of a decoding step, short enough
+/// that an idle server gives its cores back at once.
+const SPIN: Duration = Duration::from_micros(200);
+
+/// An item function of the current region, its lifetime erased (see [`Region::task`]).
+type Task = *const (dyn Fn(usize) + Sync);
+
+/// The region being run: what the item lock guards.
+struct Region {
+    /// The caller's item function. Only dereferenced for an item claimed under the lock,
+    /// while `next <= total` and that item is not yet counted in `done`: the caller does not
+    /// return (its stack frame, which the function borrows, stays) before `done == total`.
+    task: Option<Task>,
+    next: usize,
+    total: usize,
+    caller: Option<Thread>,
+}
+
+// SAFETY: `task` points to a `Sync` function and is only called while its caller waits (see
+// the field); the other fields are plain data.
+unsafe impl Send for Region {}
+
+struct Shared {
+    region: Mutex<Region>,
+    /// Bumped when a region starts; idle workers watch it.
+    epoch: AtomicU64,
+    /// Items of the current region that have finished.
+    done: AtomicUsize,
+    /// An item's panic, re-raised on the caller.
+    panic: Mutex<Option<Box<dyn Any + Send>>>,
+    workers: Vec<Worker>,
+    stop: AtomicBool,
+}
+
+/// What a caller needs to wake a worker.
+struct Worker {
+    /// Set while it sleeps (or is about to).
+    sleeping: AtomicBool,
+    /// Its thread, registered when it starts.
+    thread: OnceLock<Thread>,
+}
+
+impl Shared {
+    fn region(&self) -> MutexGuard<'_, Region> {
+        self.region.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Claims the next item: its index, the function, the region's size and caller.
+    fn claim(&self) -> Option<(usize, Task, usize, Option<Thread>)> {
+        let mut r = self.region();
+        let task = r.task?;
+        if r.next >= r.total {
+            return None;
+        }
+        let i = r.next;
+        r.next += 1;
+        Some((i, task, r.total, r.caller.clone()))
+    }
+
+    /// Runs claimed items until none is left; the last one to finish wakes the caller.
+    fn work(&self) {
+        while let Some((i, task, total, caller)) = self.claim() {
+            // SAFETY: the item was claimed and is not yet done, so its caller is still in
+            // `run` and the function it points to is alive (see `Region::task`).
+            let f = unsafe { &*task };
+            if let Err(p) = catch_unwind(AssertUnwindSafe(|| f(i))) {
+                let mut slot = self.panic.lock().unwrap_or_else(|e| e.into_inner());
+                slot.get_or_insert(p);
+            }
+            if self.done.fetch_add(1, Ordering::AcqRel) + 1 == total {
+                if let Some(c) = caller {
+                    c.unpark();
+                }
+            }
+        }
+    }
+}
+
+/// A fixed set of worker threads for [`for_each`] regions run on the thread that
+/// [`WorkerPool::install`]ed it (which takes part: `threads` in all).
+pub struct WorkerPool {
+    shared: Arc<Shared>,
+    workers: Vec<JoinHandle<()>>,
+}
+
+thread_local! {
+    /// The pool installed on this thread.
+    static CURRENT: RefCell<Option<Arc<Shared>>> = const { RefCell::new(None) };
+    /// Whether this thread is inside a region (a nested region then runs inline).
+    static IN_REGION: Cell<bool> = const { Cell::new(false) };
+}
+
+impl WorkerPool {
+    /// A pool of `threads` in all: the installing thread and `threads - 1` workers.
+    pub fn new(threads: usize) -> std::io::Result<WorkerPool> {
+        let helpers = threads.max(1) - 1;
+        let shared = Arc::new(Shared {
+            region: Mutex::new(Region {
+                task: None,
+                next: 0,
+                total: 0,
+                caller: None,
+            }),
+            epoch: AtomicU64::new(0),
+            done: AtomicUsize::new(0),
+            panic: Mutex::new(None),
+            workers: (0..helpers)
+                .map(|_| Worker {
+                    sleeping: AtomicBool::new(false),
+                    thread: OnceLock::new(),
+                })
+                .collect(),
+            stop: AtomicBool::new(false),
+        });
+        let mut workers = Vec::with_capacity(helpers);
+        for w in 0..helpers {
+            let s = Arc::clone(&shared);
+            let spawned = std::thread::Builder::new()
+                .name(format!("ramforge-{}", w + 1))
+                .spawn(move || worker(&s, w));
+            match spawned {
+                Ok(h) => workers.push(h),
+                Err(e) => {
+                    // The pool's Drop stops and joins the workers already started.
+                    drop(WorkerPool { shared, workers });
+                    return Err(e);
+                }
+            }
+        }
+        Ok(WorkerPool { shared, workers })
+    }
+
+    /// Threads that run a region: the installing one and the workers.
+    pub fn threads(&self) -> usize {
+        self.workers.len() + 1
+    }
+
+    /// Runs `f` with this pool installed on the calling thread: the [`for_each`] regions it
+    /// runs (there, not on other threads) use the pool.
+    pub fn install<R>(&self, f: impl FnOnce() -> R) -> R {
+        struct Restore(Option<Arc<Shared>>);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                let previous = self.0.take();
+                CURRENT.with(|c| *c.borrow_mut() = previous);
+            }
+        }
+        let previous = CURRENT.with(|c| c.borrow_mut().replace(Arc::clone(&self.shared)));
+        let _restore = Restore(previous);
+        f()
+    }
+}
+
+impl Drop for WorkerPool {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        for h in &self.workers {
+            h.thread().unpark();
+        }
+        for h in self.workers.drain(..) {
+            let _ = h.join();
+        }
+    }
+}
+
+fn worker(s: &Shared, index: usize) {
+    let me = &s.workers[index];
+    let _ = me.thread.set(std::thread::current());
+    IN_REGION.with(|c| c.set(true));
+    let mut seen = s.epoch.load(Ordering::Acquire);
+    loop {
+        s.work();
+        // Idle: spin for the next region, then sleep until a caller wakes this worker.
+        let start = Instant::now();
+        let mut spins = 0u32;
+        loop {
+            if s.stop.load(Ordering::Acquire) {
+                return;
+            }
+            let e = s.epoch.load(Ordering::Acquire);
+            if e != seen {
+                seen = e;
+                break;
+            }
+            spins = spins.wrapping_add(1);
+            if spins % 64 == 0 && start.elapsed() >= SPIN {
+                me.sleeping.store(true, Ordering::SeqCst);
+                if s.epoch.load(Ordering::SeqCst) == seen && !s.stop.load(Ordering::SeqCst) {
+                    std::thread::park();
+                }
+                me.sleeping.store(false, Ordering::SeqCst);
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }
+}
+
+/// Runs `f(i)` for every `i < total`, each once, on the installed pool's threads (the calling
+/// thread among them), else on rayon's current pool. Returns when all have run; a panic of
+/// any item is re-raised here once every item has finished.
+pub fn for_each(total: usize, f: impl Fn(usize) + Sync) {
+    if IN_REGION.with(Cell::get) {
+        // Inside an item (or on a worker): the region's threads are busy already.
+        (0..total).for_each(f);
+        return;
+    }
+    match CURRENT.with(|c| c.borrow().clone()) {
+        Some(s) if !s.workers.is_empty() && total > 1 => run(&s, total, &f),
+        Some(_) => (0..total).for_each(f),
+        None => (0..total).into_par_iter().for_each(&f),
+    }
+}
+
+fn run(s: &Shared, total: usize, f: &(dyn Fn(usize) + Sync)) {
+    // SAFETY (lifetime erasure only): workers call `f` only for items claimed before `done`
+    // reaches `total`, and this function does not return before it does.
+    let task: Task = unsafe { std::mem::transmute::<&(dyn Fn(usize) + Sync), Task>(f) };
+    {
+        let mut r = s.region();
+        s.done.store(0, Ordering::SeqCst);
+        *r = Region {
+            task: Some(task),
+            next: 0,
+            total,
+            caller: Some(std::thread::current()),
+        };
+    }
+    s.epoch.fetch_add(1, Ordering::SeqCst);
+    for w in &s.workers {
+        if w.sleeping.load(Ordering::SeqCst) {
+            if let Some(t) = w.thread.get() {
+                t.unpark();
+            }
+        }
+    }
+    IN_REGION.with(|c| c.set(true));
+    s.work();
+    IN_REGION.with(|c| c.set(false));
+    // Wait for the items other threads still run; the last to finish unparks this thread.
+    let start = Instant::now();
+    let mut spins = 0u32;
+    while s.done.load(Ordering::Acquire) < total {
+        spins = spins.wrapping_add(1);
+        if spins % 64 == 0 && start.elapsed() >= SPIN {
+            std::thread::park();
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+    {
+        let mut r = s.region();
+        r.task = None;
+        r.caller = None;
+    }
+    let panic = s.panic.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if let Some(p) = panic {
+        resume_unwind(p);
+    }
+}
+
+/// [`for_each`] over the `chunk`-element pieces of `data` (the last may be shorter):
+/// `f(i, piece_i)`, each piece given to one item only.
+pub fn for_each_chunk_mut<T: Send>(
+    data: &mut [T],
+    chunk: usize,
+    f: impl Fn(usize, &mut [T]) + Sync,
+) {
+    assert!(chunk > 0, "chunk size 0");
+    let len = data.len();
+    let base = SendPtr(data.as_mut_ptr());
+    for_each(len.div_ceil(chunk), |i| {
+        let start = i * chunk;
+        let n = chunk.min(len - start);
+        // SAFETY: item i is the only one given elements start..start + n of `data`, which
+        // is borrowed mutably for the whole call, and each item runs once.
+        let piece = unsafe { std::slice::from_raw_parts_mut(base.get().add(start), n) };
+        f(i, piece)
+    });
+}
+
+/// A pointer the items of one region share; each item derives a disjoint piece from it.
+struct SendPtr<T>(*mut T);
+impl<T> Clone for SendPtr<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for SendPtr<T> {}
+// SAFETY: only used by `for_each_chunk_mut`, whose items touch disjoint elements.
+unsafe impl<T: Send> Send for SendPtr<T> {}
+unsafe impl<T: Send> Sync for SendPtr<T> {}
+
+impl<T> SendPtr<T> {
+    fn get(self) -> *mut T {
+        self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_item_runs_once_on_the_pool_and_without_it() {
+        for threads in [1, 2, 3] {
+            let pool = WorkerPool::new(threads).unwrap();
+            assert_eq!(pool.threads(), threads);
+            for total in [0, 1, 2, 7, 1000] {
+                let hits: Vec<AtomicUsize> = (0..total).map(|_| AtomicUsize::new(0)).collect();
+                pool.install(|| {
+                    for_each(total, |i| {
+                        hits[i].fetch_add(1, Ordering::Relaxed);
+                    })
+                });
+                assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
+            }
+        }
+        let hits: Vec<AtomicUsize> = (0..50).map(|_| AtomicUsize::new(0)).collect();
+        for_each(50, |i| {
+            hits[i].fetch_add(1, Ordering::Relaxed);
+        });
+        assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
+    }
+
+    #[test]
+    fn items_run_on_several_threads_and_regions_nest_inline() {
+        let pool = WorkerPool::new(2).unwrap();
+        let caller = std::thread::current().id();
+        let elsewhere = AtomicUsize::new(0);
+        let nested = AtomicUsize::new(0);
+        for _ in 0..200 {
+            pool.install(|| {
+                for_each(64, |_| {
+                    if std::thread::current().id() != caller {
+                        elsewhere.fetch_add(1, Ordering::Relaxed);
+                    }
+                    for_each(3, |_| {
+                        nested.fetch_add(1, Ordering::Relaxed);
+                    });
+                    std::thread::sleep(Duration::from_micros(20));
+                })
+            });
+        }
+        assert_eq!(nested.load(Ordering::Relaxed), 200 * 64 * 3);
+        assert!(
+            elsewhere.load(Ordering::Relaxed) > 0,
+            "the worker never ran an item"
+        );
+    }
+
+    #[test]
+    fn chunks_are_disjoint_and_cover_the_slice() {
+        let pool = WorkerPool::new(2).unwrap();
+        let mut data = vec![0usize; 1001];
+        pool.install(|| {
+            for_each_chunk_mut(&mut data, 10, |i, piece| {
+                for (j, v) in piece.iter_mut().enumerate() {
+                    *v += i * 10 + j + 1;
+                }
+            })
+        });
+        assert!(data.iter().enumerate().all(|(k, &v)| v == k + 1));
+    }
+
+    #[test]
+    fn a_panicking_item_is_raised_on_the_caller_after_the_region() {
+        let pool = WorkerPool::new(2).unwrap();
+        let ran = AtomicUsize::new(0);
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            pool.install(|| {
+                for_each(100, |i| {
+                    ran.fetch_add(1, Ordering::Relaxed);
+                    if i == 37 {
+                        panic!("item 37");
+                    }
+                })
+            })
+        }));
+        let p = result.expect_err("the panic reaches the caller");
+        assert_eq!(p.downcast_ref::<&str>(), Some(&"item 37"));
+        assert_eq!(ran.load(Ordering::Relaxed), 100, "every item ran");
+        // The pool still works.
+        let count = AtomicUsize::new(0);
+        pool.install(|| {
+            for_each(10, |_| {
+                count.fetch_add(1, Ordering::Relaxed);
+            })
+        });
+        assert_eq!(count.load(Ordering::Relaxed), 10);
+    }
+}
