@@ -89,9 +89,9 @@ impl Element for f16 {
 }
 
 /// Whether the tile kernels may use AVX2 + FMA + F16C (the instruction set the quant kernels
-/// run on, so `RAMFORGE_ISA=scalar` turns this off too).
+/// run on includes them, so `RAMFORGE_ISA=scalar` turns this off too).
 fn simd_rows() -> bool {
-    ramforge_quant::isa::active() == ramforge_quant::isa::Isa::Avx2
+    ramforge_quant::isa::active().has_avx2()
 }
 
 enum ChunkData {

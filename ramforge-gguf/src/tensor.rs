@@ -63,7 +63,7 @@ impl TensorInfo {
         }
         let ne0 = shape[0];
         let bs = ggml_type.block_size() as u64;
-        if ne0 % bs != 0 {
+        if !ne0.is_multiple_of(bs) {
             return Err(GgufError::RaggedRow {
                 offset: info_at,
                 tensor: name,

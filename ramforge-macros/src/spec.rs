@@ -148,7 +148,7 @@ pub fn load(path: &Path) -> Result<Spec, String> {
     if !is_ident(&raw.name) {
         return Err(bad(format!("name {:?} is not an identifier", raw.name)));
     }
-    if raw.block == 0 || raw.group == 0 || raw.block % raw.group != 0 {
+    if raw.block == 0 || raw.group == 0 || !raw.block.is_multiple_of(raw.group) {
         return Err(bad(format!(
             "block ({}) must be a positive multiple of group ({})",
             raw.block, raw.group

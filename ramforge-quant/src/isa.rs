@@ -13,6 +13,9 @@ pub enum Isa {
     Scalar,
     /// x86-64 with AVX2, FMA and F16C (Haswell and later, Zen and later).
     Avx2,
+    /// [`Isa::Avx2`] plus AVX-VNNI (`vpdpbusd` / `vpdpwssd` on 256-bit vectors: Alder Lake,
+    /// Sapphire Rapids, Zen 5 and later). Formats without a VNNI kernel run their AVX2 ones.
+    AvxVnni,
 }
 
 impl Isa {
@@ -21,6 +24,7 @@ impl Isa {
         match self {
             Isa::Scalar => "scalar",
             Isa::Avx2 => "avx2",
+            Isa::AvxVnni => "avxvnni",
         }
     }
 
@@ -29,6 +33,7 @@ impl Isa {
         match name.trim().to_ascii_lowercase().as_str() {
             "scalar" => Some(Isa::Scalar),
             "avx2" => Some(Isa::Avx2),
+            "avxvnni" => Some(Isa::AvxVnni),
             _ => None,
         }
     }
@@ -38,7 +43,13 @@ impl Isa {
         match self {
             Isa::Scalar => true,
             Isa::Avx2 => avx2_available(),
+            Isa::AvxVnni => avx2_available() && avx_vnni_available(),
         }
+    }
+
+    /// Whether this instruction set includes [`Isa::Avx2`] (so AVX2 kernels may run on it).
+    pub fn has_avx2(self) -> bool {
+        matches!(self, Isa::Avx2 | Isa::AvxVnni)
     }
 }
 
@@ -60,9 +71,21 @@ fn avx2_available() -> bool {
     false
 }
 
+#[cfg(target_arch = "x86_64")]
+fn avx_vnni_available() -> bool {
+    std::arch::is_x86_feature_detected!("avxvnni")
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn avx_vnni_available() -> bool {
+    false
+}
+
 /// The best instruction set this CPU supports.
 pub fn detected() -> Isa {
-    if Isa::Avx2.is_available() {
+    if Isa::AvxVnni.is_available() {
+        Isa::AvxVnni
+    } else if Isa::Avx2.is_available() {
         Isa::Avx2
     } else {
         Isa::Scalar
@@ -76,6 +99,7 @@ fn code(isa: Isa) -> u8 {
     match isa {
         Isa::Scalar => 1,
         Isa::Avx2 => 2,
+        Isa::AvxVnni => 3,
     }
 }
 
@@ -85,6 +109,7 @@ pub fn active() -> Isa {
     match ACTIVE.load(Ordering::Relaxed) {
         1 => Isa::Scalar,
         2 => Isa::Avx2,
+        3 => Isa::AvxVnni,
         _ => {
             let isa = std::env::var("RAMFORGE_ISA")
                 .ok()

@@ -5,7 +5,7 @@ use crate::{GgmlType, QuantError};
 
 /// Bytes of a row of `n` elements of `ty`, or the error saying why there is none.
 pub(crate) fn row_bytes(ty: GgmlType, n: usize) -> Result<usize, QuantError> {
-    if n % ty.block_size() != 0 {
+    if !n.is_multiple_of(ty.block_size()) {
         return Err(QuantError::RaggedRow { ty, elements: n });
     }
     ty.row_size(n).ok_or(QuantError::ByteLength {

@@ -17,8 +17,10 @@ pub(crate) fn tile_is_exact(isa: Isa, ty: GgmlType) -> bool {
         Isa::Scalar => false,
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => x86::tile_is_exact(ty),
+        #[cfg(target_arch = "x86_64")]
+        Isa::AvxVnni => x86::vnni_tile_is_exact(ty),
         #[cfg(not(target_arch = "x86_64"))]
-        Isa::Avx2 => {
+        Isa::Avx2 | Isa::AvxVnni => {
             let _ = ty;
             false
         }
@@ -31,8 +33,10 @@ pub(crate) fn kernels(isa: Isa, ty: GgmlType) -> Option<&'static Kernels> {
         Isa::Scalar => None,
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => x86::kernels(ty),
+        #[cfg(target_arch = "x86_64")]
+        Isa::AvxVnni => x86::vnni_kernels(ty),
         #[cfg(not(target_arch = "x86_64"))]
-        Isa::Avx2 => {
+        Isa::Avx2 | Isa::AvxVnni => {
             let _ = ty;
             None
         }

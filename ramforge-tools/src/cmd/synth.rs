@@ -307,7 +307,9 @@ impl Shape {
         if a.layers == 0 || a.embd == 0 || a.ffn == 0 || a.heads == 0 || a.kv_heads == 0 {
             return Err("--layers, --embd, --ffn, --heads and --kv-heads must be positive".into());
         }
-        if (a.head_dim.is_none() && a.embd % a.heads != 0) || a.heads % a.kv_heads != 0 {
+        if (a.head_dim.is_none() && !a.embd.is_multiple_of(a.heads))
+            || !a.heads.is_multiple_of(a.kv_heads)
+        {
             return Err(format!(
                 "--embd {} must be a multiple of --heads {} (or give --head-dim), and --heads \
                  of --kv-heads {}",
@@ -316,7 +318,7 @@ impl Shape {
             .into());
         }
         let head_dim = a.head_dim.unwrap_or(a.embd / a.heads);
-        if head_dim == 0 || head_dim % 2 != 0 {
+        if head_dim == 0 || !head_dim.is_multiple_of(2) {
             return Err("the head dimension must be even for RoPE".into());
         }
         let moe_arch = matches!(a.arch.as_str(), "llama" | "qwen3moe");

@@ -11,6 +11,10 @@
 //! others a `TILE_ROWS` x `TILE` kernel ([`gemm`]) that sums the same exact terms in
 //! another order (f32 summation order only). The float dots use FMA (also f32 summation
 //! order only). Dequantizing reuses the reference except for F16.
+//!
+//! With AVX-VNNI every block format has the same kernels with the integer sums done by
+//! `vpdpbusd` ([`vnni`]): bit for bit the AVX2 results, so the instruction set never changes
+//! a number.
 
 mod act;
 mod blocks;
@@ -20,6 +24,7 @@ mod float;
 mod gemm;
 #[cfg(test)]
 mod tests;
+mod vnni;
 
 use super::register::fast_kernels;
 use crate::kernel_table::{Tile, ROWS, TILE, TILE_ROWS};
@@ -83,6 +88,55 @@ entry_points!(q8_0, Q8_0, tile tile_signed);
 entry_points!(q8_1, Q8_1, tile tile_signed);
 entry_points!(iq4_nl, Iq4Nl, tile tile_signed);
 
+/// A module `$module` of the AVX-VNNI entry points of `blocks::$format`, as
+/// [`entry_points`]'s: `vec_dot`, `rows` and the one-row tile are [`dots`]' `*_vnni` drivers
+/// over [`vnni::Vnni`], a multi-row tile is [`vnni`]`::$tile`.
+macro_rules! vnni_entry_points {
+    ($module:ident, $format:ident, tile one_row) => {
+        vnni_entry_points!(@module $module, $format, Tile::Quant(tile), {
+            fn tile(w: &[u8], a: [&[u8]; TILE]) -> [f32; TILE] {
+                // SAFETY: see the note at `vnni_kernels`.
+                unsafe { dots::tile_vnni::<vnni::Vnni<blocks::$format>>(w, a) }
+            }
+        });
+    };
+    ($module:ident, $format:ident, tile $tile:ident) => {
+        vnni_entry_points!(@module $module, $format, Tile::QuantRows(tile), {
+            fn tile(w: &[u8], a: [&[u8]; TILE]) -> [[f32; TILE]; super::TILE_ROWS] {
+                // SAFETY: see the note at `vnni_kernels`.
+                unsafe { vnni::$tile::<blocks::$format>(w, a) }
+            }
+        });
+    };
+    (@module $module:ident, $format:ident, $tile:expr, { $($tile_fn:item)* }) => {
+        mod $module {
+            use super::{blocks, dots, vnni, Tile, ROWS, TILE};
+
+            pub(super) fn vec_dot(w: &[u8], a: &[u8]) -> f32 {
+                // SAFETY: see the note at `vnni_kernels`.
+                unsafe { dots::vec_dot_vnni::<vnni::Vnni<blocks::$format>>(w, a) }
+            }
+
+            pub(super) fn rows(w: &[u8], a: &[u8]) -> [f32; ROWS] {
+                // SAFETY: see the note at `vnni_kernels`.
+                unsafe { dots::rows_vnni::<vnni::Vnni<blocks::$format>>(w, a) }
+            }
+
+            $($tile_fn)*
+
+            pub(super) const PREFILL: Tile = $tile;
+        }
+    };
+}
+
+vnni_entry_points!(vnni_q4_0, Q4_0, tile tile_chunked);
+vnni_entry_points!(vnni_q4_1, Q4_1, tile one_row);
+vnni_entry_points!(vnni_q5_0, Q5_0, tile tile_biased);
+vnni_entry_points!(vnni_q5_1, Q5_1, tile one_row);
+vnni_entry_points!(vnni_q8_0, Q8_0, tile tile_biased);
+vnni_entry_points!(vnni_q8_1, Q8_1, tile tile_biased);
+vnni_entry_points!(vnni_iq4_nl, Iq4Nl, tile tile_biased);
+
 /// The safe `dot`, `PREFILL` (tile) and (for F16) `dequantize` entry points of the float format
 /// `float::$format`, as module `$module`.
 macro_rules! float_entry_points {
@@ -136,4 +190,19 @@ fast_kernels! {
     F32: float(f32_dots);
     F16: float(f16_dots), dequantize: f16_dots::dequantize;
     BF16: float(bf16_dots);
+}
+
+// SAFETY (every AVX-VNNI wrapper above): these functions are reachable only through the
+// table entries of `vnni_kernels`, which the kernel table uses only for `Isa::AvxVnni`, and
+// only when `Isa::AvxVnni.is_available()` (AVX2, FMA, F16C and AVX-VNNI detected at run
+// time). The bodies read only within the slices they are given.
+fast_kernels! {
+    fn vnni_kernels;
+    q4_0: block(vnni_q4_0);
+    q4_1: block(vnni_q4_1);
+    q5_1: block(vnni_q5_1);
+    q5_0: block(vnni_q5_0);
+    q8_0: block(vnni_q8_0), quantize: quantize_q8_0;
+    q8_1: block(vnni_q8_1), quantize: quantize_q8_1;
+    iq4_nl: block(vnni_iq4_nl);
 }

@@ -1,6 +1,7 @@
-//! x86-64 kernels for AVX2 + FMA + F16C. Every function here is only reachable through the
-//! kernel table when `Isa::Avx2.is_available()`; the `#[target_feature]` bodies are entered
-//! through safe wrappers that rely on that.
+//! x86-64 kernels for AVX2 + FMA + F16C, and for AVX-VNNI on top of them. Every function
+//! here is only reachable through the kernel table when its instruction set is available
+//! (`Isa::Avx2.is_available()`, or `Isa::AvxVnni.is_available()` for the VNNI entries); the
+//! `#[target_feature]` bodies are entered through safe wrappers that rely on that.
 
 mod kquant;
 mod legacy;
@@ -14,7 +15,19 @@ pub(crate) fn tile_is_exact(ty: GgmlType) -> bool {
     legacy::EXACT_TILES.contains(&ty)
 }
 
+/// The same for the AVX-VNNI table: its kernels return bit for bit what the AVX2 ones do.
+pub(crate) fn vnni_tile_is_exact(ty: GgmlType) -> bool {
+    tile_is_exact(ty)
+}
+
 /// The AVX2 kernels for `ty`, if written.
 pub(crate) fn kernels(ty: GgmlType) -> Option<&'static Kernels> {
     legacy::kernels(ty).or_else(|| kquant::kernels(ty))
+}
+
+/// The AVX-VNNI kernels for `ty`: the VNNI ones where written (each returns bit for bit what
+/// its AVX2 counterpart does, so switching between the two never changes a result), else the
+/// AVX2 ones.
+pub(crate) fn vnni_kernels(ty: GgmlType) -> Option<&'static Kernels> {
+    legacy::vnni_kernels(ty).or_else(|| kernels(ty))
 }

@@ -12,10 +12,13 @@
 /// then any of the table's fields to replace as well (`, quantize: path`). Whatever is not
 /// given is the reference's (`formats::<format>::REFERENCE`, `crate::float::<TYPE>`), so a
 /// type's entry states only what the fast path adds.
+///
+/// `fast_kernels! { fn name; entry; ... }` names the lookup `name` instead (a second table in
+/// one module, e.g. the AVX-VNNI entries beside the AVX2 ones).
 macro_rules! fast_kernels {
-    ($($key:ident: $kind:ident $(($($kernel:ident)::+))? $(, $field:ident: $value:path)*;)*) => {
+    (fn $name:ident; $($key:ident: $kind:ident $(($($kernel:ident)::+))? $(, $field:ident: $value:path)*;)*) => {
         /// The fast kernels for `ty`, if written.
-        pub(super) fn kernels(ty: $crate::GgmlType) -> Option<&'static $crate::kernel_table::Kernels> {
+        pub(super) fn $name(ty: $crate::GgmlType) -> Option<&'static $crate::kernel_table::Kernels> {
             match ty {
                 $(fast_kernels!(@type $kind $key) => {
                     static KERNELS: $crate::kernel_table::Kernels = fast_kernels!(
@@ -54,6 +57,9 @@ macro_rules! fast_kernels {
             tile: Some($($kernel)::+::PREFILL),
             ..$crate::float::$key
         }
+    };
+    ($($entries:tt)*) => {
+        fast_kernels!(fn kernels; $($entries)*);
     };
 }
 pub(super) use fast_kernels;

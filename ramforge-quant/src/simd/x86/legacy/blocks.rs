@@ -263,7 +263,7 @@ pub(super) trait Bytes: Weights {
 
 /// Reduces eight vectors of 8 i32 partial sums (one vector per lane) to one i32 per lane.
 #[inline(always)]
-unsafe fn tree32(p: [__m256i; LANES]) -> __m256i {
+pub(super) unsafe fn tree32(p: [__m256i; LANES]) -> __m256i {
     let h01 = _mm256_hadd_epi32(p[0], p[1]);
     let h23 = _mm256_hadd_epi32(p[2], p[3]);
     let h45 = _mm256_hadd_epi32(p[4], p[5]);

@@ -79,95 +79,105 @@ unsafe fn prefetch_next_group<F: Weights>(next: *const u8, i: usize) {
     }
 }
 
-/// [`ROWS`] weight rows (back to back in `w`) dotted with one activation row: lane r is row
-/// r, so each activation block is loaded and its scale converted once for all rows. Each
-/// step also prefetches part of the next group ([`prefetch_next_group`]).
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn rows<F: Weights>(w: &[u8], a: &[u8]) -> [f32; ROWS] {
-    let row = w.len() / ROWS;
-    let nb = (row / F::BYTES).min(a.len() / F::ACT.bytes);
-    let (wp, ap) = (w.as_ptr(), a.as_ptr());
-    let mut acc = _mm256_setzero_ps();
-    for i in 0..nb {
-        let mut wb = [wp; LANES];
-        for (r, p) in wb.iter_mut().enumerate() {
-            *p = wp.add(r * row + i * F::BYTES);
-        }
-        prefetch_next_group::<F>(wp.wrapping_add(w.len()), i);
-        let ab = ap.add(i * F::ACT.bytes);
-        let da = _mm256_set1_ps(f16_to_f32(read_u16(ab.add(F::ACT.d))));
-        let (x, y) = factors::<F>(F::isums(wb, [ab; LANES]), wb, da);
-        acc = step::<F>(x, y, acc);
-    }
-    std::mem::transmute::<__m256, [f32; ROWS]>(acc)
-}
-
-/// One weight row dotted with one activation row: eight blocks per integer step (a shorter
-/// last step repeats its last block in the unused lanes), then the lanes' steps in order.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn vec_dot<F: Weights>(w: &[u8], a: &[u8]) -> f32 {
-    let nb = (w.len() / F::BYTES).min(a.len() / F::ACT.bytes);
-    let (wp, ap) = (w.as_ptr(), a.as_ptr());
-    let mut acc = 0f32;
-    let mut i = 0;
-    while i < nb {
-        let n = (nb - i).min(LANES);
-        let (mut wb, mut ab) = ([wp; LANES], [ap; LANES]);
-        for k in 0..LANES {
-            let b = i + k.min(n - 1);
-            wb[k] = wp.add(b * F::BYTES);
-            ab[k] = ap.add(b * F::ACT.bytes);
-        }
-        let (x, y) = factors::<F>(F::isums(wb, ab), wb, f16x8(ab, F::ACT.d));
-        let x = std::mem::transmute::<__m256, [f32; LANES]>(x);
-        let y = std::mem::transmute::<__m256, [f32; LANES]>(y);
-        for k in 0..n {
-            acc = if F::HAS_MIN {
-                acc + y[k] * x[k]
-            } else {
-                x[k].mul_add(y[k], acc)
-            };
-        }
-        i += n;
-    }
-    acc
-}
-
-/// One weight row dotted with [`TILE`] activation rows: two blocks per integer step, lane
-/// t the first block of token t, lane t + 4 the second (a lone last block fills both), so
-/// each weight block is unpacked once for all tokens. Token t's result equals
-/// `vec_dot(w, a[t])` bit for bit.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn tile<F: Weights>(w: &[u8], a: [&[u8]; TILE]) -> [f32; TILE] {
-    let nb = a
-        .iter()
-        .fold(w.len() / F::BYTES, |n, r| n.min(r.len() / F::ACT.bytes));
-    let wp = w.as_ptr();
-    let ap = a.map(|r| r.as_ptr());
-    let mut acc = _mm_setzero_ps();
-    let mut i = 0;
-    while i < nb {
-        let j = (i + 1).min(nb - 1);
-        let (mut wb, mut ab) = ([wp; LANES], [wp; LANES]);
-        for k in 0..LANES {
-            let b = if k < TILE { i } else { j };
-            wb[k] = wp.add(b * F::BYTES);
-            ab[k] = ap[k % TILE].add(b * F::ACT.bytes);
-        }
-        let (x, y) = factors::<F>(F::isums(wb, ab), wb, f16x8(ab, F::ACT.d));
-        let step4 = |x: __m128, y: __m128, acc: __m128| {
-            if F::HAS_MIN {
-                _mm_add_ps(acc, _mm_mul_ps(y, x))
-            } else {
-                _mm_fmadd_ps(x, y, acc)
+/// The three drivers, compiled for the target features `$features` under the given names:
+/// once for AVX2 (`rows`, `vec_dot`, `tile`) and once with AVX-VNNI (`rows_vnni`, ...: the
+/// same steps, for formats whose `isums` use VNNI instructions).
+macro_rules! drivers {
+    ($features:literal, $rows:ident, $vec_dot:ident, $tile:ident) => {
+        /// [`ROWS`] weight rows (back to back in `w`) dotted with one activation row: lane r is row
+        /// r, so each activation block is loaded and its scale converted once for all rows. Each
+        /// step also prefetches part of the next group ([`prefetch_next_group`]).
+        #[target_feature(enable = $features)]
+        pub(super) unsafe fn $rows<F: Weights>(w: &[u8], a: &[u8]) -> [f32; ROWS] {
+            let row = w.len() / ROWS;
+            let nb = (row / F::BYTES).min(a.len() / F::ACT.bytes);
+            let (wp, ap) = (w.as_ptr(), a.as_ptr());
+            let mut acc = _mm256_setzero_ps();
+            for i in 0..nb {
+                let mut wb = [wp; LANES];
+                for (r, p) in wb.iter_mut().enumerate() {
+                    *p = wp.add(r * row + i * F::BYTES);
+                }
+                prefetch_next_group::<F>(wp.wrapping_add(w.len()), i);
+                let ab = ap.add(i * F::ACT.bytes);
+                let da = _mm256_set1_ps(f16_to_f32(read_u16(ab.add(F::ACT.d))));
+                let (x, y) = factors::<F>(F::isums(wb, [ab; LANES]), wb, da);
+                acc = step::<F>(x, y, acc);
             }
-        };
-        acc = step4(_mm256_castps256_ps128(x), _mm256_castps256_ps128(y), acc);
-        if j > i {
-            let (xh, yh) = (_mm256_extractf128_ps::<1>(x), _mm256_extractf128_ps::<1>(y));
-            acc = step4(xh, yh, acc);
+            std::mem::transmute::<__m256, [f32; ROWS]>(acc)
         }
-        i += 2;
-    }
-    std::mem::transmute::<__m128, [f32; TILE]>(acc)
+
+        /// One weight row dotted with one activation row: eight blocks per integer step (a shorter
+        /// last step repeats its last block in the unused lanes), then the lanes' steps in order.
+        #[target_feature(enable = $features)]
+        pub(super) unsafe fn $vec_dot<F: Weights>(w: &[u8], a: &[u8]) -> f32 {
+            let nb = (w.len() / F::BYTES).min(a.len() / F::ACT.bytes);
+            let (wp, ap) = (w.as_ptr(), a.as_ptr());
+            let mut acc = 0f32;
+            let mut i = 0;
+            while i < nb {
+                let n = (nb - i).min(LANES);
+                let (mut wb, mut ab) = ([wp; LANES], [ap; LANES]);
+                for k in 0..LANES {
+                    let b = i + k.min(n - 1);
+                    wb[k] = wp.add(b * F::BYTES);
+                    ab[k] = ap.add(b * F::ACT.bytes);
+                }
+                let (x, y) = factors::<F>(F::isums(wb, ab), wb, f16x8(ab, F::ACT.d));
+                let x = std::mem::transmute::<__m256, [f32; LANES]>(x);
+                let y = std::mem::transmute::<__m256, [f32; LANES]>(y);
+                for k in 0..n {
+                    acc = if F::HAS_MIN {
+                        acc + y[k] * x[k]
+                    } else {
+                        x[k].mul_add(y[k], acc)
+                    };
+                }
+                i += n;
+            }
+            acc
+        }
+
+        /// One weight row dotted with [`TILE`] activation rows: two blocks per integer step, lane
+        /// t the first block of token t, lane t + 4 the second (a lone last block fills both), so
+        /// each weight block is unpacked once for all tokens. Token t's result equals
+        /// `vec_dot(w, a[t])` bit for bit.
+        #[target_feature(enable = $features)]
+        pub(super) unsafe fn $tile<F: Weights>(w: &[u8], a: [&[u8]; TILE]) -> [f32; TILE] {
+            let nb = a
+                .iter()
+                .fold(w.len() / F::BYTES, |n, r| n.min(r.len() / F::ACT.bytes));
+            let wp = w.as_ptr();
+            let ap = a.map(|r| r.as_ptr());
+            let mut acc = _mm_setzero_ps();
+            let mut i = 0;
+            while i < nb {
+                let j = (i + 1).min(nb - 1);
+                let (mut wb, mut ab) = ([wp; LANES], [wp; LANES]);
+                for k in 0..LANES {
+                    let b = if k < TILE { i } else { j };
+                    wb[k] = wp.add(b * F::BYTES);
+                    ab[k] = ap[k % TILE].add(b * F::ACT.bytes);
+                }
+                let (x, y) = factors::<F>(F::isums(wb, ab), wb, f16x8(ab, F::ACT.d));
+                let step4 = |x: __m128, y: __m128, acc: __m128| {
+                    if F::HAS_MIN {
+                        _mm_add_ps(acc, _mm_mul_ps(y, x))
+                    } else {
+                        _mm_fmadd_ps(x, y, acc)
+                    }
+                };
+                acc = step4(_mm256_castps256_ps128(x), _mm256_castps256_ps128(y), acc);
+                if j > i {
+                    let (xh, yh) = (_mm256_extractf128_ps::<1>(x), _mm256_extractf128_ps::<1>(y));
+                    acc = step4(xh, yh, acc);
+                }
+                i += 2;
+            }
+            std::mem::transmute::<__m128, [f32; TILE]>(acc)
+        }
+    };
 }
+
+drivers!("avx2,fma,f16c", rows, vec_dot, tile);
+drivers!("avx2,fma,f16c,avxvnni", rows_vnni, vec_dot_vnni, tile_vnni);

@@ -147,7 +147,7 @@ pub(super) unsafe fn tile_signed<F: Signed>(
 /// of its block in that layout, and the row's accumulator takes `fma(isum, dw * da, acc)`.
 /// The weight scales `dw` are converted eight blocks at a time.
 #[inline(always)]
-unsafe fn accumulate<F: Weights, S>(
+pub(super) unsafe fn accumulate<F: Weights, S>(
     w: &[u8],
     a: [&[u8]; TILE],
     mut tokens: impl FnMut([*const u8; TILE], usize) -> (S, __m256),
@@ -187,7 +187,7 @@ unsafe fn accumulate<F: Weights, S>(
 
 /// The four tokens' activation quants of block `b`.
 #[inline(always)]
-unsafe fn token_quants<F: Weights>(ap: [*const u8; TILE], b: usize) -> [__m256i; TILE] {
+pub(super) unsafe fn token_quants<F: Weights>(ap: [*const u8; TILE], b: usize) -> [__m256i; TILE] {
     let mut x = [_mm256_setzero_si256(); TILE];
     for t in 0..TILE {
         x[t] = _mm256_loadu_si256(ap[t].add(b * F::ACT.bytes + F::ACT.qs).cast());
@@ -197,7 +197,7 @@ unsafe fn token_quants<F: Weights>(ap: [*const u8; TILE], b: usize) -> [__m256i;
 
 /// Per row, each token's two lanes (t and t + 4) added.
 #[inline(always)]
-unsafe fn fold_halves(acc: [__m256; TILE_ROWS]) -> [[f32; TILE]; TILE_ROWS] {
+pub(super) unsafe fn fold_halves(acc: [__m256; TILE_ROWS]) -> [[f32; TILE]; TILE_ROWS] {
     let mut out = [[0f32; TILE]; TILE_ROWS];
     for r in 0..TILE_ROWS {
         let lanes = std::mem::transmute::<__m256, [f32; LANES]>(acc[r]);
@@ -222,13 +222,21 @@ unsafe fn reduce_tokens(p: [__m256i; TILE], ones: __m256i) -> __m256i {
 
 /// The four tokens' f16 scales at `ap[t] + off` as `[da_0 .. da_3 | da_0 .. da_3]`.
 #[inline(always)]
-unsafe fn token_scales(ap: [*const u8; TILE], off: usize) -> __m256 {
+pub(super) unsafe fn token_scales(ap: [*const u8; TILE], off: usize) -> __m256 {
     let mut packed = 0u64;
     for (t, p) in ap.iter().enumerate() {
         packed |= (read_u16(p.add(off)) as u64) << (16 * t);
     }
     let v = _mm_cvtph_ps(_mm_set_epi64x(0, packed as i64));
     _mm256_set_m128(v, v)
+}
+
+/// The four tokens' f16 scales at `ap[t] + off` as `[da_0, da_0, da_1, da_1 | da_2, da_2,
+/// da_3, da_3]` ([`tile_chunked`]'s layout).
+#[inline(always)]
+pub(super) unsafe fn pair_scales(ap: [*const u8; TILE], off: usize) -> __m256 {
+    let v = _mm256_castps256_ps128(token_scales(ap, off));
+    _mm256_set_m128(_mm_unpackhi_ps(v, v), _mm_unpacklo_ps(v, v))
 }
 
 /// [`TILE_ROWS`] weight rows (back to back in `w`) dotted with [`TILE`] activation rows:
@@ -292,7 +300,7 @@ impl Chunked for super::blocks::Q4_0 {
 /// Four tokens' activation quants of one block regrouped by chunk: vector c holds elements
 /// 8c .. 8c + 8 of token 0, then of tokens 1, 2 and 3 (a 4 x 4 transpose of 64-bit words).
 #[inline(always)]
-unsafe fn by_chunk(x: [__m256i; TILE]) -> [__m256i; 4] {
+pub(super) unsafe fn by_chunk(x: [__m256i; TILE]) -> [__m256i; 4] {
     let l01 = _mm256_unpacklo_epi64(x[0], x[1]);
     let h01 = _mm256_unpackhi_epi64(x[0], x[1]);
     let l23 = _mm256_unpacklo_epi64(x[2], x[3]);
@@ -338,13 +346,16 @@ pub(super) unsafe fn tile_chunked<F: Chunked>(
         |ap, b| {
             let x = by_chunk(token_quants::<F>(ap, b));
             let offset = chunk_dots([bias; 4], &x, ones);
-            // [da_0, da_0, da_1, da_1 | da_2, da_2, da_3, da_3]
-            let v = _mm256_castps256_ps128(token_scales(ap, b * F::ACT.bytes + F::ACT.d));
-            let da = _mm256_set_m128(_mm_unpackhi_ps(v, v), _mm_unpacklo_ps(v, v));
-            ((x, offset), da)
+            ((x, offset), pair_scales(ap, b * F::ACT.bytes + F::ACT.d))
         },
         |(x, offset), wb| _mm256_sub_epi32(chunk_dots(F::chunks(wb), x, ones), *offset),
     );
+    fold_pairs(acc)
+}
+
+/// Per row, each token's two lanes (2t and 2t + 1) added: [`tile_chunked`]'s layout.
+#[inline(always)]
+pub(super) unsafe fn fold_pairs(acc: [__m256; TILE_ROWS]) -> [[f32; TILE]; TILE_ROWS] {
     let mut out = [[0f32; TILE]; TILE_ROWS];
     for r in 0..TILE_ROWS {
         let lanes = std::mem::transmute::<__m256, [f32; LANES]>(acc[r]);

@@ -3,12 +3,13 @@
 //! order than the reference), every rows kernel and one-row tile bit for bit against its
 //! own single-row, single-token dot, and the multi-row tiles to the same tolerance.
 
-use crate::dispatch::scalar_kernels;
+use crate::dispatch::{kernels_for, scalar_kernels};
 use crate::isa::Isa;
 use crate::kernel_table::{Dot, Kernels, Rows, Tile, ROWS, TILE, TILE_ROWS};
 use crate::GgmlType;
 use half::f16;
 use proptest::prelude::*;
+use std::cell::Cell;
 
 const BLOCK_TYPES: [GgmlType; 7] = [
     GgmlType::Q4_0,
@@ -32,8 +33,30 @@ fn require_avx2() {
     );
 }
 
+thread_local! {
+    /// Whether [`fast`] hands out the AVX-VNNI table instead (set by [`on_vnni`] for the
+    /// thread of one test).
+    static VNNI: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The AVX2 kernels of `ty` (the AVX-VNNI ones inside [`on_vnni`]).
 fn fast(ty: GgmlType) -> &'static Kernels {
+    if VNNI.with(Cell::get) {
+        return kernels_for(Isa::AvxVnni, ty).expect("an AVX-VNNI kernel for every listed type");
+    }
     super::kernels(ty).expect("an AVX2 kernel for every listed type")
+}
+
+/// Runs `f` with [`fast`] handing out the AVX-VNNI table, if this CPU has AVX-VNNI (else says
+/// so and runs nothing: AVX2-only machines still run every AVX2 test).
+fn on_vnni(f: impl FnOnce()) {
+    if !Isa::AvxVnni.is_available() {
+        eprintln!("no AVX-VNNI on this CPU: the AVX-VNNI kernel tests did not run");
+        return;
+    }
+    VNNI.with(|v| v.set(true));
+    f();
+    VNNI.with(|v| v.set(false));
 }
 
 fn scalar(ty: GgmlType) -> &'static Kernels {
@@ -582,5 +605,130 @@ proptest! {
         let rows: Vec<Vec<u8>> = (0..ROWS).map(|_| raw_blocks(&mut rng, ty, nb, false)).collect();
         let a = raw_blocks(&mut rng, act, nb, true);
         check_rows_kernel(ty, &rows, &a, "proptest");
+    }
+}
+
+/// The block-kernel checks above on the AVX-VNNI table: dots, rows and tiles against the
+/// reference, rows and one-row tiles against their own `vec_dot`, the quantizers.
+#[test]
+fn vnni_kernels_match_the_reference() {
+    on_vnni(|| {
+        rows_kernels_equal_vec_dot_and_match_the_reference();
+        rows_kernels_at_extreme_quants();
+        block_dots_and_tiles_match_the_reference();
+        block_dots_match_the_reference_at_extreme_quants();
+        quantizers_are_bit_identical_on_random_rows();
+    });
+}
+
+/// `TILE_ROWS` rows and `TILE` activation rows through the AVX2 and the AVX-VNNI tables:
+/// every tile, dot and rows result the same bits.
+fn check_vnni_equals_avx2(ty: GgmlType, rows: &[Vec<u8>], acts: [&[u8]; TILE], what: &str) {
+    let (a2, vn) = (
+        super::kernels(ty).unwrap(),
+        kernels_for(Isa::AvxVnni, ty).unwrap(),
+    );
+    let refs: [&[u8]; TILE_ROWS] = std::array::from_fn(|r| &rows[r][..]);
+    let (ta, tv) = (quant_tile(a2, refs, acts).0, quant_tile(vn, refs, acts).0);
+    let packed = rows.concat();
+    let ((_, da), (_, dv)) = (quant_dot(a2), quant_dot(vn));
+    for (t, a) in acts.iter().enumerate() {
+        let (ra, rv) = (quant_rows(a2)(&packed, a), quant_rows(vn)(&packed, a));
+        for (r, w) in rows.iter().enumerate() {
+            assert_eq!(
+                tv[r][t].to_bits(),
+                ta[r][t].to_bits(),
+                "{ty} {what}: tile row {r} token {t}"
+            );
+            assert_eq!(
+                dv(w, a).to_bits(),
+                da(w, a).to_bits(),
+                "{ty} {what}: vec_dot row {r} token {t}"
+            );
+            assert_eq!(
+                rv[r].to_bits(),
+                ra[r].to_bits(),
+                "{ty} {what}: rows row {r} token {t}"
+            );
+        }
+    }
+}
+
+/// Every AVX-VNNI kernel returns bit for bit what the AVX2 one does (so the instruction set
+/// never changes a result): on quantized and raw blocks, and at the extreme quants.
+#[test]
+fn vnni_kernels_equal_the_avx2_kernels() {
+    if !Isa::AvxVnni.is_available() {
+        eprintln!("no AVX-VNNI on this CPU: the AVX-VNNI kernel tests did not run");
+        return;
+    }
+    for ty in BLOCK_TYPES {
+        assert!(super::vnni_kernels(ty).is_some(), "{ty}: AVX-VNNI kernels");
+    }
+    let mut rng = Rng(29);
+    let fills = [0x00u8, 0xFF, 0x80, 0x7F, 0x88, 0x77, 0x0F, 0xF0];
+    for ty in BLOCK_TYPES {
+        let act = quant_dot(fast(ty)).0;
+        for nb in BLOCK_COUNTS {
+            let n = nb * 32;
+            let quantized_w: Vec<Vec<u8>> = (0..TILE_ROWS)
+                .map(|_| quantized(ty, &rng.values(n)))
+                .collect();
+            let raw_w: Vec<Vec<u8>> = (0..TILE_ROWS)
+                .map(|_| raw_blocks(&mut rng, ty, nb, false))
+                .collect();
+            let filled_w: Vec<Vec<u8>> = fills
+                .iter()
+                .map(|&f| filled_blocks(ty, nb, f, 1.5))
+                .collect();
+            let quantized_a: Vec<Vec<u8>> =
+                (0..TILE).map(|_| quantized(act, &rng.values(n))).collect();
+            let raw_a: Vec<Vec<u8>> = (0..TILE)
+                .map(|_| raw_blocks(&mut rng, act, nb, true))
+                .collect();
+            let filled_a: Vec<Vec<u8>> = [0x7Fu8, 0x81, 0x01, 0xFF]
+                .iter()
+                .map(|&f| filled_blocks(act, nb, f, 0.25))
+                .collect();
+            for (w, wname) in [
+                (&quantized_w, "quantized"),
+                (&raw_w, "raw"),
+                (&filled_w, "filled"),
+            ] {
+                for (a, aname) in [
+                    (&quantized_a, "quantized"),
+                    (&raw_a, "raw"),
+                    (&filled_a, "filled"),
+                ] {
+                    let acts = std::array::from_fn(|t| a[t].as_slice());
+                    check_vnni_equals_avx2(
+                        ty,
+                        w,
+                        acts,
+                        &format!("{nb} blocks, {wname} w, {aname} a"),
+                    );
+                }
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn vnni_kernels_equal_the_avx2_kernels_on_raw_blocks(
+        seed in any::<u64>(),
+        nb in 1usize..24,
+        t in 0usize..7,
+    ) {
+        if Isa::AvxVnni.is_available() {
+            let ty = BLOCK_TYPES[t];
+            let act = quant_dot(fast(ty)).0;
+            let mut rng = Rng(seed);
+            let w: Vec<Vec<u8>> = (0..TILE_ROWS).map(|_| raw_blocks(&mut rng, ty, nb, false)).collect();
+            let a: Vec<Vec<u8>> = (0..TILE).map(|_| raw_blocks(&mut rng, act, nb, true)).collect();
+            check_vnni_equals_avx2(ty, &w, std::array::from_fn(|t| a[t].as_slice()), "proptest");
+        }
     }
 }
