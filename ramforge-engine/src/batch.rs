@@ -94,11 +94,19 @@ impl Engine {
             seq.kv.reserve(seq.len() + 1)?;
         }
         let pool = Arc::clone(&self.pool);
+        let solo = self.batch_threads.next_is_solo();
         let started = Instant::now();
-        let result = pool.install(|| self.decode_rows(seqs, tokens));
+        let result = if solo {
+            pool.install_solo(|| self.decode_rows(seqs, tokens))
+        } else {
+            pool.install(|| self.decode_rows(seqs, tokens))
+        };
+        let secs = started.elapsed().as_secs_f64();
         let added = if result.is_ok() { n } else { 0 };
-        self.weights
-            .record_eval(started.elapsed().as_secs_f64(), added);
+        if added > 0 {
+            self.batch_threads.record(secs / added as f64);
+        }
+        self.weights.record_eval(secs, added);
         result?;
         for (seq, &t) in seqs.iter_mut().zip(tokens) {
             seq.history.push(t);

@@ -14,6 +14,7 @@ use crate::plan::MemoryPlan;
 use crate::stream::depth::{DepthControl, DepthDecision};
 use crate::stream::identity::{FileChange, FileIdentity};
 use crate::stream::{AlignedBuf, ResidencyStats};
+use crate::thread_choice::ThreadChoice;
 use crate::weights::Weights;
 use ramforge_gguf::{GgufError, TensorInfo};
 use ramforge_quant::parallel::WorkerPool;
@@ -29,6 +30,10 @@ pub struct Engine {
     pub(crate) budget: MemoryBudget,
     pub(crate) pool: Arc<WorkerPool>,
     threads: usize,
+    /// Whether a single-sequence decoding step runs on all threads or one (measured).
+    pub(crate) decode_threads: ThreadChoice,
+    /// The same for batched steps (seconds per sequence).
+    pub(crate) batch_threads: ThreadChoice,
     pub(crate) weights: Weights,
     pub(crate) kv: KvCache,
     pub(crate) scratch: Scratch,
@@ -108,6 +113,8 @@ impl Engine {
             budget,
             pool: Arc::new(pool),
             threads,
+            decode_threads: ThreadChoice::new(threads),
+            batch_threads: ThreadChoice::new(threads),
             weights,
             kv,
             scratch,
@@ -247,6 +254,12 @@ impl Engine {
         self.threads
     }
 
+    /// Decoding steps that ran on the calling thread alone, because one thread measured
+    /// faster than all of them (another process sharing the cores).
+    pub fn solo_steps(&self) -> u64 {
+        self.decode_threads.solo_steps() + self.batch_threads.solo_steps()
+    }
+
     /// Seconds spent opening the file and reading resident weights.
     pub fn load_secs(&self) -> f64 {
         self.load_secs
@@ -323,15 +336,24 @@ impl Engine {
             });
         }
         let pool = Arc::clone(&self.pool);
+        let decoding = tokens.len() == 1;
+        let solo = decoding && self.decode_threads.next_is_solo();
         let started = Instant::now();
-        let result = pool.install(|| self.eval_batches(tokens, cancel));
+        let result = if solo {
+            pool.install_solo(|| self.eval_batches(tokens, cancel))
+        } else {
+            pool.install(|| self.eval_batches(tokens, cancel))
+        };
+        let secs = started.elapsed().as_secs_f64();
         let added = if matches!(result, Ok(true)) {
             tokens.len()
         } else {
             0
         };
-        self.weights
-            .record_eval(started.elapsed().as_secs_f64(), added);
+        if decoding && added == 1 {
+            self.decode_threads.record(secs);
+        }
+        self.weights.record_eval(secs, added);
         match result {
             Ok(false) => {
                 self.reset();

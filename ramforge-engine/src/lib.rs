@@ -55,6 +55,7 @@ pub mod sampling;
 mod sequence;
 pub mod stream;
 pub mod text;
+mod thread_choice;
 mod weights;
 
 /// The README's example, compiled as a doctest so it stays true.

@@ -1,12 +1,13 @@
 //! Parallel regions: the products' row chunks (and the engine's attention items) run on a
-//! [`WorkerPool`] whose threads claim items one at a time.
+//! [`WorkerPool`] whose threads claim items from a shared counter.
 //!
 //! Why not rayon's pool for these: a decoding step is hundreds of short regions, and an idle
 //! rayon worker calls `sched_yield` between them, which hands its core to any other runnable
-//! process for a whole time slice; the next region then runs on the other thread alone, or
-//! waits for the worker that took part of it. Here an idle worker spins (without yielding)
-//! for [`SPIN`] before it sleeps, the caller takes part in its own region, and a worker holds
-//! at most one item, so a descheduled thread delays a region by one item, not by a share.
+//! process for a whole time slice. Here an idle worker spins (without yielding) for [`SPIN`]
+//! before it sleeps, and the caller takes part in its own region. A claim takes a share of
+//! the items left (at least one), so a region costs a few claims and its last items go one at
+//! a time. [`WorkerPool::install_solo`] keeps the regions on the calling thread, for when
+//! waiting for a preempted worker costs more than it gives (the engine measures that).
 //!
 //! Without an installed pool, [`for_each`] runs on rayon's current pool, so the kernels'
 //! public functions stay parallel for users of this crate alone.
@@ -15,8 +16,8 @@ use rayon::prelude::*;
 use std::any::Any;
 use std::cell::{Cell, RefCell};
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::{JoinHandle, Thread};
 use std::time::{Duration, Instant};
 
@@ -25,29 +26,27 @@ use std::time::{Duration, Instant};
 /// that an idle server gives its cores back at once.
 const SPIN: Duration = Duration::from_micros(200);
 
-/// An item function of the current region, its lifetime erased (see [`Region::task`]).
-type Task = *const (dyn Fn(usize) + Sync);
-
-/// The region being run: what the item lock guards.
-struct Region {
-    /// The caller's item function. Only dereferenced for an item claimed under the lock,
-    /// while `next <= total` and that item is not yet counted in `done`: the caller does not
-    /// return (its stack frame, which the function borrows, stays) before `done == total`.
-    task: Option<Task>,
-    next: usize,
-    total: usize,
-    caller: Option<Thread>,
+/// What the items of one region share, on its caller's stack.
+struct RegionDesc<'f> {
+    f: &'f (dyn Fn(usize) + Sync),
+    caller: Thread,
 }
 
-// SAFETY: `task` points to a `Sync` function and is only called while its caller waits (see
-// the field); the other fields are plain data.
-unsafe impl Send for Region {}
+/// Where a region is published: the double buffer of [`Shared::slots`], by epoch parity.
+struct Slot {
+    /// The region's description. Only dereferenced after claiming one of its items (see
+    /// [`Shared::work`]): its caller does not return, and the description stays, before every
+    /// claimed item is counted in `done`.
+    desc: AtomicPtr<RegionDesc<'static>>,
+    total: AtomicUsize,
+}
 
 struct Shared {
-    region: Mutex<Region>,
-    /// Bumped when a region starts; idle workers watch it.
-    epoch: AtomicU64,
-    /// Items of the current region that have finished.
+    /// The current region's epoch (high 32 bits) and next unclaimed item (low 32 bits).
+    /// Claiming is one compare-exchange of this word, which fails for a region that ended.
+    claim: AtomicU64,
+    slots: [Slot; 2],
+    /// Items of the current region that have finished (added once per thread per region).
     done: AtomicUsize,
     /// An item's panic, re-raised on the caller.
     panic: Mutex<Option<Box<dyn Any + Send>>>,
@@ -63,37 +62,60 @@ struct Worker {
     thread: OnceLock<Thread>,
 }
 
+const ITEM_BITS: u32 = 32;
+
+fn epoch_of(word: u64) -> u64 {
+    word >> ITEM_BITS
+}
+
 impl Shared {
-    fn region(&self) -> MutexGuard<'_, Region> {
-        self.region.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Claims the next item: its index, the function, the region's size and caller.
-    fn claim(&self) -> Option<(usize, Task, usize, Option<Thread>)> {
-        let mut r = self.region();
-        let task = r.task?;
-        if r.next >= r.total {
-            return None;
-        }
-        let i = r.next;
-        r.next += 1;
-        Some((i, task, r.total, r.caller.clone()))
-    }
-
-    /// Runs claimed items until none is left; the last one to finish wakes the caller.
+    /// Runs items of the current region until none is left unclaimed; the thread whose count
+    /// completes the region wakes its caller.
     fn work(&self) {
-        while let Some((i, task, total, caller)) = self.claim() {
-            // SAFETY: the item was claimed and is not yet done, so its caller is still in
-            // `run` and the function it points to is alive (see `Region::task`).
-            let f = unsafe { &*task };
-            if let Err(p) = catch_unwind(AssertUnwindSafe(|| f(i))) {
-                let mut slot = self.panic.lock().unwrap_or_else(|e| e.into_inner());
-                slot.get_or_insert(p);
+        let mut finished = 0usize;
+        let mut region: Option<(&RegionDesc<'_>, usize)> = None;
+        loop {
+            let word = self.claim.load(Ordering::Acquire);
+            let slot = &self.slots[(epoch_of(word) & 1) as usize];
+            let total = slot.total.load(Ordering::Acquire);
+            let item = (word & ((1 << ITEM_BITS) - 1)) as usize;
+            if item >= total {
+                break;
             }
-            if self.done.fetch_add(1, Ordering::AcqRel) + 1 == total {
-                if let Some(c) = caller {
-                    c.unpark();
+            // Guided: a share of what is left (at least one item), so a region is a few claims
+            // and its last items still go one at a time.
+            let take = ((total - item) / (2 * (self.workers.len() + 1))).max(1);
+            if self
+                .claim
+                .compare_exchange_weak(
+                    word,
+                    word + take as u64,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
+                .is_err()
+            {
+                continue;
+            }
+            // SAFETY: the compare-exchange claimed `item` of the region `word` names, so that
+            // region was still running and its caller waits in `run` until this thread's count
+            // (which includes `item`) is added: the description and the function it borrows
+            // are alive. A thread's claims between two counts are all of one region.
+            let (desc, _) = *region
+                .get_or_insert_with(|| (unsafe { &*slot.desc.load(Ordering::Acquire) }, total));
+            for i in item..item + take {
+                if let Err(p) = catch_unwind(AssertUnwindSafe(|| (desc.f)(i))) {
+                    let mut first = self.panic.lock().unwrap_or_else(|e| e.into_inner());
+                    first.get_or_insert(p);
                 }
+            }
+            finished += take;
+        }
+        if let Some((desc, total)) = region {
+            // Cloned before the count: once the region is complete its description may go.
+            let caller = desc.caller.clone();
+            if self.done.fetch_add(finished, Ordering::AcqRel) + finished == total {
+                caller.unpark();
             }
         }
     }
@@ -111,20 +133,21 @@ thread_local! {
     static CURRENT: RefCell<Option<Arc<Shared>>> = const { RefCell::new(None) };
     /// Whether this thread is inside a region (a nested region then runs inline).
     static IN_REGION: Cell<bool> = const { Cell::new(false) };
+    /// Whether regions run on this thread alone ([`WorkerPool::install_solo`]).
+    static SOLO: Cell<bool> = const { Cell::new(false) };
 }
 
 impl WorkerPool {
     /// A pool of `threads` in all: the installing thread and `threads - 1` workers.
     pub fn new(threads: usize) -> std::io::Result<WorkerPool> {
         let helpers = threads.max(1) - 1;
+        let slot = || Slot {
+            desc: AtomicPtr::new(std::ptr::null_mut()),
+            total: AtomicUsize::new(0),
+        };
         let shared = Arc::new(Shared {
-            region: Mutex::new(Region {
-                task: None,
-                next: 0,
-                total: 0,
-                caller: None,
-            }),
-            epoch: AtomicU64::new(0),
+            claim: AtomicU64::new(0),
+            slots: [slot(), slot()],
             done: AtomicUsize::new(0),
             panic: Mutex::new(None),
             workers: (0..helpers)
@@ -172,6 +195,20 @@ impl WorkerPool {
         let _restore = Restore(previous);
         f()
     }
+
+    /// [`WorkerPool::install`], but the regions `f` runs stay on the calling thread: for when
+    /// another process holds part of the cores and waiting for a descheduled worker costs
+    /// more than the worker gives (the engine measures which, step by step).
+    pub fn install_solo<R>(&self, f: impl FnOnce() -> R) -> R {
+        struct Restore(bool);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                SOLO.with(|c| c.set(self.0));
+            }
+        }
+        let _restore = Restore(SOLO.with(|c| c.replace(true)));
+        self.install(f)
+    }
 }
 
 impl Drop for WorkerPool {
@@ -190,7 +227,7 @@ fn worker(s: &Shared, index: usize) {
     let me = &s.workers[index];
     let _ = me.thread.set(std::thread::current());
     IN_REGION.with(|c| c.set(true));
-    let mut seen = s.epoch.load(Ordering::Acquire);
+    let mut seen = epoch_of(s.claim.load(Ordering::Acquire));
     loop {
         s.work();
         // Idle: spin for the next region, then sleep until a caller wakes this worker.
@@ -200,15 +237,17 @@ fn worker(s: &Shared, index: usize) {
             if s.stop.load(Ordering::Acquire) {
                 return;
             }
-            let e = s.epoch.load(Ordering::Acquire);
+            let e = epoch_of(s.claim.load(Ordering::Acquire));
             if e != seen {
                 seen = e;
                 break;
             }
             spins = spins.wrapping_add(1);
-            if spins % 64 == 0 && start.elapsed() >= SPIN {
+            if spins.is_multiple_of(64) && start.elapsed() >= SPIN {
                 me.sleeping.store(true, Ordering::SeqCst);
-                if s.epoch.load(Ordering::SeqCst) == seen && !s.stop.load(Ordering::SeqCst) {
+                if epoch_of(s.claim.load(Ordering::SeqCst)) == seen
+                    && !s.stop.load(Ordering::SeqCst)
+                {
                     std::thread::park();
                 }
                 me.sleeping.store(false, Ordering::SeqCst);
@@ -229,27 +268,32 @@ pub fn for_each(total: usize, f: impl Fn(usize) + Sync) {
         return;
     }
     match CURRENT.with(|c| c.borrow().clone()) {
-        Some(s) if !s.workers.is_empty() && total > 1 => run(&s, total, &f),
+        Some(s) if !s.workers.is_empty() && total > 1 && !SOLO.with(Cell::get) => {
+            run(&s, total, &f)
+        }
         Some(_) => (0..total).for_each(f),
         None => (0..total).into_par_iter().for_each(&f),
     }
 }
 
 fn run(s: &Shared, total: usize, f: &(dyn Fn(usize) + Sync)) {
-    // SAFETY (lifetime erasure only): workers call `f` only for items claimed before `done`
-    // reaches `total`, and this function does not return before it does.
-    let task: Task = unsafe { std::mem::transmute::<&(dyn Fn(usize) + Sync), Task>(f) };
-    {
-        let mut r = s.region();
-        s.done.store(0, Ordering::SeqCst);
-        *r = Region {
-            task: Some(task),
-            next: 0,
-            total,
-            caller: Some(std::thread::current()),
-        };
-    }
-    s.epoch.fetch_add(1, Ordering::SeqCst);
+    assert!(total < 1 << ITEM_BITS, "{total} items in one region");
+    let desc = RegionDesc {
+        f,
+        caller: std::thread::current(),
+    };
+    // The previous region is complete (its caller waited for it), so no thread touches the
+    // slot this one gets: the other region in it ended before the previous one started.
+    let epoch = epoch_of(s.claim.load(Ordering::Acquire)) + 1;
+    let slot = &s.slots[(epoch & 1) as usize];
+    // SAFETY (lifetime erasure only): the description is dereferenced by other threads only
+    // for items they claimed, and this function returns after all of them are counted.
+    let erased =
+        unsafe { std::mem::transmute::<*const RegionDesc<'_>, *mut RegionDesc<'static>>(&desc) };
+    slot.desc.store(erased, Ordering::Relaxed);
+    slot.total.store(total, Ordering::Relaxed);
+    s.done.store(0, Ordering::Relaxed);
+    s.claim.store(epoch << ITEM_BITS, Ordering::SeqCst);
     for w in &s.workers {
         if w.sleeping.load(Ordering::SeqCst) {
             if let Some(t) = w.thread.get() {
@@ -260,21 +304,16 @@ fn run(s: &Shared, total: usize, f: &(dyn Fn(usize) + Sync)) {
     IN_REGION.with(|c| c.set(true));
     s.work();
     IN_REGION.with(|c| c.set(false));
-    // Wait for the items other threads still run; the last to finish unparks this thread.
+    // Wait for the items other threads still run; the one completing the count unparks.
     let start = Instant::now();
     let mut spins = 0u32;
     while s.done.load(Ordering::Acquire) < total {
         spins = spins.wrapping_add(1);
-        if spins % 64 == 0 && start.elapsed() >= SPIN {
+        if spins.is_multiple_of(64) && start.elapsed() >= SPIN {
             std::thread::park();
         } else {
             std::hint::spin_loop();
         }
-    }
-    {
-        let mut r = s.region();
-        r.task = None;
-        r.caller = None;
     }
     let panic = s.panic.lock().unwrap_or_else(|e| e.into_inner()).take();
     if let Some(p) = panic {
@@ -370,6 +409,24 @@ mod tests {
             elsewhere.load(Ordering::Relaxed) > 0,
             "the worker never ran an item"
         );
+    }
+
+    #[test]
+    fn solo_regions_stay_on_the_calling_thread() {
+        let pool = WorkerPool::new(2).unwrap();
+        let caller = std::thread::current().id();
+        let elsewhere = AtomicUsize::new(0);
+        for _ in 0..50 {
+            pool.install_solo(|| {
+                for_each(64, |_| {
+                    if std::thread::current().id() != caller {
+                        elsewhere.fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+            });
+        }
+        assert_eq!(elsewhere.load(Ordering::Relaxed), 0);
+        assert!(!SOLO.with(Cell::get), "install_solo restores the mode");
     }
 
     #[test]

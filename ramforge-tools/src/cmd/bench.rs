@@ -153,6 +153,7 @@ fn report(
             "architecture": cfg.arch.name,
             "layers": cfg.n_layer,
             "threads": engine.threads(),
+            "solo_steps": engine.solo_steps(),
             "ram_budget": args.ram,
             "budget_peak_bytes": budget.peak(),
             "load_secs": engine.load_secs(),

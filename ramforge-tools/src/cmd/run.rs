@@ -134,6 +134,7 @@ fn json_report(
         "decode_secs": s.decode_secs,
         "decode_tokens_per_sec": s.decode_tokens_per_sec(),
         "threads": engine.threads(),
+        "solo_steps": engine.solo_steps(),
         "ctx": engine.context_size(),
         "budget_bytes": (!engine.budget().is_unlimited()).then(|| engine.budget().limit()),
         "minimum_budget_bytes": plan.minimum,
@@ -191,7 +192,7 @@ fn text_report(
     format!(
         "load: {load_secs:.2} s ({} threads, context {})\n\
          prompt: {} tokens in {:.2} s ({:.1} tok/s)\n\
-         decode: {} tokens in {:.2} s ({:.1} tok/s), stopped by {:?}\n\
+         decode: {} tokens in {:.2} s ({:.1} tok/s, {} steps on one thread), stopped by {:?}\n\
          memory: peak managed {} of {budget} (minimum {}), peak RSS {}\n\
          storage: read {} while generating ({}/decoded token), {} layer loads; {} of {} layers pinned ({}), {} streamed, output {}\n\
          streaming: {} buffers ({} in use), {} reads, prefetch {} hits / {} late; I/O wait {:.2} s, compute {:.2} s\n",
@@ -203,6 +204,7 @@ fn text_report(
         s.generated_tokens,
         s.decode_secs,
         s.decode_tokens_per_sec(),
+        engine.solo_steps(),
         s.stop_reason,
         human_bytes(s.peak_managed_bytes),
         human_bytes(plan.minimum),
