@@ -94,7 +94,7 @@ impl Engine {
             seq.kv.reserve(seq.len() + 1)?;
         }
         let pool = Arc::clone(&self.pool);
-        let solo = self.batch_threads.next_is_solo();
+        let solo = self.batch_threads.next_is_solo(n);
         let started = Instant::now();
         let result = if solo {
             pool.install_solo(|| self.decode_rows(seqs, tokens))
@@ -104,7 +104,7 @@ impl Engine {
         let secs = started.elapsed().as_secs_f64();
         let added = if result.is_ok() { n } else { 0 };
         if added > 0 {
-            self.batch_threads.record(secs / added as f64);
+            self.batch_threads.record(secs);
         }
         self.weights.record_eval(secs, added);
         result?;

@@ -32,7 +32,7 @@ pub struct Engine {
     threads: usize,
     /// Whether a single-sequence decoding step runs on all threads or one (measured).
     pub(crate) decode_threads: ThreadChoice,
-    /// The same for batched steps (seconds per sequence).
+    /// The same for batched steps.
     pub(crate) batch_threads: ThreadChoice,
     pub(crate) weights: Weights,
     pub(crate) kv: KvCache,
@@ -337,7 +337,7 @@ impl Engine {
         }
         let pool = Arc::clone(&self.pool);
         let decoding = tokens.len() == 1;
-        let solo = decoding && self.decode_threads.next_is_solo();
+        let solo = decoding && self.decode_threads.next_is_solo(1);
         let started = Instant::now();
         let result = if solo {
             pool.install_solo(|| self.eval_batches(tokens, cancel))

@@ -18,12 +18,15 @@ const MARGIN: f64 = 0.85;
 /// Weight of a new step in the current mode's mean.
 const NEW_WEIGHT: f64 = 0.2;
 
-/// One kind of step's choice (single-sequence decoding, or batched steps per sequence).
+/// One kind of step's choice (single-sequence decoding, or batched steps).
 #[derive(Debug)]
 pub(crate) struct ThreadChoice {
     /// Off when there is only one thread.
     enabled: bool,
     solo: bool,
+    /// Rows of the steps the mean is of: a batched step of another size starts a new mean,
+    /// so a probe is never judged against steps of a different cost.
+    rows: usize,
     /// Recent seconds per step of the current mode.
     mean: Option<f64>,
     since_probe: u32,
@@ -38,6 +41,7 @@ impl ThreadChoice {
         ThreadChoice {
             enabled: threads > 1,
             solo: false,
+            rows: 1,
             mean: None,
             since_probe: 0,
             interval: FIRST_INTERVAL,
@@ -46,10 +50,14 @@ impl ThreadChoice {
         }
     }
 
-    /// Whether the next step runs solo.
-    pub(crate) fn next_is_solo(&mut self) -> bool {
+    /// Whether the next step, of `rows` rows (sequences), runs solo.
+    pub(crate) fn next_is_solo(&mut self, rows: usize) -> bool {
         if !self.enabled {
             return false;
+        }
+        if rows != self.rows {
+            self.rows = rows;
+            self.mean = None;
         }
         self.since_probe += 1;
         self.probing = self.mean.is_some() && self.since_probe >= self.interval;
@@ -99,7 +107,7 @@ mod tests {
     fn drive(c: &mut ThreadChoice, steps: usize, all: f64, solo: f64) -> usize {
         (0..steps)
             .filter(|_| {
-                let s = c.next_is_solo();
+                let s = c.next_is_solo(1);
                 c.record(if s { solo } else { all });
                 s
             })
@@ -136,6 +144,27 @@ mod tests {
         let mut c = ThreadChoice::new(1);
         assert_eq!(drive(&mut c, 100, 0.01, 0.001), 0);
         assert_eq!(c.solo_steps(), 0);
+    }
+
+    #[test]
+    fn a_step_of_another_size_is_not_judged_against_the_old_mean() {
+        let mut c = ThreadChoice::new(2);
+        let steps = |c: &mut ThreadChoice, n: usize, rows: usize, all: f64, solo: f64| {
+            (0..n)
+                .filter(|_| {
+                    let s = c.next_is_solo(rows);
+                    c.record(if s { solo } else { all });
+                    s
+                })
+                .count()
+        };
+        // Batches of four rows (0.04 s on all threads), then of one row (0.01 s). Probes fall at
+        // steps 16, 48 and 112, so the third is the fourth one-row step: against the four-row
+        // mean a solo step of one row (0.018 s) would look faster.
+        steps(&mut c, 108, 4, 0.04, 0.072);
+        let solo = steps(&mut c, 40, 1, 0.01, 0.018);
+        assert_eq!(solo, 1, "only the probe ran solo");
+        assert!(!c.solo);
     }
 
     #[test]
