@@ -96,11 +96,7 @@ impl Engine {
         let pool = Arc::clone(&self.pool);
         let solo = self.batch_threads.next_is_solo(n);
         let started = Instant::now();
-        let result = if solo {
-            pool.install_solo(|| self.decode_rows(seqs, tokens))
-        } else {
-            pool.install(|| self.decode_rows(seqs, tokens))
-        };
+        let result = pool.install_with(solo, || self.decode_rows(seqs, tokens));
         let secs = started.elapsed().as_secs_f64();
         let added = if result.is_ok() { n } else { 0 };
         if added > 0 {

@@ -339,11 +339,7 @@ impl Engine {
         let decoding = tokens.len() == 1;
         let solo = decoding && self.decode_threads.next_is_solo(1);
         let started = Instant::now();
-        let result = if solo {
-            pool.install_solo(|| self.eval_batches(tokens, cancel))
-        } else {
-            pool.install(|| self.eval_batches(tokens, cancel))
-        };
+        let result = pool.install_with(solo, || self.eval_batches(tokens, cancel));
         let secs = started.elapsed().as_secs_f64();
         let added = if matches!(result, Ok(true)) {
             tokens.len()

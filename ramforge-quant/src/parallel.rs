@@ -6,7 +6,7 @@
 //! process for a whole time slice. Here an idle worker spins (without yielding) for [`SPIN`]
 //! before it sleeps, and the caller takes part in its own region. A claim takes a share of
 //! the items left (at least one), so a region costs a few claims and its last items go one at
-//! a time. [`WorkerPool::install_solo`] keeps the regions on the calling thread, for when
+//! a time. [`WorkerPool::install_with`] can keep the regions on the calling thread, for when
 //! waiting for a preempted worker costs more than it gives (the engine measures that).
 //!
 //! Without an installed pool, [`for_each`] runs on rayon's current pool, so the kernels'
@@ -133,7 +133,7 @@ thread_local! {
     static CURRENT: RefCell<Option<Arc<Shared>>> = const { RefCell::new(None) };
     /// Whether this thread is inside a region (a nested region then runs inline).
     static IN_REGION: Cell<bool> = const { Cell::new(false) };
-    /// Whether regions run on this thread alone ([`WorkerPool::install_solo`]).
+    /// Whether regions run on this thread alone ([`WorkerPool::install_with`]).
     static SOLO: Cell<bool> = const { Cell::new(false) };
 }
 
@@ -196,17 +196,17 @@ impl WorkerPool {
         f()
     }
 
-    /// [`WorkerPool::install`], but the regions `f` runs stay on the calling thread: for when
-    /// another process holds part of the cores and waiting for a descheduled worker costs
-    /// more than the worker gives (the engine measures which, step by step).
-    pub fn install_solo<R>(&self, f: impl FnOnce() -> R) -> R {
+    /// [`WorkerPool::install`], but with `solo` the regions `f` runs stay on the calling
+    /// thread: for when another process holds part of the cores and waiting for a descheduled
+    /// worker costs more than the worker gives (the engine measures which, step by step).
+    pub fn install_with<R>(&self, solo: bool, f: impl FnOnce() -> R) -> R {
         struct Restore(bool);
         impl Drop for Restore {
             fn drop(&mut self) {
                 SOLO.with(|c| c.set(self.0));
             }
         }
-        let _restore = Restore(SOLO.with(|c| c.replace(true)));
+        let _restore = Restore(SOLO.with(|c| c.replace(solo)));
         self.install(f)
     }
 }
@@ -230,30 +230,36 @@ fn worker(s: &Shared, index: usize) {
     let mut seen = epoch_of(s.claim.load(Ordering::Acquire));
     loop {
         s.work();
-        // Idle: spin for the next region, then sleep until a caller wakes this worker.
-        let start = Instant::now();
-        let mut spins = 0u32;
-        loop {
-            if s.stop.load(Ordering::Acquire) {
-                return;
-            }
-            let e = epoch_of(s.claim.load(Ordering::Acquire));
-            if e != seen {
-                seen = e;
-                break;
-            }
-            spins = spins.wrapping_add(1);
-            if spins.is_multiple_of(64) && start.elapsed() >= SPIN {
+        // Idle until the next region (or the pool's end); a caller wakes a sleeping worker.
+        let idle = |order| epoch_of(s.claim.load(order)) == seen && !s.stop.load(order);
+        wait_until(
+            || !idle(Ordering::Acquire),
+            || {
                 me.sleeping.store(true, Ordering::SeqCst);
-                if epoch_of(s.claim.load(Ordering::SeqCst)) == seen
-                    && !s.stop.load(Ordering::SeqCst)
-                {
+                if idle(Ordering::SeqCst) {
                     std::thread::park();
                 }
                 me.sleeping.store(false, Ordering::SeqCst);
-            } else {
-                std::hint::spin_loop();
-            }
+            },
+        );
+        if s.stop.load(Ordering::Acquire) {
+            return;
+        }
+        seen = epoch_of(s.claim.load(Ordering::Acquire));
+    }
+}
+
+/// Returns once `ready()`: spins (without yielding the core) for [`SPIN`], then calls `sleep`
+/// before each further check.
+fn wait_until(ready: impl Fn() -> bool, mut sleep: impl FnMut()) {
+    let start = Instant::now();
+    let mut spins = 0u32;
+    while !ready() {
+        spins = spins.wrapping_add(1);
+        if spins.is_multiple_of(64) && start.elapsed() >= SPIN {
+            sleep();
+        } else {
+            std::hint::spin_loop();
         }
     }
 }
@@ -305,16 +311,10 @@ fn run(s: &Shared, total: usize, f: &(dyn Fn(usize) + Sync)) {
     s.work();
     IN_REGION.with(|c| c.set(false));
     // Wait for the items other threads still run; the one completing the count unparks.
-    let start = Instant::now();
-    let mut spins = 0u32;
-    while s.done.load(Ordering::Acquire) < total {
-        spins = spins.wrapping_add(1);
-        if spins.is_multiple_of(64) && start.elapsed() >= SPIN {
-            std::thread::park();
-        } else {
-            std::hint::spin_loop();
-        }
-    }
+    wait_until(
+        || s.done.load(Ordering::Acquire) >= total,
+        std::thread::park,
+    );
     let panic = s.panic.lock().unwrap_or_else(|e| e.into_inner()).take();
     if let Some(p) = panic {
         resume_unwind(p);
@@ -417,7 +417,7 @@ mod tests {
         let caller = std::thread::current().id();
         let elsewhere = AtomicUsize::new(0);
         for _ in 0..50 {
-            pool.install_solo(|| {
+            pool.install_with(true, || {
                 for_each(64, |_| {
                     if std::thread::current().id() != caller {
                         elsewhere.fetch_add(1, Ordering::Relaxed);
@@ -426,7 +426,7 @@ mod tests {
             });
         }
         assert_eq!(elsewhere.load(Ordering::Relaxed), 0);
-        assert!(!SOLO.with(Cell::get), "install_solo restores the mode");
+        assert!(!SOLO.with(Cell::get), "install_with restores the mode");
     }
 
     #[test]
