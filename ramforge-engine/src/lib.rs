@@ -45,6 +45,7 @@ pub mod budget;
 mod decoding;
 mod engine;
 mod error;
+mod exp_f64;
 mod forward;
 mod generate;
 mod kv;

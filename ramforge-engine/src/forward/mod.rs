@@ -3,6 +3,7 @@
 //! weights in their quantized form.
 
 mod attention;
+mod gate;
 mod matmul;
 mod moe;
 mod ops;
@@ -18,9 +19,10 @@ use crate::model::arch::{Ffn, Role};
 use crate::model::ModelConfig;
 use crate::weights::{ExpertStore, LayerVectors, LayerView};
 use attention::attention;
+use gate::{gated, Gate};
 use matmul::matmul;
 use moe::moe_ffn;
-use ops::{add_bias, add_into, apply_rope, geglu, rms_norm_in_place, swiglu};
+use ops::{add_bias, add_into, apply_rope, rms_norm_in_place};
 use std::ops::Range;
 
 /// Fills the RoPE tables of `s` for rows at `positions`: the global one (with `factors`,
@@ -199,8 +201,8 @@ pub(crate) fn block(
             per_token,
         )?;
         match cfg.arch.ffn {
-            Ffn::SwiGlu => swiglu(&mut s.gate[..n * ff], &s.up[..n * ff]),
-            Ffn::GeGlu => geglu(&mut s.gate[..n * ff], &s.up[..n * ff]),
+            Ffn::SwiGlu => gated(Gate::Silu, &mut s.gate[..n * ff], &s.up[..n * ff]),
+            Ffn::GeGlu => gated(Gate::GeluTanh, &mut s.gate[..n * ff], &s.up[..n * ff]),
         }
         matmul(
             [(m(Role::FfnDown), &mut s.xn)],

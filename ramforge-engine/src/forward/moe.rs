@@ -3,8 +3,8 @@
 //! probabilities renormalized to sum to one, and the weighted sum of their SwiGLU outputs.
 //! Tokens routed to the same expert are multiplied together.
 
+use super::gate::{gated, Gate};
 use super::matmul::matmul;
-use super::ops::swiglu;
 use super::scratch::Scratch;
 use crate::error::EngineError;
 use crate::model::arch::Role;
@@ -112,7 +112,7 @@ fn expert_ffn(
         &mut s.act,
         per_token,
     )?;
-    swiglu(&mut s.gate[..m * ff], &s.up[..m * ff]);
+    gated(Gate::Silu, &mut s.gate[..m * ff], &s.up[..m * ff]);
     matmul([(down, &mut s.moe_in)], &s.gate, m, &mut s.act, per_token)?;
     for (j, &(t, weight)) in tokens.iter().enumerate() {
         let src = &s.moe_in[j * e..(j + 1) * e];

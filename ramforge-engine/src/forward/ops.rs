@@ -101,23 +101,6 @@ pub fn apply_rope(
     }
 }
 
-/// `gate = silu(gate) * up`.
-pub fn swiglu(gate: &mut [f32], up: &[f32]) {
-    for (g, &u) in gate.iter_mut().zip(up) {
-        *g = *g / (1.0 + (-*g).exp()) * u;
-    }
-}
-
-/// `gate = gelu(gate) * up`, GELU in ggml's tanh approximation.
-pub fn geglu(gate: &mut [f32], up: &[f32]) {
-    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
-    const COEF_A: f32 = 0.044_715;
-    for (g, &u) in gate.iter_mut().zip(up) {
-        let x = *g;
-        *g = 0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + COEF_A * x * x)).tanh()) * u;
-    }
-}
-
 /// `x *= factor`, element by element.
 pub(crate) fn scale(x: &mut [f32], factor: f32) {
     for v in x {
@@ -219,20 +202,11 @@ mod tests {
     }
 
     #[test]
-    fn rms_norm_and_swiglu() {
+    fn rms_norm_in_both_forms() {
         let mut out = [0.0f32; 2];
         rms_norm(&[3.0, 4.0], &[1.0, 2.0], 0.0, &mut out);
         let r = (12.5f32).sqrt();
         assert!((out[0] - 3.0 / r).abs() < 1e-6 && (out[1] - 8.0 / r).abs() < 1e-6);
-        let mut g = [0.0f32, 2.0];
-        swiglu(&mut g, &[5.0, 3.0]);
-        assert_eq!(g[0], 0.0);
-        assert!((g[1] - 2.0 / (1.0 + (-2.0f32).exp()) * 3.0).abs() < 1e-6);
-        // GELU(tanh) at 1 and -2 (0.841192, -0.045402), times up.
-        let mut g = [1.0f32, -2.0];
-        geglu(&mut g, &[2.0, 1.0]);
-        assert!((g[0] - 2.0 * 0.841_192).abs() < 1e-5, "{g:?}");
-        assert!((g[1] + 0.045_402).abs() < 1e-5, "{g:?}");
         let mut h = [3.0f32, 4.0, 0.0, 2.0];
         rms_norm_in_place(&mut h, &[1.0, 2.0], 0.0);
         assert!((h[0] - 3.0 / r).abs() < 1e-6 && (h[1] - 8.0 / r).abs() < 1e-6);
