@@ -342,7 +342,11 @@ fn run_group(
             weights: p.weights,
             row,
             rows: p.rows,
-            chunk_rows: chunk_rows(row, p.rows, k.rows.is_some()),
+            chunk_rows: chunk_rows(
+                row,
+                p.rows,
+                k.rows.is_some() || k.tile.is_some_and(is_multi_row),
+            ),
             acts,
             y: OutPtr(p.y.as_mut_ptr()),
             per_token,
@@ -371,9 +375,11 @@ fn run_group(
     Ok(())
 }
 
-/// Weight rows per work item: about [`CHUNK_BYTES`] of weights, a multiple of [`ROWS`] when
-/// the type has a [`Rows`] kernel (so items split no group but the matrix's last).
+/// Weight rows per work item: about [`CHUNK_BYTES`] of weights, a multiple of [`ROWS`] (and
+/// so of [`TILE_ROWS`]) when the type has a [`Rows`] kernel or a multi-row tile (so items
+/// split no group but the matrix's last).
 fn chunk_rows(row_bytes: usize, rows: usize, grouped: bool) -> usize {
+    const _: () = assert!(ROWS.is_multiple_of(TILE_ROWS));
     let chunk = (CHUNK_BYTES / row_bytes.max(1)).max(1);
     let chunk = if grouped {
         (chunk / ROWS).max(1) * ROWS
@@ -401,7 +407,7 @@ fn run_item(p: &Prepared<'_>, cols: usize, n: usize, item: usize) {
         if let (true, Some(tile @ Tile::Quant(_))) = (p.exact_tile, p.tile) {
             while t0 + TILE <= n {
                 for o in o0..o1 {
-                    let out = dot_tile(tile, p.acts, cols, weight_row(o), t0);
+                    let out = dot_tile(tile, p.acts, weight_row(o), t0);
                     for (k, v) in out.into_iter().enumerate() {
                         write(t0 + k, o, v);
                     }
@@ -438,13 +444,16 @@ fn run_item(p: &Prepared<'_>, cols: usize, n: usize, item: usize) {
     while t0 < n {
         let t1 = (t0 + block).min(n);
         let mut o = o0;
-        if let (Some(Tile::QuantRows(tile)), Acts::Quant(buf, act_row)) = (p.tile, p.acts) {
+        if p.tile.is_some_and(is_multi_row) {
             while o + TILE_ROWS <= o1 {
                 let w = &p.weights[o * p.row..(o + TILE_ROWS) * p.row];
                 let mut t = t0;
                 while t + TILE <= t1 {
-                    let a = std::array::from_fn(|k| &buf[(t + k) * act_row..(t + k + 1) * act_row]);
-                    for (r, out) in tile(w, a).into_iter().enumerate() {
+                    let tile = p.tile.expect("checked above");
+                    for (r, out) in dot_rows_tile(tile, p.acts, cols, w, t)
+                        .into_iter()
+                        .enumerate()
+                    {
                         for (k, v) in out.into_iter().enumerate() {
                             write(t + k, o + r, v);
                         }
@@ -463,9 +472,9 @@ fn run_item(p: &Prepared<'_>, cols: usize, n: usize, item: usize) {
             let w = weight_row(o);
             let mut t = t0;
             // Left-over rows of a multi-row tile run per token.
-            if let Some(tile) = p.tile.filter(|t| !matches!(t, Tile::QuantRows(_))) {
+            if let Some(tile) = p.tile.filter(|&t| !is_multi_row(t)) {
                 while t + TILE <= t1 {
-                    let out = dot_tile(tile, p.acts, cols, w, t);
+                    let out = dot_tile(tile, p.acts, w, t);
                     for (k, v) in out.into_iter().enumerate() {
                         write(t + k, o, v);
                     }
@@ -492,14 +501,37 @@ fn dot_token(dot: Dot, acts: Acts<'_>, cols: usize, row: &[u8], t: usize) -> f32
     }
 }
 
-/// The dots of weight row `row` with tokens `t .. t + TILE`.
+/// Whether a tile kernel takes [`TILE_ROWS`] weight rows at once.
+fn is_multi_row(tile: Tile) -> bool {
+    matches!(tile, Tile::QuantRows(_) | Tile::FloatRows(_))
+}
+
+/// The dots of the [`TILE_ROWS`] weight rows `w` (back to back) with tokens `t .. t + TILE`.
 #[inline]
-fn dot_tile(tile: Tile, acts: Acts<'_>, cols: usize, row: &[u8], t: usize) -> [f32; TILE] {
+fn dot_rows_tile(
+    tile: Tile,
+    acts: Acts<'_>,
+    cols: usize,
+    w: &[u8],
+    t: usize,
+) -> [[f32; TILE]; TILE_ROWS] {
     match (tile, acts) {
-        (Tile::Float(f), Acts::Float(x)) => f(
-            row,
+        (Tile::FloatRows(f), Acts::Float(x)) => f(
+            w,
             std::array::from_fn(|k| &x[(t + k) * cols..(t + k + 1) * cols]),
         ),
+        (Tile::QuantRows(f), Acts::Quant(buf, act_row)) => f(
+            w,
+            std::array::from_fn(|k| &buf[(t + k) * act_row..(t + k + 1) * act_row]),
+        ),
+        _ => unreachable!("a type's multi-row tile kernel matches its dot kernel"),
+    }
+}
+
+/// The dots of weight row `row` with tokens `t .. t + TILE`.
+#[inline]
+fn dot_tile(tile: Tile, acts: Acts<'_>, row: &[u8], t: usize) -> [f32; TILE] {
+    match (tile, acts) {
         (Tile::Quant(f), Acts::Quant(buf, act_row)) => f(
             row,
             std::array::from_fn(|k| &buf[(t + k) * act_row..(t + k + 1) * act_row]),
@@ -539,9 +571,24 @@ mod tests {
                     $(GgmlType::$t => Tile::Quant(|w, a| {
                         std::array::from_fn(|k| formats::$m::vec_dot(w, a[k]))
                     }),)*
-                    GgmlType::F32 => Tile::Float(|w, x| std::array::from_fn(|k| float::dot_f32(w, x[k]))),
-                    GgmlType::F16 => Tile::Float(|w, x| std::array::from_fn(|k| float::dot_f16(w, x[k]))),
-                    GgmlType::BF16 => Tile::Float(|w, x| std::array::from_fn(|k| float::dot_bf16(w, x[k]))),
+                    GgmlType::F32 => Tile::FloatRows(|w, x| {
+                        let rb = w.len() / TILE_ROWS;
+                        std::array::from_fn(|r| {
+                            std::array::from_fn(|k| float::dot_f32(&w[r * rb..(r + 1) * rb], x[k]))
+                        })
+                    }),
+                    GgmlType::F16 => Tile::FloatRows(|w, x| {
+                        let rb = w.len() / TILE_ROWS;
+                        std::array::from_fn(|r| {
+                            std::array::from_fn(|k| float::dot_f16(&w[r * rb..(r + 1) * rb], x[k]))
+                        })
+                    }),
+                    GgmlType::BF16 => Tile::FloatRows(|w, x| {
+                        let rb = w.len() / TILE_ROWS;
+                        std::array::from_fn(|r| {
+                            std::array::from_fn(|k| float::dot_bf16(&w[r * rb..(r + 1) * rb], x[k]))
+                        })
+                    }),
                     _ => panic!("no test tile for {ty}"),
                 }
             };

@@ -25,16 +25,21 @@ pub(crate) const TILE: usize = 4;
 /// Results must equal `TILE` calls of the type's `Dot` up to f32 summation order.
 #[derive(Clone, Copy)]
 pub(crate) enum Tile {
-    Float(fn(&[u8], [&[f32]; TILE]) -> [f32; TILE]),
     Quant(fn(&[u8], [&[u8]; TILE]) -> [f32; TILE]),
     /// [`TILE_ROWS`] consecutive weight rows (back to back in the first argument) times
     /// [`TILE`] tokens: `out[r][t]`. Also amortises the per-token work (activation loads and
     /// scales) over the rows; a matrix's last rows that fill no group run per token.
     QuantRows(RowsTile),
+    /// The same for float weights and f32 activations; equals `TILE_ROWS * TILE` calls of
+    /// the type's `Dot` bit for bit.
+    FloatRows(FloatRowsTile),
 }
 
 /// A [`Tile::QuantRows`] kernel: `out[r][t]` is weight row r with token t.
 pub(crate) type RowsTile = fn(&[u8], [&[u8]; TILE]) -> [[f32; TILE]; TILE_ROWS];
+
+/// A [`Tile::FloatRows`] kernel: `out[r][t]` is weight row r with token t's f32 activations.
+pub(crate) type FloatRowsTile = fn(&[u8], [&[f32]; TILE]) -> [[f32; TILE]; TILE_ROWS];
 
 /// Weight rows a [`Tile::QuantRows`] kernel dots at once.
 pub(crate) const TILE_ROWS: usize = 8;

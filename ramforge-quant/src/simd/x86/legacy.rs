@@ -142,19 +142,30 @@ vnni_entry_points!(vnni_iq4_nl, Iq4Nl, tile tile_biased);
 macro_rules! float_entry_points {
     ($module:ident, $format:ident) => {
         mod $module {
-            use super::{float, Tile, TILE};
+            use super::{float, Tile, TILE, TILE_ROWS};
 
             pub(super) fn dot(w: &[u8], x: &[f32]) -> f32 {
                 // SAFETY: see the note above; only reachable when AVX2+FMA+F16C are available.
                 unsafe { float::dot::<float::$format>(w, x) }
             }
 
-            fn tile(w: &[u8], x: [&[f32]; TILE]) -> [f32; TILE] {
-                // SAFETY: see the note above; only reachable when AVX2+FMA+F16C are available.
-                unsafe { float::tile::<float::$format>(w, x) }
+            /// [`TILE_ROWS`] rows as groups of 2 (2 x 4 accumulators, the weights and an
+            /// activation vector fill the 16 registers).
+            fn tile(w: &[u8], x: [&[f32]; TILE]) -> [[f32; TILE]; TILE_ROWS] {
+                const GROUP: usize = 2;
+                assert!(w.len() % TILE_ROWS == 0);
+                let row = w.len() / TILE_ROWS;
+                let mut out = [[0f32; TILE]; TILE_ROWS];
+                for (g, part) in w.chunks_exact(GROUP * row).enumerate() {
+                    // SAFETY: see the note above; only reachable when AVX2+FMA+F16C are
+                    // available. The kernel reads within `part` and `x`.
+                    let got = unsafe { float::tile_rows::<float::$format, GROUP>(part, x) };
+                    out[g * GROUP..(g + 1) * GROUP].copy_from_slice(&got);
+                }
+                out
             }
 
-            pub(super) const PREFILL: Tile = Tile::Float(tile);
+            pub(super) const PREFILL: Tile = Tile::FloatRows(tile);
 
             #[allow(dead_code)] // F16's is registered; F32 and BF16 keep the reference's.
             pub(super) fn dequantize(src: &[u8], dst: &mut [f32]) {

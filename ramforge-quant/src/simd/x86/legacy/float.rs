@@ -1,8 +1,8 @@
 //! Dots of F32, F16 and BF16 weight rows with f32 activations (FMA; F16 widened with F16C,
-//! BF16 by a 16-bit shift), for one token and for a tile of [`TILE`] tokens.
+//! BF16 by a 16-bit shift), for one token and for a tile of rows times [`TILE`] tokens.
 //!
 //! Two 8-lane accumulators per token, summed in one fixed order, then the tail elements one
-//! by one: [`tile`] runs exactly the operations of [`dot`] for each of its tokens, so the
+//! by one: [`tile_rows`] runs exactly the operations of [`dot`] for each of its pairs, so the
 //! prefill product equals one matvec per token bit for bit. Against the scalar reference the
 //! summation order differs (f32 rounding only).
 
@@ -87,40 +87,67 @@ pub(super) unsafe fn dot<F: Float>(w: &[u8], x: &[f32]) -> f32 {
     sum
 }
 
-/// Weight row `w` dotted with [`TILE`] activation rows; each weight vector is widened once.
+/// `R` weight rows of `F`, back to back in `w`, dotted with [`TILE`] activation rows: each
+/// weight vector is widened once and each activation vector loaded once for all `R` rows.
+/// Every (row, token) pair runs [`dot`]'s operations in its order (its even 8-element steps
+/// into one accumulator, its odd ones into another, summed, then the tail), so the prefill
+/// product equals one matvec per token bit for bit. The even steps and the odd ones go in two
+/// passes over the rows, so that one accumulator per pair is live at a time: `R * TILE`
+/// of them, the weights and an activation vector fit the 16 registers.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn tile<F: Float>(w: &[u8], x: [&[f32]; TILE]) -> [f32; TILE] {
-    let n = x.iter().fold(w.len() / F::WIDTH, |n, r| n.min(r.len()));
-    let wp = w.as_ptr();
+pub(super) unsafe fn tile_rows<F: Float, const R: usize>(
+    w: &[u8],
+    x: [&[f32]; TILE],
+) -> [[f32; TILE]; R] {
+    let row = w.len() / R;
+    let n = x.iter().fold(row / F::WIDTH, |n, r| n.min(r.len()));
+    let wp: [*const u8; R] = std::array::from_fn(|r| w.as_ptr().add(r * row));
     let xp = x.map(|r| r.as_ptr());
-    let zero = _mm256_setzero_ps();
-    let (mut a0, mut a1) = ([zero; TILE], [zero; TILE]);
-    let mut i = 0;
-    while i + 16 <= n {
-        let w0 = F::load8(wp.add(i * F::WIDTH));
-        let w1 = F::load8(wp.add((i + 8) * F::WIDTH));
+    let steps = n / 16;
+    // `dot`'s one 8-element step after its loop, into the even accumulator.
+    let extra = n % 16 >= 8;
+    let even = pass::<F, R>(wp, xp, 0, steps, extra);
+    let odd = pass::<F, R>(wp, xp, 8, steps, false);
+    let tail = 16 * steps + if extra { 8 } else { 0 };
+    std::array::from_fn(|r| {
+        std::array::from_fn(|t| {
+            let mut sum = hsum_ps(_mm256_add_ps(even[r][t], odd[r][t]));
+            for j in tail..n {
+                sum += F::at(wp[r].add(j * F::WIDTH)) * *xp[t].add(j);
+            }
+            sum
+        })
+    })
+}
+
+/// One accumulator per (row, token): the 8 elements at `offset + 16 k` for `k < steps`, then
+/// (with `extra`) those at `16 steps`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn pass<F: Float, const R: usize>(
+    wp: [*const u8; R],
+    xp: [*const f32; TILE],
+    offset: usize,
+    steps: usize,
+    extra: bool,
+) -> [[__m256; TILE]; R] {
+    let mut acc = [[_mm256_setzero_ps(); TILE]; R];
+    let mut step = |i: usize| {
+        let wv: [__m256; R] = std::array::from_fn(|r| F::load8(wp[r].add(i * F::WIDTH)));
         for t in 0..TILE {
-            a0[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xp[t].add(i)), a0[t]);
-            a1[t] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xp[t].add(i + 8)), a1[t]);
+            let xv = _mm256_loadu_ps(xp[t].add(i));
+            for r in 0..R {
+                acc[r][t] = _mm256_fmadd_ps(wv[r], xv, acc[r][t]);
+            }
         }
-        i += 16;
+    };
+    for k in 0..steps {
+        step(offset + 16 * k);
     }
-    if i + 8 <= n {
-        let w0 = F::load8(wp.add(i * F::WIDTH));
-        for t in 0..TILE {
-            a0[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xp[t].add(i)), a0[t]);
-        }
-        i += 8;
+    if extra {
+        step(16 * steps);
     }
-    let mut out = [0f32; TILE];
-    for t in 0..TILE {
-        let mut sum = hsum_ps(_mm256_add_ps(a0[t], a1[t]));
-        for j in i..n {
-            sum += F::at(wp.add(j * F::WIDTH)) * *xp[t].add(j);
-        }
-        out[t] = sum;
-    }
-    out
+    acc
 }
 
 /// A row of `F` widened to f32 (for embedding rows).
