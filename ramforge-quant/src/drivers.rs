@@ -444,12 +444,11 @@ fn run_item(p: &Prepared<'_>, cols: usize, n: usize, item: usize) {
     while t0 < n {
         let t1 = (t0 + block).min(n);
         let mut o = o0;
-        if p.tile.is_some_and(is_multi_row) {
+        if let Some(tile) = p.tile.filter(|&t| is_multi_row(t)) {
             while o + TILE_ROWS <= o1 {
                 let w = &p.weights[o * p.row..(o + TILE_ROWS) * p.row];
                 let mut t = t0;
                 while t + TILE <= t1 {
-                    let tile = p.tile.expect("checked above");
                     for (r, out) in dot_rows_tile(tile, p.acts, cols, w, t)
                         .into_iter()
                         .enumerate()
