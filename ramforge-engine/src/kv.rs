@@ -88,12 +88,6 @@ impl Element for f16 {
     }
 }
 
-/// Whether the tile kernels may use AVX2 + FMA + F16C (the instruction set the quant kernels
-/// run on includes them, so `RAMFORGE_ISA=scalar` turns this off too).
-fn simd_rows() -> bool {
-    ramforge_quant::isa::active().has_avx2()
-}
-
 enum ChunkData {
     F16(Vec<f16>),
     F32(Vec<f32>),
@@ -315,7 +309,7 @@ impl KvCache {
         let (si, li) = self.layers[layer];
         let slots = self.stores[si].slots;
         let chunks = &self.stores[si].chunks;
-        let simd = simd_rows();
+        let simd = crate::simd::avx2_enabled();
         let col = kv_head * hd;
         let Partial { max, sum, out } = part;
         max[..rows].fill(f32::NEG_INFINITY);

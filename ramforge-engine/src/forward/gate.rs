@@ -26,7 +26,7 @@ const GELU_COEF_A: f32 = 0.044_715;
 /// `gate[i] = act(gate[i]) * up[i]`.
 pub(crate) fn gated(kind: Gate, gate: &mut [f32], up: &[f32]) {
     assert_eq!(gate.len(), up.len(), "gate and up lengths");
-    let simd = simd_available();
+    let simd = crate::simd::avx2_enabled();
     if gate.len() <= CHUNK {
         gated_part(kind, gate, up, simd);
         return;
@@ -34,17 +34,6 @@ pub(crate) fn gated(kind: Gate, gate: &mut [f32], up: &[f32]) {
     for_each_chunk_mut(gate, CHUNK, |i, part| {
         gated_part(kind, part, &up[i * CHUNK..][..part.len()], simd)
     });
-}
-
-fn simd_available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        ramforge_quant::isa::active().has_avx2()
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
 }
 
 fn gated_part(kind: Gate, gate: &mut [f32], up: &[f32], simd: bool) {
@@ -73,7 +62,7 @@ pub(crate) fn gated_scalar(kind: Gate, gate: &mut [f32], up: &[f32]) {
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use super::{Gate, GELU_COEF_A, SQRT_2_OVER_PI};
-    use crate::exp_f64::exp4_f64;
+    use crate::simd::exp4_f64;
     use std::arch::x86_64::*;
 
     /// `exp(x)` rounded to f32, as libm's `expf` gives it; clamped where that is 0 or

@@ -169,7 +169,7 @@ tile_avx2!(f16, dots_f16, accumulate_f16);
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use super::{ScoreRow, BLOCK};
-    use crate::exp_f64::exp4_f64;
+    use crate::simd::exp4_f64;
     use half::f16;
     use std::arch::x86_64::*;
 

@@ -1,9 +1,16 @@
-//! `exp` in f64 lanes for the f32 kernels that need it (softmax weights, gate activations):
-//! accurate enough that, rounded to f32, it equals the correctly rounded `expf` but for rare
-//! near-ties, so a vector kernel rounds as its scalar reference (libm's `exp`) does.
+//! What the engine's own vector kernels (the attention tiles, the gate activations) share:
+//! whether they may run, and `exp` in f64 lanes, accurate enough that, rounded to f32, it
+//! equals the correctly rounded `expf` but for rare near-ties, so a vector kernel rounds as its
+//! scalar reference (libm's `exp`) does.
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
+
+/// Whether the engine's kernels may use AVX2 + FMA + F16C (the instruction set the quant
+/// kernels run on includes them, so `RAMFORGE_ISA=scalar` turns this off too).
+pub(crate) fn avx2_enabled() -> bool {
+    ramforge_quant::isa::active().has_avx2()
+}
 
 /// `exp(x)` for 4 lanes of `x` in `-150..=89`, in f64: range reduction by `ln 2` in two
 /// parts and a degree-11 Taylor polynomial (relative error under 1e-14), so rounded to
