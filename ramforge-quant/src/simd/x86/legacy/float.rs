@@ -1,5 +1,5 @@
 //! Dots of F32, F16 and BF16 weight rows with f32 activations (FMA; F16 widened with F16C,
-//! BF16 by a 16-bit shift), for one token and for a tile of rows times [`TILE`] tokens.
+//! BF16 by a byte shuffle), for one token and for a tile of rows times [`TILE`] tokens.
 //!
 //! Two 8-lane accumulators per token, summed in one fixed order, then the tail elements one
 //! by one: [`tile_rows`] runs exactly the operations of [`dot`] for each of its pairs, so the
@@ -48,9 +48,16 @@ pub(super) struct Bf16;
 impl Float for Bf16 {
     const WIDTH: usize = GgmlType::BF16.type_size();
     #[inline(always)]
+    /// The 8 values go to both 128-bit lanes, and one byte shuffle puts each lane's 4 into the
+    /// high halves of its 32-bit slots, zeros below: no shift on the ports the FMAs use.
     unsafe fn load8(p: *const u8) -> __m256 {
-        let wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(p.cast()));
-        _mm256_castsi256_ps(_mm256_slli_epi32::<16>(wide))
+        let both = _mm256_broadcastsi128_si256(_mm_loadu_si128(p.cast()));
+        #[rustfmt::skip]
+        let high_halves = _mm256_setr_epi8(
+            -1, -1, 0, 1, -1, -1, 2, 3, -1, -1, 4, 5, -1, -1, 6, 7,
+            -1, -1, 8, 9, -1, -1, 10, 11, -1, -1, 12, 13, -1, -1, 14, 15,
+        );
+        _mm256_castsi256_ps(_mm256_shuffle_epi8(both, high_halves))
     }
     #[inline(always)]
     unsafe fn at(p: *const u8) -> f32 {
