@@ -47,9 +47,9 @@ impl Float for F16 {
 pub(super) struct Bf16;
 impl Float for Bf16 {
     const WIDTH: usize = GgmlType::BF16.type_size();
-    #[inline(always)]
     /// The 8 values go to both 128-bit lanes, and one byte shuffle puts each lane's 4 into the
     /// high halves of its 32-bit slots, zeros below: no shift on the ports the FMAs use.
+    #[inline(always)]
     unsafe fn load8(p: *const u8) -> __m256 {
         let both = _mm256_broadcastsi128_si256(_mm_loadu_si128(p.cast()));
         #[rustfmt::skip]
