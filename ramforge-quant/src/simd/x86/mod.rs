@@ -5,6 +5,7 @@
 
 mod kquant;
 mod legacy;
+mod prefetch;
 mod register;
 
 use crate::kernel_table::Kernels;

@@ -197,26 +197,6 @@ pub(super) unsafe fn weight_blocks<const R: usize>(
     std::array::from_fn(|r| w.as_ptr().add(r * row + i * bytes))
 }
 
-/// Prefetches the `i`-th of `blocks` slices of the `w.len()` bytes that start one group past
-/// the end of `w`: over a multi-row call's block loop, the group of rows after the next. A
-/// group's rows are read a block of each at a time, short strided streams the hardware
-/// prefetchers barely learn before they end (a row at a time was one long sequential
-/// stream), so the groups ahead are fetched by hand while this one is computed; two groups
-/// ahead measured faster than one. A hint only: the addresses may run past the matrix
-/// (prefetches never fault) and nothing is read through them.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn prefetch_next(w: &[u8], i: usize, blocks: usize) {
-    let next = w.as_ptr().wrapping_add(2 * w.len());
-    let per = w.len().div_ceil(blocks);
-    let end = ((i + 1) * per).min(w.len());
-    let mut off = i * per;
-    while off < end {
-        _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(off).cast::<i8>());
-        off += 64;
-    }
-}
-
 /// The safe entry points of a super-block format's kernel module, around its
 /// `dot::<R, T>` (`R` weight rows back to back, each dotted with `T` activation rows; every
 /// (row, token) pair runs the same arithmetic whatever `R` and `T` are) and its block size

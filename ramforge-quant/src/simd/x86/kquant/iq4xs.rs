@@ -8,6 +8,7 @@ use super::common::*;
 use crate::formats::iq4_xs::{
     BYTES, KVALUES, OFFSET_D, OFFSET_QS, OFFSET_SCALES_H, OFFSET_SCALES_L,
 };
+use crate::simd::x86::prefetch::group_after_next;
 use std::arch::x86_64::*;
 
 entry_points!("IQ4_XS", 8, tile rows 2);
@@ -47,7 +48,7 @@ unsafe fn dot<const R: usize, const T: usize>(w: &[u8], a: [&[u8]; T]) -> [[f32;
         let (ab, da) = act_blocks(&a, i);
         let sc: [__m256i; R] = std::array::from_fn(|r| scales(wb[r]));
         if R > 1 {
-            prefetch_next(w, i, row / BYTES);
+            group_after_next::<_MM_HINT_T0>(w, i, row / BYTES);
         }
         let mut sumi = [[_mm256_setzero_si256(); T]; R];
         for p in 0..4 {

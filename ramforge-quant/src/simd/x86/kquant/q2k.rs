@@ -3,6 +3,7 @@
 
 use super::common::*;
 use crate::formats::q2_k::{BYTES, OFFSET_D, OFFSET_DMIN, OFFSET_QS, OFFSET_SCALES};
+use crate::simd::x86::prefetch::group_after_next;
 use std::arch::x86_64::*;
 
 entry_points!("Q2_K", 8);
@@ -18,7 +19,7 @@ unsafe fn dot<const R: usize, const T: usize>(w: &[u8], a: [&[u8]; T]) -> [[f32;
         let (ab, da) = act_blocks(&a, i);
         let bs: [__m256i; T] = std::array::from_fn(|t| bsums(ab[t]));
         if R > 1 {
-            prefetch_next(w, i, row / BYTES);
+            group_after_next::<_MM_HINT_T0>(w, i, row / BYTES);
         }
         for r in 0..R {
             let d = f16_at(wb[r].add(OFFSET_D));

@@ -3,6 +3,7 @@
 
 use super::common::*;
 use crate::formats::q4_k::{BYTES, OFFSET_D, OFFSET_DMIN, OFFSET_QS, OFFSET_SCALES};
+use crate::simd::x86::prefetch::group_after_next;
 use std::arch::x86_64::*;
 
 entry_points!("Q4_K", 8);
@@ -99,7 +100,7 @@ unsafe fn dot<const R: usize, const T: usize>(w: &[u8], a: [&[u8]; T]) -> [[f32;
         let (ab, da) = act_blocks(&a, i);
         let sm: [__m256i; R] = std::array::from_fn(|r| scales_mins(wb[r].add(OFFSET_SCALES)));
         if R > 1 {
-            prefetch_next(w, i, row / BYTES);
+            group_after_next::<_MM_HINT_T0>(w, i, row / BYTES);
         }
         let mut sumi = [[_mm256_setzero_si256(); T]; R];
         for j in 0..4 {

@@ -18,6 +18,7 @@
 use super::blocks::{Weights, LANES};
 use super::common::{f16_to_f32, read_u16};
 use crate::kernel_table::{ROWS, TILE};
+use crate::simd::x86::prefetch::group_after_next;
 use std::arch::x86_64::*;
 
 const _: () = assert!(ROWS == LANES && 2 * TILE == LANES);
@@ -62,23 +63,6 @@ unsafe fn step<F: Weights>(x: __m256, y: __m256, acc: __m256) -> __m256 {
     }
 }
 
-/// Prefetches (into L2) step `i`'s share of the [`ROWS`] rows that follow this call's, as
-/// one linear stream: `ROWS * BYTES` bytes from `next + i * ROWS * BYTES`, so that over the
-/// call's `nb` steps the whole next group arrives. Without it, this kernel's eight short
-/// interleaved row streams (one row is a few cache lines) leave the hardware stream
-/// prefetcher untrained, and a single thread streams weights from DRAM at about half the
-/// bandwidth the sequential single-row dot reached. Prefetches never fault, so reaching past
-/// the matrix (after its last group) only wastes one group's worth of reads.
-#[inline(always)]
-unsafe fn prefetch_next_group<F: Weights>(next: *const u8, i: usize) {
-    let from = next.wrapping_add(i * ROWS * F::BYTES);
-    let mut off = 0;
-    while off < ROWS * F::BYTES {
-        _mm_prefetch::<_MM_HINT_T1>(from.wrapping_add(off).cast());
-        off += 64;
-    }
-}
-
 /// The three drivers, compiled for the target features `$features` under the given names:
 /// once for AVX2 (`rows`, `vec_dot`, `tile`) and once with AVX-VNNI (`rows_vnni`, ...: the
 /// same steps, for formats whose `isums` use VNNI instructions).
@@ -86,7 +70,7 @@ macro_rules! drivers {
     ($features:literal, $rows:ident, $vec_dot:ident, $tile:ident) => {
         /// [`ROWS`] weight rows (back to back in `w`) dotted with one activation row: lane r is row
         /// r, so each activation block is loaded and its scale converted once for all rows. Each
-        /// step also prefetches part of the next group ([`prefetch_next_group`]).
+        /// step also prefetches part of the group after the next ([`group_after_next`]).
         #[target_feature(enable = $features)]
         pub(super) unsafe fn $rows<F: Weights>(w: &[u8], a: &[u8]) -> [f32; ROWS] {
             let row = w.len() / ROWS;
@@ -98,7 +82,7 @@ macro_rules! drivers {
                 for (r, p) in wb.iter_mut().enumerate() {
                     *p = wp.add(r * row + i * F::BYTES);
                 }
-                prefetch_next_group::<F>(wp.wrapping_add(w.len()), i);
+                group_after_next::<_MM_HINT_T1>(w, i, nb);
                 let ab = ap.add(i * F::ACT.bytes);
                 let da = _mm256_set1_ps(f16_to_f32(read_u16(ab.add(F::ACT.d))));
                 let (x, y) = factors::<F>(F::isums(wb, [ab; LANES]), wb, da);

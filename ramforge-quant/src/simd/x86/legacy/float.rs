@@ -8,6 +8,7 @@
 
 use super::common::{f16_to_f32, hsum_ps};
 use crate::kernel_table::TILE;
+use crate::simd::x86::prefetch::line_ahead;
 use crate::GgmlType;
 use std::arch::x86_64::*;
 
@@ -73,6 +74,7 @@ pub(super) unsafe fn dot<F: Float>(w: &[u8], x: &[f32]) -> f32 {
     let (mut a0, mut a1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
     let mut i = 0;
     while i + 16 <= n {
+        line_ahead(wp.add(i * F::WIDTH));
         let w0 = F::load8(wp.add(i * F::WIDTH));
         let w1 = F::load8(wp.add((i + 8) * F::WIDTH));
         a0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xp.add(i)), a0);
