@@ -6,9 +6,12 @@
 #
 # Each run is `ramforge-tools --quiet bench --json -p 8 -n TOKENS -t THREADS`, alternately
 # without and with one busy-looping shell (`while :; do :; done`) started just before and
-# killed (by its pid) just after. Prints the median decode tok/s of each and hog/quiet.
-# A perfect scheduler would give (threads - 1/2) / threads with one of the cores shared
-# (0.75 at 2 threads); spin-waiting thread pools collapse far below that.
+# killed (by its pid) just after. Prints the median decode tok/s of each and hog/quiet, and how
+# many cores each process held (CPU seconds over wall seconds: RAMforge's from wait4, the hog's
+# from /proc) and RAMforge's tok/s per core held, with and without the hog: whether a loss comes
+# from fewer cores or from cores spent waiting. The scheduler shares the cores among runnable
+# threads: 2 threads beside one hog hold about 4/3 of the 2 cores, so a decode that scales with
+# its cores keeps at most about 0.67; spin-waiting thread pools collapse far below that.
 set -eu
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 MODEL="${RAMFORGE_MODELS:-$ROOT/models}/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -33,9 +36,25 @@ if [ -z "$BIN" ]; then
 fi
 [ -f "$MODEL" ] || { echo "error: no model at $MODEL (run scripts/test.sh or pass --model)" >&2; exit 1; }
 
+# Prints "decode_tok/s ramforge_cores hog_cores" of one bench run (hog_cores 0 without a hog).
 decode_tps() {
-    timeout 600 "$BIN" --quiet bench --json --model "$MODEL" -p 8 -n "$TOKENS" -t "$THREADS" |
-        python3 -c 'import json,sys; print(json.load(sys.stdin)["decode_tokens_per_sec"])'
+    python3 - "$BIN" "$MODEL" "$TOKENS" "$THREADS" "${HOG:-}" <<'PY'
+import json, os, resource, subprocess, sys, time
+bin_, model, tokens, threads, hog = sys.argv[1:6]
+tick = os.sysconf("SC_CLK_TCK")
+def hog_secs():
+    if not hog:
+        return 0.0
+    with open(f"/proc/{hog}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / tick  # utime + stime
+cpu0, hog0, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), hog_secs(), time.monotonic()
+out = subprocess.run([bin_, "--quiet", "bench", "--json", "--model", model, "-p", "8", "-n", tokens,
+                      "-t", threads], check=True, capture_output=True, timeout=600).stdout
+wall, hog1, cpu1 = time.monotonic() - t0, hog_secs(), resource.getrusage(resource.RUSAGE_CHILDREN)
+ours = (cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime) / wall
+print(json.loads(out)["decode_tokens_per_sec"], f"{ours:.3f}", f"{(hog1 - hog0) / wall:.3f}")
+PY
 }
 
 HOG=""
@@ -47,18 +66,23 @@ BUSY=""
 i=0
 decode_tps >/dev/null # warm-up: page cache, CPU frequency
 while [ "$i" -lt "$RUNS" ]; do
-    QUIET="$QUIET $(decode_tps)"
+    QUIET="$QUIET,$(decode_tps)"
     sh -c 'while :; do :; done' &
     HOG=$!
-    BUSY="$BUSY $(decode_tps)"
+    BUSY="$BUSY,$(decode_tps)"
     stop_hog
     i=$((i + 1))
 done
 
 python3 - "$THREADS" "$QUIET" "$BUSY" <<'PY'
 import statistics, sys
-threads, quiet, busy = sys.argv[1], [float(v) for v in sys.argv[2].split()], [float(v) for v in sys.argv[3].split()]
-q, b = statistics.median(quiet), statistics.median(busy)
+threads = sys.argv[1]
+quiet, busy = ([[float(x) for x in run.split()] for run in arg.split(",") if run] for arg in sys.argv[2:4])
+med = lambda runs, k: statistics.median(r[k] for r in runs)
+q, b = med(quiet, 0), med(busy, 0)
 print(f"threads {threads}: decode tok/s without hog {q:.2f}, with one CPU hog {b:.2f}, ratio {b / q:.2f}")
-print(f"  runs without: {' '.join(f'{v:.2f}' for v in quiet)}; with: {' '.join(f'{v:.2f}' for v in busy)}")
+print(f"  runs without: {' '.join(f'{r[0]:.2f}' for r in quiet)}; with: {' '.join(f'{r[0]:.2f}' for r in busy)}")
+cq, cb, ch = med(quiet, 1), med(busy, 1), med(busy, 2)
+print(f"  cores held (medians): RAMforge {cq:.2f} quiet, {cb:.2f} with the hog, the hog {ch:.2f}; "
+      f"tok/s per core held {q / cq:.1f} quiet, {b / cb:.1f} with the hog")
 PY
