@@ -3,15 +3,19 @@
 # busy 2-core machine ... must degrade gracefully, not 10x").
 #
 #   benches/cpu_hog.sh [--model M.gguf] [--threads 2] [--tokens 64] [--runs 3] [--ramforge BIN]
+#                      [--own-session]
 #
 # Each run is `ramforge-tools --quiet bench --json -p 8 -n TOKENS -t THREADS`, alternately
 # without and with one busy-looping shell (`while :; do :; done`) started just before and
 # killed (by its pid) just after. Prints the median decode tok/s of each and hog/quiet, and how
 # many cores each process held (CPU seconds over wall seconds: RAMforge's from wait4, the hog's
 # from /proc) and RAMforge's tok/s per core held, with and without the hog: whether a loss comes
-# from fewer cores or from cores spent waiting. The scheduler shares the cores among runnable
-# threads: 2 threads beside one hog hold about 4/3 of the 2 cores, so a decode that scales with
-# its cores keeps at most about 0.67; spin-waiting thread pools collapse far below that.
+# from fewer cores or from cores spent waiting. By default the hog runs in this script's session,
+# and the scheduler shares the cores equally among the runnable threads of a session: 2 threads
+# beside one hog hold about 4/3 of the 2 cores (a decode that scaled with its cores would keep
+# about 0.67); spin-waiting thread pools collapse far below that. With --own-session the hog runs
+# in a session of its own (setsid), as another program would: with autogroup scheduling each
+# session then gets one core's worth, so RAMforge holds about one core whatever its threads.
 set -eu
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 MODEL="${RAMFORGE_MODELS:-$ROOT/models}/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -19,6 +23,7 @@ THREADS=2
 TOKENS=64
 RUNS=3
 BIN=""
+OWN_SESSION=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --model) MODEL="$2"; shift 2 ;;
@@ -26,7 +31,8 @@ while [ $# -gt 0 ]; do
         --tokens) TOKENS="$2"; shift 2 ;;
         --runs) RUNS="$2"; shift 2 ;;
         --ramforge) BIN="$2"; shift 2 ;;
-        -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+        --own-session) OWN_SESSION=setsid; shift ;;
+        -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
         *) echo "error: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -67,7 +73,7 @@ i=0
 decode_tps >/dev/null # warm-up: page cache, CPU frequency
 while [ "$i" -lt "$RUNS" ]; do
     QUIET="$QUIET,$(decode_tps)"
-    sh -c 'while :; do :; done' &
+    $OWN_SESSION sh -c 'while :; do :; done' &
     HOG=$!
     BUSY="$BUSY,$(decode_tps)"
     stop_hog
