@@ -4,7 +4,6 @@ use super::common::*;
 use super::q4k::{add_block_with_mins, add_scaled_pair, bsums32, scales_mins};
 use crate::formats::q4_k;
 use crate::formats::q5_k::{BYTES, OFFSET_D, OFFSET_DMIN, OFFSET_QH, OFFSET_QS, OFFSET_SCALES};
-use crate::simd::x86::prefetch::group_after_next;
 use std::arch::x86_64::*;
 
 // Q5_K's d, dmin and scales sit where Q4_K's do: the helpers above read them there.
@@ -25,9 +24,6 @@ unsafe fn dot<const R: usize, const T: usize>(w: &[u8], a: [&[u8]; T]) -> [[f32;
     for i in 0..row / BYTES {
         let wb = weight_blocks::<R>(w, row, BYTES, i);
         let (ab, da) = act_blocks(&a, i);
-        if R > 1 {
-            group_after_next::<_MM_HINT_T0>(w, i, row / BYTES);
-        }
         let sm: [__m256i; R] = std::array::from_fn(|r| scales_mins(wb[r].add(OFFSET_SCALES)));
         // Bit 2j of qh[l] is the fifth bit of element 64j + l, bit 2j + 1 that of 64j + 32 + l;
         // `high` is qh shifted right by 2j (per 16-bit word: bits 0, 1 of each byte stay its own).

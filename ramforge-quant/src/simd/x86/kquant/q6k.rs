@@ -3,7 +3,6 @@
 
 use super::common::*;
 use crate::formats::q6_k::{BYTES, OFFSET_D, OFFSET_QH, OFFSET_QL, OFFSET_SCALES};
-use crate::simd::x86::prefetch::group_after_next;
 use std::arch::x86_64::*;
 
 entry_points!("Q6_K", 1);
@@ -17,9 +16,6 @@ unsafe fn dot<const R: usize, const T: usize>(w: &[u8], a: [&[u8]; T]) -> [[f32;
     for i in 0..row / BYTES {
         let wb = weight_blocks::<R>(w, row, BYTES, i);
         let (ab, da) = act_blocks(&a, i);
-        if R > 1 {
-            group_after_next::<_MM_HINT_T0>(w, i, row / BYTES);
-        }
         let bs: [__m256i; T] = std::array::from_fn(|t| bsums(ab[t]));
         for r in 0..R {
             let sc16 = _mm256_cvtepi8_epi16(load128(wb[r].add(OFFSET_SCALES)));
