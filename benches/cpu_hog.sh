@@ -32,7 +32,7 @@ while [ $# -gt 0 ]; do
         --runs) RUNS="$2"; shift 2 ;;
         --ramforge) BIN="$2"; shift 2 ;;
         --own-session) OWN_SESSION=setsid; shift ;;
-        -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,${/^#/!q;p;}' "$0"; exit 0 ;;
         *) echo "error: unknown argument $1" >&2; exit 2 ;;
     esac
 done
