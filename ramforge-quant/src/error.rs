@@ -25,6 +25,8 @@ pub enum QuantError {
     },
     /// An instruction set was chosen that this CPU does not have.
     IsaUnavailable { isa: &'static str },
+    /// `RAMFORGE_ISA` names no instruction set.
+    UnknownIsa { name: String },
 }
 
 impl fmt::Display for QuantError {
@@ -49,6 +51,14 @@ impl fmt::Display for QuantError {
             } => write!(f, "{ty}: {what} has {got} elements, expected {expected}"),
             QuantError::IsaUnavailable { isa } => {
                 write!(f, "instruction set {isa} is not available on this CPU")
+            }
+            QuantError::UnknownIsa { name } => {
+                let names: Vec<&str> = crate::isa::Isa::ALL.iter().map(|i| i.name()).collect();
+                write!(
+                    f,
+                    "{name:?} is not an instruction set (one of: {})",
+                    names.join(", ")
+                )
             }
         }
     }

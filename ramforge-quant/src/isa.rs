@@ -16,15 +16,23 @@ pub enum Isa {
     /// [`Isa::Avx2`] plus AVX-VNNI (`vpdpbusd` / `vpdpwssd` on 256-bit vectors: Alder Lake,
     /// Sapphire Rapids, Zen 5 and later). Formats without a VNNI kernel run their AVX2 ones.
     AvxVnni,
+    /// [`Isa::Avx2`] plus AVX512-VNNI and AVX512VL: the [`Isa::AvxVnni`] kernels with
+    /// `vpdpbusd` in its EVEX encoding, for CPUs that lack the VEX one (Ice Lake and Cascade
+    /// Lake servers, Zen 4). Still 256-bit vectors; the same results.
+    Avx512Vnni,
 }
 
 impl Isa {
+    /// Every instruction set, the reference first.
+    pub const ALL: [Isa; 4] = [Isa::Scalar, Isa::Avx2, Isa::AvxVnni, Isa::Avx512Vnni];
+
     /// Lower-case name, as `RAMFORGE_ISA` and the tools spell it.
     pub fn name(self) -> &'static str {
         match self {
             Isa::Scalar => "scalar",
             Isa::Avx2 => "avx2",
             Isa::AvxVnni => "avxvnni",
+            Isa::Avx512Vnni => "avx512vnni",
         }
     }
 
@@ -34,6 +42,7 @@ impl Isa {
             "scalar" => Some(Isa::Scalar),
             "avx2" => Some(Isa::Avx2),
             "avxvnni" => Some(Isa::AvxVnni),
+            "avx512vnni" => Some(Isa::Avx512Vnni),
             _ => None,
         }
     }
@@ -44,12 +53,13 @@ impl Isa {
             Isa::Scalar => true,
             Isa::Avx2 => avx2_available(),
             Isa::AvxVnni => avx2_available() && avx_vnni_available(),
+            Isa::Avx512Vnni => avx2_available() && avx512_vnni_available(),
         }
     }
 
     /// Whether this instruction set includes [`Isa::Avx2`] (so AVX2 kernels may run on it).
     pub fn has_avx2(self) -> bool {
-        matches!(self, Isa::Avx2 | Isa::AvxVnni)
+        matches!(self, Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni)
     }
 }
 
@@ -81,10 +91,24 @@ fn avx_vnni_available() -> bool {
     false
 }
 
-/// The best instruction set this CPU supports.
+#[cfg(target_arch = "x86_64")]
+fn avx512_vnni_available() -> bool {
+    std::arch::is_x86_feature_detected!("avx512vnni")
+        && std::arch::is_x86_feature_detected!("avx512vl")
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn avx512_vnni_available() -> bool {
+    false
+}
+
+/// The best instruction set this CPU supports (AVX-VNNI before AVX512-VNNI where both are:
+/// the same kernels, the shorter encoding).
 pub fn detected() -> Isa {
     if Isa::AvxVnni.is_available() {
         Isa::AvxVnni
+    } else if Isa::Avx512Vnni.is_available() {
+        Isa::Avx512Vnni
     } else if Isa::Avx2.is_available() {
         Isa::Avx2
     } else {
@@ -100,6 +124,7 @@ fn code(isa: Isa) -> u8 {
         Isa::Scalar => 1,
         Isa::Avx2 => 2,
         Isa::AvxVnni => 3,
+        Isa::Avx512Vnni => 4,
     }
 }
 
@@ -110,6 +135,7 @@ pub fn active() -> Isa {
         1 => Isa::Scalar,
         2 => Isa::Avx2,
         3 => Isa::AvxVnni,
+        4 => Isa::Avx512Vnni,
         _ => {
             let isa = std::env::var("RAMFORGE_ISA")
                 .ok()
@@ -120,6 +146,23 @@ pub fn active() -> Isa {
             isa
         }
     }
+}
+
+/// `RAMFORGE_ISA`'s choice, checked: `None` when it is unset; an error when it names no
+/// instruction set or one this CPU lacks. [`active`] ignores such a value (the detected set
+/// runs); a program can call this first to refuse it instead.
+pub fn requested() -> Result<Option<Isa>, crate::QuantError> {
+    let Some(value) = std::env::var_os("RAMFORGE_ISA") else {
+        return Ok(None);
+    };
+    let name = value.to_string_lossy();
+    let isa = Isa::from_name(&name).ok_or_else(|| crate::QuantError::UnknownIsa {
+        name: name.clone().into_owned(),
+    })?;
+    if !isa.is_available() {
+        return Err(crate::QuantError::IsaUnavailable { isa: isa.name() });
+    }
+    Ok(Some(isa))
 }
 
 /// Chooses the instruction set for every later call; an error if this CPU lacks it.

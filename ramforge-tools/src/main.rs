@@ -75,6 +75,11 @@ fn main() -> ExitCode {
         (false, true) => Verbosity::Verbose,
         (false, false) => Verbosity::Normal,
     });
+    // A kernel choice that cannot be honoured is refused, not replaced by the detected one.
+    if let Err(e) = ramforge_quant::isa::requested() {
+        eprintln!("error: RAMFORGE_ISA: {e}");
+        return ExitCode::from(2);
+    }
     let result = match cli.command {
         Command::Run(a) => cmd::run::run(a),
         Command::Chat(a) => cmd::chat::run(a),

@@ -181,6 +181,72 @@ fn greedy_tokens_are_identical_for_one_and_two_threads() {
     assert_eq!(two["threads"], 2);
 }
 
+/// `run --json` with `RAMFORGE_ISA` set to `isa`.
+fn run_json_on(isa: &str, model: &Path, extra: &[&str]) -> serde_json::Value {
+    let mut args = vec!["run", model.to_str().unwrap(), "--json"];
+    args.extend_from_slice(extra);
+    let out = Command::new(env!("CARGO_BIN_EXE_ramforge-tools"))
+        .args(&args)
+        .env("RAMFORGE_ISA", isa)
+        .output()
+        .expect("run ramforge-tools");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "run on {isa} failed: {stderr}");
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("bad JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+#[test]
+fn every_simd_instruction_set_gives_the_same_greedy_tokens_and_is_reported() {
+    use ramforge_quant::isa::Isa;
+    // The VNNI kernels equal the AVX2 ones bit for bit, so the tokens must too (the scalar
+    // reference sums in another order, so it is left out).
+    let m = smollm();
+    let args = [
+        "--prompt",
+        "The three primary colors are",
+        "--max-tokens",
+        "16",
+        "--threads",
+        "2",
+    ];
+    let isas: Vec<Isa> = [Isa::Avx2, Isa::AvxVnni, Isa::Avx512Vnni]
+        .into_iter()
+        .filter(|i| i.is_available())
+        .collect();
+    assert!(
+        isas.contains(&Isa::Avx2),
+        "this test needs a CPU with AVX2, FMA and F16C"
+    );
+    let base = run_json_on("avx2", &m, &args);
+    assert_eq!(base["isa"], "avx2");
+    for isa in &isas[1..] {
+        let other = run_json_on(isa.name(), &m, &args);
+        assert_eq!(other["isa"], isa.name());
+        assert_eq!(tokens(&other), tokens(&base), "{isa} against avx2");
+    }
+    // A value that cannot be honoured is refused, with the value and the choices named.
+    let out = Command::new(env!("CARGO_BIN_EXE_ramforge-tools"))
+        .args([
+            "run",
+            m.to_str().unwrap(),
+            "--prompt",
+            "Hi",
+            "--max-tokens",
+            "1",
+        ])
+        .env("RAMFORGE_ISA", "avx1024")
+        .output()
+        .expect("run ramforge-tools");
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("\"avx1024\"") && stderr.contains("avx512vnni"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn all_resident_and_40_percent_of_the_file_give_identical_tokens() {
     // Q8_0 layers (and a Q8_0 tied output) on a second file, and a budget small enough to

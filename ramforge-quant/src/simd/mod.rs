@@ -18,9 +18,9 @@ pub(crate) fn tile_is_exact(isa: Isa, ty: GgmlType) -> bool {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => x86::tile_is_exact(ty),
         #[cfg(target_arch = "x86_64")]
-        Isa::AvxVnni => x86::vnni_tile_is_exact(ty),
+        Isa::AvxVnni | Isa::Avx512Vnni => x86::vnni_tile_is_exact(ty),
         #[cfg(not(target_arch = "x86_64"))]
-        Isa::Avx2 | Isa::AvxVnni => {
+        Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni => {
             let _ = ty;
             false
         }
@@ -35,8 +35,10 @@ pub(crate) fn kernels(isa: Isa, ty: GgmlType) -> Option<&'static Kernels> {
         Isa::Avx2 => x86::kernels(ty),
         #[cfg(target_arch = "x86_64")]
         Isa::AvxVnni => x86::vnni_kernels(ty),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512Vnni => x86::vnni512_kernels(ty),
         #[cfg(not(target_arch = "x86_64"))]
-        Isa::Avx2 | Isa::AvxVnni => {
+        Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni => {
             let _ = ty;
             None
         }

@@ -153,6 +153,7 @@ fn report(
             "architecture": cfg.arch.name,
             "layers": cfg.n_layer,
             "threads": engine.threads(),
+            "isa": ramforge_quant::isa::active().name(),
             "solo_steps": engine.solo_steps(),
             "ram_budget": args.ram,
             "budget_peak_bytes": budget.peak(),
@@ -213,7 +214,11 @@ fn report(
         stats.stream_buffers,
         stats.read_path()
     );
-    println!("threads    {}", engine.threads());
+    println!(
+        "threads    {} (kernels: {})",
+        engine.threads(),
+        ramforge_quant::isa::active()
+    );
     println!("load       {:.2} s", engine.load_secs());
     println!(
         "prefill    {} tokens in {:.2} s = {:.1} tok/s",

@@ -121,7 +121,8 @@ fn json_report(
     let plan = engine.plan();
     let r = &s.residency;
     let d = &s.decode_residency;
-    serde_json::json!({
+    // Two objects: one json! of every key passes serde_json's macro recursion limit.
+    let mut report = serde_json::json!({
         "model": path.display().to_string(),
         "text": s.text,
         "tokens": s.tokens,
@@ -163,7 +164,9 @@ fn json_report(
         "direct_io": r.direct_io,
         "mapped_io": r.mapped_io,
         "experts": crate::expert_stats::json(r, d),
-    })
+    });
+    report["isa"] = ramforge_quant::isa::active().name().into();
+    report
 }
 
 /// Bytes read per decoded token (decode evals only: the prompt's batches read each layer once

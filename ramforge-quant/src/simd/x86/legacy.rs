@@ -12,9 +12,9 @@
 //! another order (f32 summation order only). The float dots use FMA (also f32 summation
 //! order only). Dequantizing reuses the reference except for F16.
 //!
-//! With AVX-VNNI every block format has the same kernels with the integer sums done by
-//! `vpdpbusd` ([`vnni`]): bit for bit the AVX2 results, so the instruction set never changes
-//! a number.
+//! With AVX-VNNI, or AVX512-VNNI, every block format has the same kernels with the integer
+//! sums done by `vpdpbusd` ([`vnni`], in the VEX or the EVEX encoding): bit for bit the AVX2
+//! results, so the instruction set never changes a number.
 
 mod act;
 mod blocks;
@@ -88,38 +88,39 @@ entry_points!(q8_0, Q8_0, tile tile_signed);
 entry_points!(q8_1, Q8_1, tile tile_signed);
 entry_points!(iq4_nl, Iq4Nl, tile tile_signed);
 
-/// A module `$module` of the AVX-VNNI entry points of `blocks::$format`, as
-/// [`entry_points`]'s: `vec_dot`, `rows` and the one-row tile are [`dots`]' `*_vnni` drivers
-/// over [`vnni::Vnni`], a multi-row tile is [`vnni`]`::$tile`.
+/// A module `$module` of the VNNI entry points of `blocks::$format` in encoding `vnni::$enc`,
+/// as [`entry_points`]'s: `vec_dot`, `rows` and the one-row tile are [`dots`]' drivers
+/// `[$vec_dot, $rows, $one_row]` (compiled for that encoding) over [`vnni::Vnni`], a multi-row
+/// tile is [`vnni`]`::$tile`.
 macro_rules! vnni_entry_points {
-    ($module:ident, $format:ident, tile one_row) => {
-        vnni_entry_points!(@module $module, $format, Tile::Quant(tile), {
+    ($enc:ident [$vec_dot:ident, $rows:ident, $one_row:ident] $module:ident, $format:ident, tile one_row) => {
+        vnni_entry_points!(@module $enc [$vec_dot, $rows] $module, $format, Tile::Quant(tile), {
             fn tile(w: &[u8], a: [&[u8]; TILE]) -> [f32; TILE] {
                 // SAFETY: see the note at `vnni_kernels`.
-                unsafe { dots::tile_vnni::<vnni::Vnni<blocks::$format>>(w, a) }
+                unsafe { dots::$one_row::<vnni::Vnni<blocks::$format, vnni::$enc>>(w, a) }
             }
         });
     };
-    ($module:ident, $format:ident, tile $tile:ident) => {
-        vnni_entry_points!(@module $module, $format, Tile::QuantRows(tile), {
+    ($enc:ident [$vec_dot:ident, $rows:ident, $one_row:ident] $module:ident, $format:ident, tile $tile:ident) => {
+        vnni_entry_points!(@module $enc [$vec_dot, $rows] $module, $format, Tile::QuantRows(tile), {
             fn tile(w: &[u8], a: [&[u8]; TILE]) -> [[f32; TILE]; super::TILE_ROWS] {
                 // SAFETY: see the note at `vnni_kernels`.
                 unsafe { vnni::$tile::<blocks::$format>(w, a) }
             }
         });
     };
-    (@module $module:ident, $format:ident, $tile:expr, { $($tile_fn:item)* }) => {
+    (@module $enc:ident [$vec_dot:ident, $rows:ident] $module:ident, $format:ident, $tile:expr, { $($tile_fn:item)* }) => {
         mod $module {
             use super::{blocks, dots, vnni, Tile, ROWS, TILE};
 
             pub(super) fn vec_dot(w: &[u8], a: &[u8]) -> f32 {
                 // SAFETY: see the note at `vnni_kernels`.
-                unsafe { dots::vec_dot_vnni::<vnni::Vnni<blocks::$format>>(w, a) }
+                unsafe { dots::$vec_dot::<vnni::Vnni<blocks::$format, vnni::$enc>>(w, a) }
             }
 
             pub(super) fn rows(w: &[u8], a: &[u8]) -> [f32; ROWS] {
                 // SAFETY: see the note at `vnni_kernels`.
-                unsafe { dots::rows_vnni::<vnni::Vnni<blocks::$format>>(w, a) }
+                unsafe { dots::$rows::<vnni::Vnni<blocks::$format, vnni::$enc>>(w, a) }
             }
 
             $($tile_fn)*
@@ -129,13 +130,38 @@ macro_rules! vnni_entry_points {
     };
 }
 
-vnni_entry_points!(vnni_q4_0, Q4_0, tile tile_chunked);
-vnni_entry_points!(vnni_q4_1, Q4_1, tile one_row);
-vnni_entry_points!(vnni_q5_0, Q5_0, tile tile_biased);
-vnni_entry_points!(vnni_q5_1, Q5_1, tile one_row);
-vnni_entry_points!(vnni_q8_0, Q8_0, tile tile_biased);
-vnni_entry_points!(vnni_q8_1, Q8_1, tile tile_biased);
-vnni_entry_points!(vnni_iq4_nl, Iq4Nl, tile tile_biased);
+/// Module `$table` with the VNNI table of encoding `vnni::$enc` (`$table::kernels`): the entry
+/// points of every 32-element block format over [`dots`]' drivers `[$vec_dot, $rows,
+/// $one_row]` compiled for that encoding, and its multi-row tiles `vnni::$biased` (the formats
+/// without a min but Q4_0) and `vnni::$chunked` (Q4_0).
+macro_rules! vnni_table {
+    ($table:ident: $enc:ident [$vec_dot:ident, $rows:ident, $one_row:ident], $biased:ident, $chunked:ident) => {
+        mod $table {
+            use super::{
+                blocks, dots, fast_kernels, quantize_q8_0, quantize_q8_1, vnni, Tile, ROWS, TILE,
+                TILE_ROWS,
+            };
+
+            vnni_entry_points!($enc [$vec_dot, $rows, $one_row] q4_0, Q4_0, tile $chunked);
+            vnni_entry_points!($enc [$vec_dot, $rows, $one_row] q4_1, Q4_1, tile one_row);
+            vnni_entry_points!($enc [$vec_dot, $rows, $one_row] q5_0, Q5_0, tile $biased);
+            vnni_entry_points!($enc [$vec_dot, $rows, $one_row] q5_1, Q5_1, tile one_row);
+            vnni_entry_points!($enc [$vec_dot, $rows, $one_row] q8_0, Q8_0, tile $biased);
+            vnni_entry_points!($enc [$vec_dot, $rows, $one_row] q8_1, Q8_1, tile $biased);
+            vnni_entry_points!($enc [$vec_dot, $rows, $one_row] iq4_nl, Iq4Nl, tile $biased);
+
+            fast_kernels! {
+                q4_0: block(q4_0);
+                q4_1: block(q4_1);
+                q5_1: block(q5_1);
+                q5_0: block(q5_0);
+                q8_0: block(q8_0), quantize: quantize_q8_0;
+                q8_1: block(q8_1), quantize: quantize_q8_1;
+                iq4_nl: block(iq4_nl);
+            }
+        }
+    };
+}
 
 /// The safe `dot`, `PREFILL` (tile) and (for F16) `dequantize` entry points of the float format
 /// `float::$format`, as module `$module`.
@@ -203,17 +229,23 @@ fast_kernels! {
     BF16: float(bf16_dots);
 }
 
-// SAFETY (every AVX-VNNI wrapper above): these functions are reachable only through the
-// table entries of `vnni_kernels`, which the kernel table uses only for `Isa::AvxVnni`, and
-// only when `Isa::AvxVnni.is_available()` (AVX2, FMA, F16C and AVX-VNNI detected at run
-// time). The bodies read only within the slices they are given.
-fast_kernels! {
-    fn vnni_kernels;
-    q4_0: block(vnni_q4_0);
-    q4_1: block(vnni_q4_1);
-    q5_1: block(vnni_q5_1);
-    q5_0: block(vnni_q5_0);
-    q8_0: block(vnni_q8_0), quantize: quantize_q8_0;
-    q8_1: block(vnni_q8_1), quantize: quantize_q8_1;
-    iq4_nl: block(vnni_iq4_nl);
+// SAFETY (every VNNI wrapper below): the `Vex` ones are reachable only through the table
+// entries of `vnni_kernels`, which the kernel table uses only for `Isa::AvxVnni`, and only
+// when `Isa::AvxVnni.is_available()` (AVX2, FMA, F16C and AVX-VNNI detected at run time); the
+// `Evex` ones only through `vnni512_kernels`, for `Isa::Avx512Vnni` when it is available
+// (AVX2, FMA, F16C, AVX512-VNNI and AVX512VL). The bodies read only within the slices they
+// are given.
+vnni_table!(vex: Vex [vec_dot_vnni, rows_vnni, tile_vnni], tile_biased_vex, tile_chunked_vex);
+vnni_table!(evex: Evex [vec_dot, rows, tile], tile_biased_evex, tile_chunked_evex);
+
+/// The AVX-VNNI kernels for `ty`, if written.
+pub(super) fn vnni_kernels(ty: crate::GgmlType) -> Option<&'static crate::kernel_table::Kernels> {
+    vex::kernels(ty)
+}
+
+/// The AVX512-VNNI kernels for `ty`, if written: the same in the EVEX encoding.
+pub(super) fn vnni512_kernels(
+    ty: crate::GgmlType,
+) -> Option<&'static crate::kernel_table::Kernels> {
+    evex::kernels(ty)
 }

@@ -1,6 +1,7 @@
-//! x86-64 kernels for AVX2 + FMA + F16C, and for AVX-VNNI on top of them. Every function
-//! here is only reachable through the kernel table when its instruction set is available
-//! (`Isa::Avx2.is_available()`, or `Isa::AvxVnni.is_available()` for the VNNI entries); the
+//! x86-64 kernels for AVX2 + FMA + F16C, and for AVX-VNNI or AVX512-VNNI on top of them.
+//! Every function here is only reachable through the kernel table when its instruction set is
+//! available (`Isa::Avx2.is_available()`, or `Isa::AvxVnni` / `Isa::Avx512Vnni`'s for the
+//! VNNI entries); the
 //! `#[target_feature]` bodies are entered through safe wrappers that rely on that.
 
 mod kquant;
@@ -16,7 +17,8 @@ pub(crate) fn tile_is_exact(ty: GgmlType) -> bool {
     legacy::EXACT_TILES.contains(&ty)
 }
 
-/// The same for the AVX-VNNI table: its kernels return bit for bit what the AVX2 ones do.
+/// The same for the AVX-VNNI and AVX512-VNNI tables: their kernels return bit for bit what the
+/// AVX2 ones do.
 pub(crate) fn vnni_tile_is_exact(ty: GgmlType) -> bool {
     tile_is_exact(ty)
 }
@@ -31,4 +33,9 @@ pub(crate) fn kernels(ty: GgmlType) -> Option<&'static Kernels> {
 /// AVX2 ones.
 pub(crate) fn vnni_kernels(ty: GgmlType) -> Option<&'static Kernels> {
     legacy::vnni_kernels(ty).or_else(|| kernels(ty))
+}
+
+/// The AVX512-VNNI kernels for `ty`: [`vnni_kernels`] in the EVEX encoding (the same results).
+pub(crate) fn vnni512_kernels(ty: GgmlType) -> Option<&'static Kernels> {
+    legacy::vnni512_kernels(ty).or_else(|| kernels(ty))
 }

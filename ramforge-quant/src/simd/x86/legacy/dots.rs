@@ -64,8 +64,9 @@ unsafe fn step<F: Weights>(x: __m256, y: __m256, acc: __m256) -> __m256 {
 }
 
 /// The three drivers, compiled for the target features `$features` under the given names:
-/// once for AVX2 (`rows`, `vec_dot`, `tile`) and once with AVX-VNNI (`rows_vnni`, ...: the
-/// same steps, for formats whose `isums` use VNNI instructions).
+/// once for AVX2 (`rows`, `vec_dot`, `tile`; also the AVX512-VNNI kernels', whose `vpdpbusd`
+/// is inline assembly) and once with AVX-VNNI (`rows_vnni`, ...: the same steps, for formats
+/// whose `isums` use its instructions).
 macro_rules! drivers {
     ($features:literal, $rows:ident, $vec_dot:ident, $tile:ident) => {
         /// [`ROWS`] weight rows (back to back in `w`) dotted with one activation row: lane r is row

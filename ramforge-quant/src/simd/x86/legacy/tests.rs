@@ -33,30 +33,45 @@ fn require_avx2() {
     );
 }
 
+/// The instruction sets with VNNI tables, each tested against the AVX2 one.
+const VNNI_ISAS: [Isa; 2] = [Isa::AvxVnni, Isa::Avx512Vnni];
+
 thread_local! {
-    /// Whether [`fast`] hands out the AVX-VNNI table instead (set by [`on_vnni`] for the
+    /// The VNNI table [`fast`] hands out instead of the AVX2 one (set by [`on_vnni`] for the
     /// thread of one test).
-    static VNNI: Cell<bool> = const { Cell::new(false) };
+    static VNNI: Cell<Option<Isa>> = const { Cell::new(None) };
 }
 
-/// The AVX2 kernels of `ty` (the AVX-VNNI ones inside [`on_vnni`]).
+/// The AVX2 kernels of `ty` (a VNNI table's inside [`on_vnni`]).
 fn fast(ty: GgmlType) -> &'static Kernels {
-    if VNNI.with(Cell::get) {
-        return kernels_for(Isa::AvxVnni, ty).expect("an AVX-VNNI kernel for every listed type");
+    if let Some(isa) = VNNI.with(Cell::get) {
+        return kernels_for(isa, ty).expect("a VNNI kernel for every listed type");
     }
     super::kernels(ty).expect("an AVX2 kernel for every listed type")
 }
 
-/// Runs `f` with [`fast`] handing out the AVX-VNNI table, if this CPU has AVX-VNNI (else says
-/// so and runs nothing: AVX2-only machines still run every AVX2 test).
-fn on_vnni(f: impl FnOnce()) {
-    if !Isa::AvxVnni.is_available() {
-        eprintln!("no AVX-VNNI on this CPU: the AVX-VNNI kernel tests did not run");
-        return;
+/// The VNNI instruction sets this CPU has; says which it lacks (their tests do not run:
+/// AVX2-only machines still run every AVX2 test).
+fn available_vnni() -> Vec<Isa> {
+    VNNI_ISAS
+        .into_iter()
+        .filter(|isa| {
+            let here = isa.is_available();
+            if !here {
+                eprintln!("no {isa} on this CPU: its kernel tests did not run");
+            }
+            here
+        })
+        .collect()
+}
+
+/// Runs `f` once per VNNI instruction set of this CPU, with [`fast`] handing out its table.
+fn on_vnni(f: impl Fn()) {
+    for isa in available_vnni() {
+        VNNI.with(|v| v.set(Some(isa)));
+        f();
+        VNNI.with(|v| v.set(None));
     }
-    VNNI.with(|v| v.set(true));
-    f();
-    VNNI.with(|v| v.set(false));
 }
 
 fn scalar(ty: GgmlType) -> &'static Kernels {
@@ -632,13 +647,16 @@ fn vnni_kernels_match_the_reference() {
     });
 }
 
-/// `TILE_ROWS` rows and `TILE` activation rows through the AVX2 and the AVX-VNNI tables:
+/// `TILE_ROWS` rows and `TILE` activation rows through the AVX2 table and `isa`'s VNNI table:
 /// every tile, dot and rows result the same bits.
-fn check_vnni_equals_avx2(ty: GgmlType, rows: &[Vec<u8>], acts: [&[u8]; TILE], what: &str) {
-    let (a2, vn) = (
-        super::kernels(ty).unwrap(),
-        kernels_for(Isa::AvxVnni, ty).unwrap(),
-    );
+fn check_vnni_equals_avx2(
+    isa: Isa,
+    ty: GgmlType,
+    rows: &[Vec<u8>],
+    acts: [&[u8]; TILE],
+    what: &str,
+) {
+    let (a2, vn) = (super::kernels(ty).unwrap(), kernels_for(isa, ty).unwrap());
     let refs: [&[u8]; TILE_ROWS] = std::array::from_fn(|r| &rows[r][..]);
     let (ta, tv) = (quant_tile(a2, refs, acts).0, quant_tile(vn, refs, acts).0);
     let packed = rows.concat();
@@ -649,33 +667,40 @@ fn check_vnni_equals_avx2(ty: GgmlType, rows: &[Vec<u8>], acts: [&[u8]; TILE], w
             assert_eq!(
                 tv[r][t].to_bits(),
                 ta[r][t].to_bits(),
-                "{ty} {what}: tile row {r} token {t}"
+                "{isa} {ty} {what}: tile row {r} token {t}"
             );
             assert_eq!(
                 dv(w, a).to_bits(),
                 da(w, a).to_bits(),
-                "{ty} {what}: vec_dot row {r} token {t}"
+                "{isa} {ty} {what}: vec_dot row {r} token {t}"
             );
             assert_eq!(
                 rv[r].to_bits(),
                 ra[r].to_bits(),
-                "{ty} {what}: rows row {r} token {t}"
+                "{isa} {ty} {what}: rows row {r} token {t}"
             );
         }
     }
 }
 
-/// Every AVX-VNNI kernel returns bit for bit what the AVX2 one does (so the instruction set
-/// never changes a result): on quantized and raw blocks, and at the extreme quants.
+/// Every VNNI kernel (AVX-VNNI and AVX512-VNNI) returns bit for bit what the AVX2 one does (so
+/// the instruction set never changes a result): on quantized and raw blocks, and at the
+/// extreme quants.
 #[test]
 fn vnni_kernels_equal_the_avx2_kernels() {
-    if !Isa::AvxVnni.is_available() {
-        eprintln!("no AVX-VNNI on this CPU: the AVX-VNNI kernel tests did not run");
-        return;
-    }
     for ty in BLOCK_TYPES {
         assert!(super::vnni_kernels(ty).is_some(), "{ty}: AVX-VNNI kernels");
+        assert!(
+            super::vnni512_kernels(ty).is_some(),
+            "{ty}: AVX512-VNNI kernels"
+        );
     }
+    for isa in available_vnni() {
+        vnni_kernels_equal_the_avx2_kernels_on(isa);
+    }
+}
+
+fn vnni_kernels_equal_the_avx2_kernels_on(isa: Isa) {
     let mut rng = Rng(29);
     let fills = [0x00u8, 0xFF, 0x80, 0x7F, 0x88, 0x77, 0x0F, 0xF0];
     for ty in BLOCK_TYPES {
@@ -713,6 +738,7 @@ fn vnni_kernels_equal_the_avx2_kernels() {
                 ] {
                     let acts = std::array::from_fn(|t| a[t].as_slice());
                     check_vnni_equals_avx2(
+                        isa,
                         ty,
                         w,
                         acts,
@@ -733,13 +759,13 @@ proptest! {
         nb in 1usize..24,
         t in 0usize..7,
     ) {
-        if Isa::AvxVnni.is_available() {
+        for isa in VNNI_ISAS.into_iter().filter(|isa| isa.is_available()) {
             let ty = BLOCK_TYPES[t];
             let act = quant_dot(fast(ty)).0;
             let mut rng = Rng(seed);
             let w: Vec<Vec<u8>> = (0..TILE_ROWS).map(|_| raw_blocks(&mut rng, ty, nb, false)).collect();
             let a: Vec<Vec<u8>> = (0..TILE).map(|_| raw_blocks(&mut rng, act, nb, true)).collect();
-            check_vnni_equals_avx2(ty, &w, std::array::from_fn(|t| a[t].as_slice()), "proptest");
+            check_vnni_equals_avx2(isa, ty, &w, std::array::from_fn(|t| a[t].as_slice()), "proptest");
         }
     }
 }

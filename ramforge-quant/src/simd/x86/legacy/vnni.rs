@@ -16,6 +16,11 @@
 //!
 //! Bit for bit the AVX2 results for activation quants within -127..=127, which is all the
 //! quantizers make (AVX2's sign trick, not these, would wrap on -128).
+//!
+//! Every kernel here is generic over the encoding of `vpdpbusd` ([`Encoding`]): the VEX one of
+//! AVX-VNNI ([`Vex`]) or the EVEX one of AVX512-VNNI with AVX512VL ([`Evex`], for CPUs that
+//! have only that one: Ice Lake and Cascade Lake servers, Zen 4). The instruction and its
+//! results are the same.
 
 use super::blocks::{tree32, Iq4Nl, Nibbles, Weights, LANES, Q8};
 use super::gemm::{
@@ -26,6 +31,51 @@ use crate::formats::iq4_nl;
 use crate::kernel_table::{TILE, TILE_ROWS};
 use std::arch::x86_64::*;
 use std::marker::PhantomData;
+
+/// One encoding of `vpdpbusd` on 256-bit vectors: `s` plus, per i32 lane, the four products
+/// of `a`'s unsigned bytes with `b`'s signed bytes.
+pub(super) trait Encoding {
+    unsafe fn dpbusd(s: __m256i, a: __m256i, b: __m256i) -> __m256i;
+}
+
+/// AVX-VNNI's VEX encoding (Alder Lake, Sapphire Rapids, Zen 5).
+pub(super) struct Vex;
+
+/// AVX512-VNNI's EVEX encoding on 256-bit vectors (needs AVX512VL too).
+///
+/// Written as inline assembly so that its kernels are compiled for AVX2 alone: with the
+/// AVX-512 target features enabled, the compiler also moves and permutes in 512-bit registers,
+/// which can lower these CPUs' clock or close a vector port for the 256-bit work around them.
+pub(super) struct Evex;
+
+impl Encoding for Vex {
+    #[inline(always)]
+    unsafe fn dpbusd(s: __m256i, a: __m256i, b: __m256i) -> __m256i {
+        _mm256_dpbusd_avx_epi32(s, a, b)
+    }
+}
+
+impl Encoding for Evex {
+    #[inline(always)]
+    unsafe fn dpbusd(s: __m256i, a: __m256i, b: __m256i) -> __m256i {
+        dpbusd_evex(s, a, b)
+    }
+}
+
+/// `s` plus (`a`'s unsigned bytes) x (`b`'s signed bytes), four products per i32 lane, by the
+/// EVEX `vpdpbusd` (the caller checked AVX512-VNNI and AVX512VL).
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn dpbusd_evex(mut s: __m256i, a: __m256i, b: __m256i) -> __m256i {
+    std::arch::asm!(
+        "{{evex}} vpdpbusd {s}, {a}, {b}",
+        s = inout(ymm_reg) s,
+        a = in(ymm_reg) a,
+        b = in(ymm_reg) b,
+        options(pure, nomem, nostack, preserves_flags),
+    );
+    s
+}
 
 /// A format without a min whose quants, plus `BIAS`, are 32 unsigned bytes.
 pub(super) trait Biased: Weights {
@@ -97,11 +147,11 @@ unsafe fn by_group(x: [__m256i; TILE]) -> [__m256i; 4] {
 /// `-bias * (x's four-element sums, lane by lane, over the four vectors)`: the accumulator a
 /// row's dots start from, so that the biased weights' products come out exact.
 #[inline(always)]
-unsafe fn bias_start(x: &[__m256i; 4], bias: u8) -> __m256i {
+unsafe fn bias_start<E: Encoding>(x: &[__m256i; 4], bias: u8) -> __m256i {
     let b = _mm256_set1_epi8(bias as i8);
     let mut s = _mm256_setzero_si256();
     for v in x {
-        s = _mm256_dpbusd_avx_epi32(s, b, *v);
+        s = E::dpbusd(s, b, *v);
     }
     _mm256_sub_epi32(_mm256_setzero_si256(), s)
 }
@@ -110,8 +160,8 @@ unsafe fn bias_start(x: &[__m256i; 4], bias: u8) -> __m256i {
 /// (Q5_0) on AVX-VNNI: lane t of a row's block sum is the exact dot of the block's first 16
 /// elements with token t's, lane t + 4 of its last 16, as there; each weight i32 word is
 /// broadcast across its half (`pshufd`) against the four tokens' words side by side.
-#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
-pub(super) unsafe fn tile_biased<F: Biased>(
+#[inline(always)]
+unsafe fn tile_biased<F: Biased, E: Encoding>(
     w: &[u8],
     a: [&[u8]; TILE],
 ) -> [[f32; TILE]; TILE_ROWS] {
@@ -120,16 +170,16 @@ pub(super) unsafe fn tile_biased<F: Biased>(
         a,
         |ap, b| {
             let x = by_group(token_quants::<F>(ap, b));
-            let start = bias_start(&x, F::BIAS);
+            let start = bias_start::<E>(&x, F::BIAS);
             ((x, start), token_scales(ap, b * F::ACT.bytes + F::ACT.d))
         },
         |(x, start), wb| {
             let q = F::biased(wb);
             let mut s = *start;
-            s = _mm256_dpbusd_avx_epi32(s, _mm256_shuffle_epi32::<0x00>(q), x[0]);
-            s = _mm256_dpbusd_avx_epi32(s, _mm256_shuffle_epi32::<0x55>(q), x[1]);
-            s = _mm256_dpbusd_avx_epi32(s, _mm256_shuffle_epi32::<0xAA>(q), x[2]);
-            _mm256_dpbusd_avx_epi32(s, _mm256_shuffle_epi32::<0xFF>(q), x[3])
+            s = E::dpbusd(s, _mm256_shuffle_epi32::<0x00>(q), x[0]);
+            s = E::dpbusd(s, _mm256_shuffle_epi32::<0x55>(q), x[1]);
+            s = E::dpbusd(s, _mm256_shuffle_epi32::<0xAA>(q), x[2]);
+            E::dpbusd(s, _mm256_shuffle_epi32::<0xFF>(q), x[3])
         },
     );
     fold_halves(acc)
@@ -137,8 +187,8 @@ pub(super) unsafe fn tile_biased<F: Biased>(
 
 /// [`super::gemm::tile_chunked`] (Q4_0) on AVX-VNNI: the same 8-element chunks broadcast
 /// against the four tokens' chunks, lanes 2t and 2t + 1 token t's.
-#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
-pub(super) unsafe fn tile_chunked<F: Chunked>(
+#[inline(always)]
+unsafe fn tile_chunked<F: Chunked, E: Encoding>(
     w: &[u8],
     a: [&[u8]; TILE],
 ) -> [[f32; TILE]; TILE_ROWS] {
@@ -147,14 +197,14 @@ pub(super) unsafe fn tile_chunked<F: Chunked>(
         a,
         |ap, b| {
             let x = by_chunk(token_quants::<F>(ap, b));
-            let start = bias_start(&x, F::BIAS as u8);
+            let start = bias_start::<E>(&x, F::BIAS as u8);
             ((x, start), pair_scales(ap, b * F::ACT.bytes + F::ACT.d))
         },
         |(x, start), wb| {
             let c = F::chunks(wb);
             let mut s = *start;
             for k in 0..4 {
-                s = _mm256_dpbusd_avx_epi32(s, c[k], x[k]);
+                s = E::dpbusd(s, c[k], x[k]);
             }
             s
         },
@@ -162,22 +212,56 @@ pub(super) unsafe fn tile_chunked<F: Chunked>(
     fold_pairs(acc)
 }
 
-/// A format's integer sums done with AVX-VNNI (the same values as its [`Weights::isums`]).
-pub(super) trait VnniSums: Weights {
-    unsafe fn vnni_isums(w: [*const u8; LANES], a: [*const u8; LANES]) -> (__m256i, __m256i);
+/// The multi-row tiles compiled for each encoding's target features: `$biased` is
+/// [`tile_biased`], `$chunked` [`tile_chunked`].
+macro_rules! tiles {
+    ($features:literal, $encoding:ty, $biased:ident, $chunked:ident) => {
+        #[target_feature(enable = $features)]
+        pub(super) unsafe fn $biased<F: Biased>(
+            w: &[u8],
+            a: [&[u8]; TILE],
+        ) -> [[f32; TILE]; TILE_ROWS] {
+            tile_biased::<F, $encoding>(w, a)
+        }
+
+        #[target_feature(enable = $features)]
+        pub(super) unsafe fn $chunked<F: Chunked>(
+            w: &[u8],
+            a: [&[u8]; TILE],
+        ) -> [[f32; TILE]; TILE_ROWS] {
+            tile_chunked::<F, $encoding>(w, a)
+        }
+    };
 }
 
-/// Format `F` with [`VnniSums::vnni_isums`] as its `isums`, for the `*_vnni` drivers.
-pub(super) struct Vnni<F>(PhantomData<F>);
+tiles!(
+    "avx2,fma,f16c,avxvnni",
+    Vex,
+    tile_biased_vex,
+    tile_chunked_vex
+);
+tiles!("avx2,fma,f16c", Evex, tile_biased_evex, tile_chunked_evex);
 
-impl<F: VnniSums> Weights for Vnni<F> {
+/// A format's integer sums done with `vpdpbusd` (the same values as its [`Weights::isums`]).
+pub(super) trait VnniSums: Weights {
+    unsafe fn vnni_isums<E: Encoding>(
+        w: [*const u8; LANES],
+        a: [*const u8; LANES],
+    ) -> (__m256i, __m256i);
+}
+
+/// Format `F` with [`VnniSums::vnni_isums`] in encoding `E` as its `isums`, for the drivers of
+/// [`super::dots`] (the `*_vnni` ones for [`Vex`], the AVX2 ones for [`Evex`]).
+pub(super) struct Vnni<F, E>(PhantomData<(F, E)>);
+
+impl<F: VnniSums, E: Encoding> Weights for Vnni<F, E> {
     const BYTES: usize = F::BYTES;
     const OFFSET_D: usize = F::OFFSET_D;
     const MIN_AT: Option<usize> = F::MIN_AT;
     const ACT: super::blocks::Act = F::ACT;
     #[inline(always)]
     unsafe fn isums(w: [*const u8; LANES], a: [*const u8; LANES]) -> (__m256i, __m256i) {
-        F::vnni_isums(w, a)
+        F::vnni_isums::<E>(w, a)
     }
 }
 
@@ -191,7 +275,7 @@ unsafe fn tree4(v: [__m256i; 4]) -> __m256i {
 /// [`Weights::isums`] of a [`Nibbles`] format: the unsigned quants of the two lanes of a
 /// vector against their activations, less `BIAS` times the activation sums, all in i32.
 #[inline(always)]
-unsafe fn nibble_isums<F: Nibbles>(
+unsafe fn nibble_isums<F: Nibbles, E: Encoding>(
     w: [*const u8; LANES],
     a: [*const u8; LANES],
 ) -> (__m256i, __m256i) {
@@ -203,16 +287,16 @@ unsafe fn nibble_isums<F: Nibbles>(
         let (x, y) = (a[p].add(F::ACT.qs), a[p + 4].add(F::ACT.qs));
         let al = _mm256_loadu2_m128i(y.cast(), x.cast());
         let ah = _mm256_loadu2_m128i(y.add(16).cast(), x.add(16).cast());
-        let mut d = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(zero, wl, al), wh, ah);
+        let mut d = E::dpbusd(E::dpbusd(zero, wl, al), wh, ah);
         if F::BIAS != 0 {
             let bias = _mm256_set1_epi8(F::BIAS);
-            let off = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(zero, bias, al), bias, ah);
+            let off = E::dpbusd(E::dpbusd(zero, bias, al), bias, ah);
             d = _mm256_sub_epi32(d, off);
         }
         dots[p] = d;
         if F::HAS_MIN {
             let one = _mm256_set1_epi8(1);
-            sums[p] = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(zero, one, al), one, ah);
+            sums[p] = E::dpbusd(E::dpbusd(zero, one, al), one, ah);
         }
     }
     let asum = if F::HAS_MIN { tree4(sums) } else { zero };
@@ -222,7 +306,7 @@ unsafe fn nibble_isums<F: Nibbles>(
 /// [`Weights::isums`] of a [`Biased`] format: per lane, the biased quants against the
 /// activations, from `-BIAS` times the activations' four-element sums.
 #[inline(always)]
-unsafe fn biased_isums<F: Biased>(
+unsafe fn biased_isums<F: Biased, E: Encoding>(
     w: [*const u8; LANES],
     a: [*const u8; LANES],
 ) -> (__m256i, __m256i) {
@@ -231,8 +315,8 @@ unsafe fn biased_isums<F: Biased>(
     let mut p = [zero; LANES];
     for k in 0..LANES {
         let aq = _mm256_loadu_si256(a[k].add(F::ACT.qs).cast());
-        let start = _mm256_sub_epi32(zero, _mm256_dpbusd_avx_epi32(zero, bias, aq));
-        p[k] = _mm256_dpbusd_avx_epi32(start, F::biased(w[k]), aq);
+        let start = _mm256_sub_epi32(zero, E::dpbusd(zero, bias, aq));
+        p[k] = E::dpbusd(start, F::biased(w[k]), aq);
     }
     (tree32(p), zero)
 }
@@ -241,11 +325,11 @@ macro_rules! vnni_sums {
     ($via:ident: $($format:ty),*) => {
         $(impl VnniSums for $format {
             #[inline(always)]
-            unsafe fn vnni_isums(
+            unsafe fn vnni_isums<E: Encoding>(
                 w: [*const u8; LANES],
                 a: [*const u8; LANES],
             ) -> (__m256i, __m256i) {
-                $via::<Self>(w, a)
+                $via::<Self, E>(w, a)
             }
         })*
     };
