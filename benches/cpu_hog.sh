@@ -3,7 +3,7 @@
 # busy 2-core machine ... must degrade gracefully, not 10x").
 #
 #   benches/cpu_hog.sh [--model M.gguf] [--threads 2] [--tokens 64] [--runs 3] [--ramforge BIN]
-#                      [--own-session]
+#                      [--own-session] [--pin-hog CPU]
 #
 # Each run is `ramforge-tools --quiet bench --json -p 8 -n TOKENS -t THREADS`, alternately
 # without and with one busy-looping shell (`while :; do :; done`) started just before and
@@ -16,6 +16,8 @@
 # about 0.67); spin-waiting thread pools collapse far below that. With --own-session the hog runs
 # in a session of its own (setsid), as another program would: with autogroup scheduling each
 # session then gets one core's worth, so RAMforge holds about one core whatever its threads.
+# With --pin-hog CPU the hog is bound to that core (taskset), "a hog on one of the cores" taken
+# literally: RAMforge can then hold the other core whole and a share of the hog's.
 set -eu
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 MODEL="${RAMFORGE_MODELS:-$ROOT/models}/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -24,6 +26,7 @@ TOKENS=64
 RUNS=3
 BIN=""
 OWN_SESSION=""
+PIN=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --model) MODEL="$2"; shift 2 ;;
@@ -32,6 +35,7 @@ while [ $# -gt 0 ]; do
         --runs) RUNS="$2"; shift 2 ;;
         --ramforge) BIN="$2"; shift 2 ;;
         --own-session) OWN_SESSION=setsid; shift ;;
+        --pin-hog) PIN="taskset -c $2"; shift 2 ;;
         -h|--help) sed -n '2,${/^#/!q;p;}' "$0"; exit 0 ;;
         *) echo "error: unknown argument $1" >&2; exit 2 ;;
     esac
@@ -73,7 +77,7 @@ i=0
 decode_tps >/dev/null # warm-up: page cache, CPU frequency
 while [ "$i" -lt "$RUNS" ]; do
     QUIET="$QUIET,$(decode_tps)"
-    $OWN_SESSION sh -c 'while :; do :; done' &
+    $OWN_SESSION $PIN sh -c 'while :; do :; done' &
     HOG=$!
     BUSY="$BUSY,$(decode_tps)"
     stop_hog
