@@ -25,8 +25,11 @@ pub enum QuantError {
     },
     /// An instruction set was chosen that this CPU does not have.
     IsaUnavailable { isa: &'static str },
-    /// `RAMFORGE_ISA` names no instruction set.
-    UnknownIsa { name: String },
+    /// `RAMFORGE_ISA` names no instruction set (`choices`: the names it may take).
+    UnknownIsa {
+        name: String,
+        choices: Vec<&'static str>,
+    },
 }
 
 impl fmt::Display for QuantError {
@@ -52,14 +55,11 @@ impl fmt::Display for QuantError {
             QuantError::IsaUnavailable { isa } => {
                 write!(f, "instruction set {isa} is not available on this CPU")
             }
-            QuantError::UnknownIsa { name } => {
-                let names: Vec<&str> = crate::isa::Isa::ALL.iter().map(|i| i.name()).collect();
-                write!(
-                    f,
-                    "{name:?} is not an instruction set (one of: {})",
-                    names.join(", ")
-                )
-            }
+            QuantError::UnknownIsa { name, choices } => write!(
+                f,
+                "{name:?} is not an instruction set (one of: {})",
+                choices.join(", ")
+            ),
         }
     }
 }

@@ -158,6 +158,7 @@ pub fn requested() -> Result<Option<Isa>, crate::QuantError> {
     let name = value.to_string_lossy();
     let isa = Isa::from_name(&name).ok_or_else(|| crate::QuantError::UnknownIsa {
         name: name.clone().into_owned(),
+        choices: Isa::ALL.iter().map(|i| i.name()).collect(),
     })?;
     if !isa.is_available() {
         return Err(crate::QuantError::IsaUnavailable { isa: isa.name() });
