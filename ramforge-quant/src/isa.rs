@@ -38,13 +38,8 @@ impl Isa {
 
     /// Parses a name written by [`Isa::name`].
     pub fn from_name(name: &str) -> Option<Isa> {
-        match name.trim().to_ascii_lowercase().as_str() {
-            "scalar" => Some(Isa::Scalar),
-            "avx2" => Some(Isa::Avx2),
-            "avxvnni" => Some(Isa::AvxVnni),
-            "avx512vnni" => Some(Isa::Avx512Vnni),
-            _ => None,
-        }
+        let name = name.trim().to_ascii_lowercase();
+        Isa::ALL.into_iter().find(|isa| isa.name() == name)
     }
 
     /// Whether this CPU can run the instruction set's kernels.
@@ -137,11 +132,7 @@ pub fn active() -> Isa {
         3 => Isa::AvxVnni,
         4 => Isa::Avx512Vnni,
         _ => {
-            let isa = std::env::var("RAMFORGE_ISA")
-                .ok()
-                .and_then(|v| Isa::from_name(&v))
-                .filter(|i| i.is_available())
-                .unwrap_or_else(detected);
+            let isa = requested().ok().flatten().unwrap_or_else(detected);
             ACTIVE.store(code(isa), Ordering::Relaxed);
             isa
         }
