@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Import cycles between the source files of every workspace crate: exit 1 if there are any.
+"""Import cycles between the source files, and between the sibling modules (folders), of every
+workspace crate: exit 1 if there are any.
 
     python3 scripts/import_cycles.py              self-test, then check every crate
     python3 scripts/import_cycles.py --self-test  only the resolver's own tests
@@ -489,6 +490,55 @@ def rel(crate: Crate, file: Path) -> str:
     return file.relative_to(crate.dir).as_posix()
 
 
+def module_graph(crate: Crate, graph: dict[Path, dict[Path, str]]) -> dict[Path, dict[Path, str]]:
+    """Sibling modules -> {sibling module it depends on -> the path that made the first edge}.
+
+    A module is a child of a folder: a file `x.rs` and a folder `x/` together are module `x`.
+    Module `a` depends on its sibling `b` when a file inside `a` uses a file inside `b`; a
+    folder's own file (mod.rs, or x.rs beside x/) is the parent, not a sibling, so its edges
+    into its children make no module edge. Unit-test files (`tests.rs`, `*_tests.rs`, the
+    `#[cfg(test)] mod tests;` of a module) make no module edge either: they are not on the data
+    path and may check a kernel against the driver that uses it (file cycles still count)."""
+    src = crate.dir / "src"
+    out: dict[Path, dict[Path, str]] = {}
+    for a, targets in graph.items():
+        if a.name == "tests.rs" or a.name.endswith("_tests.rs"):
+            continue
+        pa = a.relative_to(src).with_suffix("").parts
+        for b, text in targets.items():
+            pb = b.relative_to(src).with_suffix("").parts
+            i = 0
+            while i < min(len(pa), len(pb)) and pa[i] == pb[i]:
+                i += 1
+            # One is the other's parent (or its own file): no sibling edge.
+            if i >= len(pa) or i >= len(pb):
+                continue
+            ma, mb = pa[i], pb[i]
+            if ma in ("mod", "lib", "main") or mb in ("mod", "lib", "main"):
+                continue
+            folder = Path("src", *pa[:i])
+            na, nb = folder / ma, folder / mb
+            out.setdefault(na, {})
+            out.setdefault(nb, {})
+            out[na].setdefault(nb, f"{rel(crate, a)}: {text}")
+    return out
+
+
+def module_cycle_lines(crate: Crate) -> list[str]:
+    """One line per cycle among sibling modules (a closed walk, each step with its first edge)."""
+    lines = []
+    modules = module_graph(crate, edges_of(crate, []))
+    for component in strongly_connected(modules):
+        if len(component) < 2:
+            continue
+        walk = closed_walk(modules, component)
+        text = walk[0].as_posix() + "/"
+        for a, b in zip(walk, walk[1:]):
+            text += f" -> {b.as_posix()}/ ({modules[a][b]})"
+        lines.append(f"{crate.name}: modules {text}")
+    return lines
+
+
 def cycle_lines(crate: Crate, unresolved: list[str]) -> list[str]:
     graph = edges_of(crate, unresolved)
     lines = []
@@ -529,6 +579,7 @@ def check(root: Path, verbose: bool) -> int:
         crate = load_crate(name, crate_dir)
         files += len(crate.files)
         lines += cycle_lines(crate, unresolved)
+        lines += module_cycle_lines(crate)
     if verbose:
         for u in unresolved:
             print(f"unresolved: {u}", file=sys.stderr)
@@ -554,6 +605,27 @@ class SelfTest(unittest.TestCase):
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(text)
             return cycle_lines(load_crate("demo", base), [])
+
+    def test_modules_in_a_cycle_though_their_files_are_not(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            base = Path(tmp) / "demo"
+            files = {
+                "lib.rs": "mod a;\nmod b;\n",
+                "a/mod.rs": "mod x;\nmod y;\n",
+                "a/x.rs": "pub fn f() { crate::b::p::g() }\n",
+                "a/y.rs": "pub fn h() {}\n",
+                "b/mod.rs": "pub mod p;\nmod q;\n",
+                "b/p.rs": "pub fn g() {}\n",
+                "b/q.rs": "fn k() { crate::a::y::h() }\n",
+            }
+            for name, text in files.items():
+                path = base / "src" / name
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text)
+            crate = load_crate("demo", base)
+            self.assertEqual(cycle_lines(crate, []), [])
+            self.assertEqual(module_cycle_lines(crate), [
+                "demo: modules src/a/ -> src/b/ (src/a/x.rs: crate::b::p::g) -> src/a/ (src/b/q.rs: crate::a::y::h)"])
 
     def test_two_files_using_each_other_through_crate_paths(self):
         lines = self.crate({

@@ -9,9 +9,9 @@ use crate::error::EngineError;
 use crate::forward::{block, rms_norm, rope_tables, scale, LayerWeights, Rows, Scratch};
 use crate::kv::KvCache;
 use crate::model::{Model, ModelConfig};
-use crate::options::EngineOptions;
-use crate::plan::MemoryPlan;
-use crate::stream::depth::{DepthControl, DepthDecision};
+use crate::options::{EngineOptions, DEFAULT_CTX};
+use crate::plan::{MemoryPlan, PlanRequest};
+use crate::stream::depth::{DepthControl, DepthDecision, Ring};
 use crate::stream::identity::{FileChange, FileIdentity};
 use crate::stream::{AlignedBuf, ResidencyStats};
 use crate::thread_choice::ThreadChoice;
@@ -53,6 +53,40 @@ pub struct Engine {
 /// A callback for prompt processing: `(tokens_done, tokens_total)`, called per layer of each
 /// batch (so a long prompt on a large model reports often enough for a progress bar).
 pub type PromptProgress = Box<dyn FnMut(usize, usize) + Send>;
+
+/// The plan of a model, here where the forward pass (whose activations it books) is known, so
+/// that neither the model nor the plan depends on what comes after them on the data path.
+impl Model {
+    /// The context `options` resolve to for this model.
+    pub fn resolve_ctx(&self, options: &EngineOptions) -> usize {
+        options
+            .ctx
+            .unwrap_or_else(|| DEFAULT_CTX.min(self.config.n_ctx_train))
+            .max(1)
+    }
+
+    /// The memory plan for `options` (the same the engine would use).
+    pub fn plan(&self, options: &EngineOptions) -> Result<MemoryPlan, EngineError> {
+        let ctx = self.resolve_ctx(options);
+        MemoryPlan::new(
+            &self.config,
+            &self.tensors,
+            PlanRequest {
+                budget: options.ram,
+                ctx,
+                batch: options.batch.clamp(1, ctx),
+                kv_type: options.kv_type,
+                sequences: options.sequences.max(1),
+                scratch_bytes: Scratch::bytes(
+                    &self.config,
+                    &self.tensors,
+                    options.batch.clamp(1, ctx),
+                    ctx,
+                )?,
+            },
+        )
+    }
+}
 
 impl Engine {
     /// Opens `path` and lays it out under `options`.
@@ -161,10 +195,14 @@ impl Engine {
     /// of measurements is complete.
     pub(crate) fn before_pass(&mut self, token: u32) -> Result<(), EngineError> {
         self.check_file(token, "stopped before reading")?;
-        if let Some(depth) = self
-            .depth_control
-            .at_pass_start(&self.plan, self.weights.matrices.stats())
-        {
+        if let Some(depth) = self.depth_control.at_pass_start(
+            Ring {
+                pinned: &self.plan.pinned,
+                layer_bytes: &self.plan.layer_bytes,
+                buffers: self.plan.stream_buffers,
+            },
+            self.weights.matrices.stats(),
+        ) {
             self.apply_prefetch_depth(depth);
         }
         Ok(())
@@ -216,9 +254,9 @@ impl Engine {
             Some(t) => t,
             None if !self.plan.output_resident => &tensors.output,
             // Experts streamed one by one: the first expert stack is a fair first read.
-            None => match (&self.plan.experts, tensors.layers.first()) {
-                (Some(_), Some(l)) => l.expert_stacks()?[0],
-                _ => return None,
+            None => match &self.plan.experts {
+                Some(_) => tensors.layers.iter().find_map(|l| l.expert_stacks())?[0],
+                None => return None,
             },
         };
         Some((first, file.absolute_offset(first)))

@@ -446,8 +446,17 @@ impl Partial<'_> {
     }
 
     /// Writes row `r`'s attention output (the output divided by the sum) to `dst`.
-    pub(crate) fn finish_row(&self, r: usize, hd: usize, dst: &mut [f32]) {
-        let inv = 1.0 / self.sum[r];
+    pub(crate) fn finish_row(&self, r: usize, hd: usize, sink: Option<f32>, dst: &mut [f32]) {
+        // A sink is one more score with a zero value: it only adds to the denominator, in
+        // units of the running max (or rescales everything when it is the larger).
+        let inv = match sink {
+            None => 1.0 / self.sum[r],
+            Some(z) if z > self.max[r] => {
+                let shrink = (self.max[r] - z).exp();
+                shrink / (self.sum[r] * shrink + 1.0)
+            }
+            Some(z) => 1.0 / (self.sum[r] + (z - self.max[r]).exp()),
+        };
         for (d, o) in dst.iter_mut().zip(&self.out[r * hd..(r + 1) * hd]) {
             *d = o * inv;
         }
@@ -490,7 +499,7 @@ mod tests {
             Partial::of(&mut buf, 1, hd),
         );
         let mut out = vec![0.0; hd];
-        Partial::of(&mut buf, 1, hd).finish_row(0, hd, &mut out);
+        Partial::of(&mut buf, 1, hd).finish_row(0, hd, None, &mut out);
         out
     }
 

@@ -13,7 +13,7 @@
 //!    weight byte is read, nothing is charged.
 //! 2. [`Model::plan`] (`plan/`) lays the model out under the budget: the working set (KV cache,
 //!    scratch, logits, vectors) first, then pinned layers and a ring of streaming buffers as the
-//!    pure residency policy ([`plan::residency`]) chooses. `ramforge-tools plan` prints it.
+//!    pure residency policy ([`residency`]) chooses. `ramforge-tools plan` prints it.
 //! 3. [`Engine::new`] charges and reads the resident weights (`weights/`) and starts the
 //!    prefetch thread for the streamed layers (`stream/`: layout, cold readers, mapped windows,
 //!    adaptive depth, file identity), then allocates the KV cache (`kv`) and scratch.
@@ -51,6 +51,7 @@ mod kv;
 pub mod model;
 mod options;
 pub mod plan;
+pub mod residency;
 pub mod sampling;
 mod sequence;
 mod simd;

@@ -6,7 +6,7 @@
 mod common;
 
 use common::{greedy, model, options};
-use ramforge_engine::plan::residency::prefetch_depth;
+use ramforge_engine::residency::prefetch_depth;
 use ramforge_engine::stream::WINDOW_PASSES;
 use ramforge_engine::Engine;
 

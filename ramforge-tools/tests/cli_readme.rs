@@ -1,7 +1,9 @@
 //! The README's "What it supports" section is generated from the code's own lists: this test
 //! regenerates it and fails when the README differs. `RAMFORGE_BLESS=1` rewrites the README.
 
-use ramforge_engine::model::arch::{RopeStyle, ALL as ARCHITECTURES};
+use ramforge_engine::model::arch::{
+    ExpertActivation, Gating, Role, RopeStyle, SharedExpert, ALL as ARCHITECTURES,
+};
 use ramforge_engine::text::tokenizer::{KNOWN_PRE_TOKENIZERS, SUPPORTED_MODELS};
 use ramforge_quant::GgmlType;
 use std::fmt::Write;
@@ -26,13 +28,42 @@ fn code(names: impl IntoIterator<Item = impl AsRef<str>>) -> String {
 fn supported_section() -> String {
     let mut s = String::new();
     s.push_str("\n### Architectures (`general.architecture`)\n\n");
-    s.push_str("| architecture | RoPE rotates |\n|---|---|\n");
+    s.push_str(
+        "| architecture | RoPE rotates | experts (when the file has them) |\n|---|---|---|\n",
+    );
     for arch in ARCHITECTURES {
         let pairs = match arch.rope {
             RopeStyle::Adjacent => "adjacent pairs `(x[2j], x[2j+1])`",
             RopeStyle::Neox => "neox pairs `(x[j], x[j+d/2])`",
         };
-        writeln!(s, "| `{}` | {pairs} |", arch.name).unwrap();
+        let experts = if arch.spec(Role::FfnGateExps).is_none() {
+            "-".to_string()
+        } else {
+            let r = arch.router;
+            let mut parts = vec![match r.gating {
+                Gating::Softmax => "softmax",
+                Gating::Sigmoid => "sigmoid",
+                Gating::SoftmaxWeight => "softmax over the chosen logits",
+                Gating::SqrtSoftplus => "sqrt(softplus)",
+            }
+            .to_string()];
+            if arch.spec(Role::FfnExpProbsBias).is_some() {
+                parts.push("selection bias".into());
+            }
+            match r.shared {
+                SharedExpert::None => {}
+                SharedExpert::Gated => parts.push("gated shared expert".into()),
+                SharedExpert::Counted => parts.push("shared experts".into()),
+            }
+            if r.dense_lead_key {
+                parts.push("dense leading layers".into());
+            }
+            if r.activation == ExpertActivation::SwiGluOai {
+                parts.push("clamped SwiGLU".into());
+            }
+            parts.join(", ")
+        };
+        writeln!(s, "| `{}` | {pairs} | {experts} |", arch.name).unwrap();
     }
 
     s.push_str("\n### Tensor types\n\n");

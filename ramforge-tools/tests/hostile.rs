@@ -129,3 +129,97 @@ fn inconsistent_metadata_fails_with_the_key_named() {
 fn path(p: &Path) -> &str {
     p.to_str().unwrap()
 }
+
+/// The MoE families' keys and per-layer tensors: a synthetic glm4moe (a dense leading layer,
+/// a shared expert, an MTP layer) and gpt-oss (alternating windows) with one key changed
+/// each fail in one line naming the key, or the tensor the change leaves unexplained.
+#[test]
+fn inconsistent_moe_family_metadata_fails_with_the_key_or_tensor_named() {
+    let dir = scratch("moe-metadata");
+    let shape = [
+        "--layers",
+        "3",
+        "--embd",
+        "64",
+        "--ffn",
+        "32",
+        "--heads",
+        "2",
+        "--kv-heads",
+        "1",
+        "--experts",
+        "4",
+        "--experts-used",
+        "2",
+        "--type",
+        "Q8_0",
+    ];
+    let glm = dir.join("glm4moe.gguf");
+    common::synth(
+        &glm,
+        &[&["--arch", "glm4moe", "--nextn", "1"], &shape[..]].concat(),
+    );
+    let gpt = dir.join("gpt-oss.gguf");
+    common::synth(&gpt, &[&["--arch", "gpt-oss"], &shape[..]].concat());
+    let cases: [(&Path, &str, &str, Value, &str); 7] = [
+        (
+            &glm,
+            "nextn",
+            "glm4moe.nextn_predict_layers",
+            Value::U32(4),
+            "glm4moe.nextn_predict_layers = 4",
+        ),
+        (
+            &glm,
+            "lead",
+            "glm4moe.leading_dense_block_count",
+            Value::U32(0),
+            "\"blk.0.ffn_gate.weight\" is not used by layer 0",
+        ),
+        (
+            &glm,
+            "lead-many",
+            "glm4moe.leading_dense_block_count",
+            Value::U32(7),
+            "glm4moe.leading_dense_block_count = 7",
+        ),
+        (
+            &glm,
+            "shared",
+            "glm4moe.expert_shared_count",
+            Value::U32(0),
+            "\"blk.1.ffn_gate_shexp.weight\" is not used",
+        ),
+        (
+            &glm,
+            "gating",
+            "glm4moe.expert_gating_func",
+            Value::U32(77),
+            "glm4moe.expert_gating_func = 77",
+        ),
+        (
+            &gpt,
+            "pattern",
+            "gpt-oss.attention.sliding_window_pattern",
+            Value::U32(0),
+            "gpt-oss.attention.sliding_window_pattern = 0",
+        ),
+        (
+            &gpt,
+            "experts",
+            "gpt-oss.expert_count",
+            Value::U32(5),
+            "\"blk.0.ffn_gate_inp.weight\" has shape",
+        ),
+    ];
+    for (src, tag, key, value, expect) in cases {
+        let src = GgufFile::open(src).unwrap();
+        let mut w = GgufWriter::copy_of(&src).unwrap();
+        w.metadata_mut().remove(key);
+        w.metadata_mut().insert(key.into(), value);
+        let file = dir.join(format!("{tag}.gguf"));
+        w.write_to(std::fs::File::create(&file).unwrap()).unwrap();
+        fails_cleanly(&["run", path(&file), "--prompt", "hi", "-n", "1"], expect);
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -70,20 +70,23 @@ pub(crate) fn attention(
     first: usize,
     rows: Range<usize>,
     q: &[f32],
+    sinks: Option<&[f32]>,
     part: &mut [f32],
     att: &mut [f32],
 ) {
-    attend(Heads::of(cfg), layer, kv, q, first, rows, part, att);
+    attend(Heads::of(cfg), layer, kv, q, sinks, first, rows, part, att);
 }
 
 /// [`attention`] on plain slices: `q` and `att` token-major (`q_dim` per token), `part` at
-/// least [`Heads::scratch_floats`] long.
+/// least [`Heads::scratch_floats`] long. `sinks`: one logit per query head that joins each
+/// softmax without a value (gpt-oss).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn attend(
     h: Heads,
     layer: usize,
     kv: &KvCache,
     q: &[f32],
+    sinks: Option<&[f32]>,
     first: usize,
     rows: Range<usize>,
     part: &mut [f32],
@@ -109,6 +112,7 @@ pub(crate) fn attend(
     let tiles = per_head.div_ceil(TILE_ROWS);
     let tile = |t: usize| t * TILE_ROWS..((t + 1) * TILE_ROWS).min(per_head);
     let at = |g: usize, r: usize| (rows.start + r / group) * qd + (g * group + r % group) * hd;
+    let sink = |g: usize, r: usize| sinks.map(|s| s[g * group + r % group]);
     let pos = |r: usize| first + r / group;
     let compute = |g: usize, t: Range<usize>, k: usize, buf: &mut [f32]| {
         let mut qs: [&[f32]; TILE_ROWS] = [&[]; TILE_ROWS];
@@ -152,7 +156,7 @@ pub(crate) fn attend(
                 acc.fold(&Partial::of(other, per_head, hd), hd);
             }
             for r in 0..per_head {
-                acc.finish_row(r, hd, &mut att[at(g, r)..at(g, r) + hd]);
+                acc.finish_row(r, hd, sink(g, r), &mut att[at(g, r)..at(g, r) + hd]);
             }
         }
         return;
@@ -183,7 +187,7 @@ pub(crate) fn attend(
         let (g, t) = (i / tiles, tile(i % tiles));
         let acc = Partial::of(buf, t.len(), hd);
         for (j, r) in t.enumerate() {
-            acc.finish_row(j, hd, &mut att[at(g, r)..at(g, r) + hd]);
+            acc.finish_row(j, hd, sink(g, r), &mut att[at(g, r)..at(g, r) + hd]);
         }
     }
 }

@@ -7,7 +7,7 @@ use crate::weights::MatrixView;
 
 /// The groups of matrices the block multiplies together, each group sharing one input (so
 /// it is quantized once): the scratch for quantized activations is sized from these.
-pub(crate) const MATMUL_GROUPS: [&[Role]; 7] = [
+pub(crate) const MATMUL_GROUPS: [&[Role]; 9] = [
     &[Role::AttnQ, Role::AttnK, Role::AttnV],
     &[Role::AttnOutput],
     &[Role::FfnGate, Role::FfnUp],
@@ -15,6 +15,8 @@ pub(crate) const MATMUL_GROUPS: [&[Role]; 7] = [
     &[Role::FfnGateInp],
     &[Role::FfnGateExps, Role::FfnUpExps],
     &[Role::FfnDownExps],
+    &[Role::FfnGateShexp, Role::FfnUpShexp],
+    &[Role::FfnDownShexp],
 ];
 
 /// `ys[j] = ms[j] . x` for `n` rows of `x`, every product in one parallel region (one

@@ -10,13 +10,13 @@ mod ops;
 mod scratch;
 
 pub(crate) use ops::rms_norm;
-pub(crate) use ops::{rope_rows, scale, RopeParams};
+pub(crate) use ops::{rope_rows, scale, RopeParams, Yarn};
 pub(crate) use scratch::Scratch;
 
 use crate::error::EngineError;
 use crate::kv::KvCache;
 use crate::model::arch::{Ffn, Role};
-use crate::model::ModelConfig;
+use crate::model::{FfnKind, ModelConfig};
 use crate::weights::{ExpertStore, LayerVectors, LayerView};
 use attention::attention;
 use gate::{gated, Gate};
@@ -33,11 +33,21 @@ pub(crate) fn rope_tables(
     positions: impl ExactSizeIterator<Item = usize> + Clone,
     s: &mut Scratch,
 ) {
-    let params = |(base, scale), factors| RopeParams {
+    let params = |(base, scale): (f32, f32), factors| RopeParams {
         base,
         scale,
         dim: cfg.rope_dim,
         factors,
+        yarn: cfg.rope_yarn.filter(|_| scale != 1.0).map(|y| {
+            Yarn::new(
+                cfg.rope_dim,
+                base,
+                y.n_ctx_orig,
+                scale,
+                (y.beta_fast, y.beta_slow),
+                y.attn_factor,
+            )
+        }),
     };
     rope_rows(
         params((cfg.rope_base, cfg.rope_freq_scale), factors),
@@ -148,8 +158,9 @@ pub(crate) fn block(
     };
     apply_rope(&mut s.q, n, cfg.n_head, hd, cfg.rope_dim, style, table);
     apply_rope(&mut s.k, n, cfg.n_head_kv, hd, cfg.rope_dim, style, table);
+    let sinks = vecs.get(Role::AttnSinks);
     match &mut rows {
-        Rows::Run(kv, positions) => attend_run(cfg, layer_index, s, kv, positions.start, n),
+        Rows::Run(kv, positions) => attend_run(cfg, layer_index, s, kv, positions.start, n, sinks),
         Rows::Batch { kvs, positions } => {
             // Each row against its own sequence, exactly as a run of one row.
             for (i, (kv, &p)) in kvs.iter_mut().zip(positions.iter()).enumerate() {
@@ -166,6 +177,7 @@ pub(crate) fn block(
                     p,
                     i..i + 1,
                     &s.q,
+                    sinks,
                     &mut s.att_part,
                     &mut s.att,
                 );
@@ -179,6 +191,9 @@ pub(crate) fn block(
         &mut s.act,
         per_token,
     )?;
+    if let Some(bias) = vecs.get(Role::AttnOutputBias) {
+        add_bias(&mut s.xn[..n * e], bias);
+    }
     residual(cfg, vecs, Role::AttnPostNorm, s, n);
 
     // Feed-forward.
@@ -188,31 +203,85 @@ pub(crate) fn block(
         cfg.rms_eps,
         &mut s.xn[..n * e],
     );
-    if cfg.n_expert > 0 {
-        moe_ffn(cfg, layer_index, w, experts, s, n, per_token)?;
-        s.xn[..n * e].copy_from_slice(&s.moe_out[..n * e]);
-    } else {
-        let ff = cfg.n_ff;
-        matmul(
-            [(m(Role::FfnGate), &mut s.gate), (m(Role::FfnUp), &mut s.up)],
-            &s.xn,
-            n,
-            &mut s.act,
-            per_token,
-        )?;
-        match cfg.arch.ffn {
-            Ffn::SwiGlu => gated(Gate::Silu, &mut s.gate[..n * ff], &s.up[..n * ff]),
-            Ffn::GeGlu => gated(Gate::GeluTanh, &mut s.gate[..n * ff], &s.up[..n * ff]),
+    match cfg.layer_kind(layer_index).ffn {
+        FfnKind::Moe => {
+            moe_ffn(cfg, layer_index, w, vecs, experts, s, n, per_token)?;
+            if cfg.n_ff_shexp > 0 {
+                shared_expert(cfg, w, vecs, s, n, per_token)?;
+            }
+            s.xn[..n * e].copy_from_slice(&s.moe_out[..n * e]);
         }
-        matmul(
-            [(m(Role::FfnDown), &mut s.xn)],
-            &s.gate,
-            n,
-            &mut s.act,
-            per_token,
-        )?;
+        FfnKind::Dense => {
+            let ff = cfg.n_ff;
+            matmul(
+                [(m(Role::FfnGate), &mut s.gate), (m(Role::FfnUp), &mut s.up)],
+                &s.xn,
+                n,
+                &mut s.act,
+                per_token,
+            )?;
+            match cfg.arch.ffn {
+                Ffn::SwiGlu => gated(Gate::Silu, &mut s.gate[..n * ff], &s.up[..n * ff]),
+                Ffn::GeGlu => gated(Gate::GeluTanh, &mut s.gate[..n * ff], &s.up[..n * ff]),
+            }
+            matmul(
+                [(m(Role::FfnDown), &mut s.xn)],
+                &s.gate,
+                n,
+                &mut s.act,
+                per_token,
+            )?;
+        }
     }
     residual(cfg, vecs, Role::FfnPostNorm, s, n);
+    Ok(())
+}
+
+/// Adds the shared expert's output for the `n` normalized rows of `s.xn` to `s.moe_out`:
+/// a SwiGLU FFN of its own, scaled per row by `sigmoid(ffn_gate_inp_shexp . x)` where the
+/// layer has that gate (qwen2moe).
+fn shared_expert(
+    cfg: &ModelConfig,
+    w: &LayerView<'_>,
+    vecs: &LayerVectors,
+    s: &mut Scratch,
+    n: usize,
+    per_token: bool,
+) -> Result<(), EngineError> {
+    let (e, ff) = (cfg.n_embd, cfg.n_ff_shexp);
+    matmul(
+        [
+            (w.matrix(Role::FfnGateShexp), &mut s.gate),
+            (w.matrix(Role::FfnUpShexp), &mut s.up),
+        ],
+        &s.xn,
+        n,
+        &mut s.act,
+        per_token,
+    )?;
+    gated(Gate::Silu, &mut s.gate[..n * ff], &s.up[..n * ff]);
+    matmul(
+        [(w.matrix(Role::FfnDownShexp), &mut s.moe_in)],
+        &s.gate,
+        n,
+        &mut s.act,
+        per_token,
+    )?;
+    let gate = vecs.get(Role::FfnGateInpShexp);
+    for t in 0..n {
+        let g = gate.map_or(1.0, |g| {
+            let z: f32 = g
+                .iter()
+                .zip(&s.xn[t * e..(t + 1) * e])
+                .map(|(a, b)| a * b)
+                .sum();
+            1.0 / (1.0 + (-z).exp())
+        });
+        let src = &s.moe_in[t * e..(t + 1) * e];
+        for (o, &v) in s.moe_out[t * e..(t + 1) * e].iter_mut().zip(src) {
+            *o += v * g;
+        }
+    }
     Ok(())
 }
 
@@ -227,6 +296,7 @@ fn attend_run(
     kv: &mut KvCache,
     first: usize,
     n: usize,
+    sinks: Option<&[f32]>,
 ) {
     let kvd = cfg.kv_dim();
     let slots = kv.slots(layer_index);
@@ -251,6 +321,7 @@ fn attend_run(
             first + i,
             i..i + len,
             &s.q,
+            sinks,
             &mut s.att_part,
             &mut s.att,
         );

@@ -1,29 +1,109 @@
-//! The mixture-of-experts FFN, as llama.cpp runs it for Mixtral-style `llama` and `qwen3moe`:
-//! softmax over the router's logits, the `expert_used_count` most probable experts, their
-//! probabilities renormalized to sum to one, and the weighted sum of their SwiGLU outputs.
-//! Tokens routed to the same expert are multiplied together.
+//! The mixture-of-experts FFN, as llama.cpp's `build_moe_ffn` runs it: the router's logits
+//! (plus its bias) become probabilities by the architecture's gating (softmax, sigmoid, the
+//! raw logits, or sqrt(softplus)); a selection bias and group limits may steer which experts
+//! are chosen without entering their weights; the chosen weights may be softmaxed (gpt-oss),
+//! renormalized and scaled; each chosen expert runs once for all the rows routed to it, with
+//! its biases and activation; the weighted outputs are summed.
 
 use super::gate::{gated, Gate};
 use super::matmul::matmul;
 use super::scratch::Scratch;
 use crate::error::EngineError;
-use crate::model::arch::Role;
-use crate::model::ModelConfig;
-use crate::weights::{ExpertStore, LayerView, MatrixView};
+use crate::model::arch::{ExpertActivation, Gating, Role};
+use crate::model::{ModelConfig, RouterConfig};
+use crate::weights::{ExpertStore, LayerVectors, LayerView, MatrixView};
 
-/// The top `k` experts of one token's router `logits` and their weights: softmax, the `k`
-/// largest probabilities (the lower index first among equals), renormalized.
-pub(crate) fn route(logits: &[f32], k: usize, chosen: &mut Vec<(usize, f32)>) {
-    let max = logits.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
-    let probs: Vec<f32> = logits.iter().map(|&x| (x - max).exp()).collect();
-    let total: f32 = probs.iter().sum();
-    let mut order: Vec<usize> = (0..logits.len()).collect();
-    order.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]).then(a.cmp(&b)));
+/// The smallest sum llama.cpp divides renormalized weights by (the smallest normal f16).
+const MIN_WEIGHT_SUM: f32 = 6.103_515_6e-5;
+
+/// The top `k` experts of one token's router `logits` (bias already added) and their weights,
+/// as `r` routes: the plain softmax path keeps the arithmetic of the first MoE families
+/// (softmax, the `k` largest, the lower index first among equals, renormalized).
+pub(crate) fn route(
+    r: &RouterConfig,
+    logits: &[f32],
+    selection_bias: Option<&[f32]>,
+    k: usize,
+    chosen: &mut Vec<(usize, f32)>,
+) {
+    let ne = logits.len();
+    let probs: Vec<f32> = match r.gating {
+        Gating::Softmax => {
+            let max = logits.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+            let exps: Vec<f32> = logits.iter().map(|&x| (x - max).exp()).collect();
+            let total: f32 = exps.iter().sum();
+            exps.iter().map(|&p| p / total).collect()
+        }
+        Gating::Sigmoid => logits.iter().map(|&x| 1.0 / (1.0 + (-x).exp())).collect(),
+        Gating::SoftmaxWeight => logits.to_vec(),
+        Gating::SqrtSoftplus => logits.iter().map(|&x| softplus(x).sqrt()).collect(),
+    };
+    let mut selection: Vec<f32> = match selection_bias {
+        Some(b) => probs.iter().zip(b).map(|(p, b)| p + b).collect(),
+        None => probs.clone(),
+    };
+    if r.n_group > 1 {
+        mask_groups(r, &mut selection);
+    }
+    let mut order: Vec<usize> = (0..ne).collect();
+    order.sort_by(|&a, &b| selection[b].total_cmp(&selection[a]).then(a.cmp(&b)));
     chosen.clear();
-    chosen.extend(order[..k].iter().map(|&e| (e, probs[e] / total)));
-    let sum: f32 = chosen.iter().map(|&(_, w)| w).sum();
-    for (_, w) in chosen.iter_mut() {
-        *w /= sum;
+    chosen.extend(order[..k].iter().map(|&e| (e, probs[e])));
+    if r.gating == Gating::SoftmaxWeight {
+        let max = chosen.iter().fold(f32::NEG_INFINITY, |m, c| m.max(c.1));
+        for c in chosen.iter_mut() {
+            c.1 = (c.1 - max).exp();
+        }
+        let total: f32 = chosen.iter().map(|c| c.1).sum();
+        for c in chosen.iter_mut() {
+            c.1 /= total;
+        }
+    }
+    if r.normalize {
+        let sum: f32 = chosen.iter().map(|&(_, w)| w).sum();
+        let sum = sum.max(MIN_WEIGHT_SUM);
+        for (_, w) in chosen.iter_mut() {
+            *w /= sum;
+        }
+    }
+    if r.scale != 1.0 {
+        for (_, w) in chosen.iter_mut() {
+            *w *= r.scale;
+        }
+    }
+}
+
+/// `ln(1 + e^x)`, as ggml computes it (`x` itself above 20).
+fn softplus(x: f32) -> f32 {
+    if x > 20.0 {
+        x
+    } else {
+        x.exp().ln_1p()
+    }
+}
+
+/// Group-limited routing (DeepSeek V3): each group of `n_expert / n_group` experts scores the
+/// sum of its two best selection values; experts outside the `n_group_used` best groups
+/// cannot be chosen.
+fn mask_groups(r: &RouterConfig, selection: &mut [f32]) {
+    let per = selection.len() / r.n_group;
+    let score = |g: &[f32]| {
+        let (mut a, mut b) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
+        for &v in g {
+            if v > a {
+                b = a;
+                a = v;
+            } else if v > b {
+                b = v;
+            }
+        }
+        a + b
+    };
+    let scores: Vec<f32> = selection.chunks(per).map(score).collect();
+    let mut groups: Vec<usize> = (0..r.n_group).collect();
+    groups.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
+    for &g in &groups[r.n_group_used..] {
+        selection[g * per..(g + 1) * per].fill(f32::NEG_INFINITY);
     }
 }
 
@@ -31,10 +111,12 @@ pub(crate) fn route(logits: &[f32], k: usize, chosen: &mut Vec<(usize, f32)>) {
 /// once for all the rows routed to it, from the layer's view, or from `store` when experts are
 /// streamed one by one (which then reads only the selected ones). `per_token`: each row's
 /// products as if it ran alone (batched decoding of several sequences).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn moe_ffn(
     cfg: &ModelConfig,
     layer: usize,
     w: &LayerView<'_>,
+    vecs: &LayerVectors,
     store: Option<&mut ExpertStore>,
     s: &mut Scratch,
     n: usize,
@@ -48,12 +130,22 @@ pub(crate) fn moe_ffn(
         &mut s.act,
         per_token,
     )?;
+    if let Some(bias) = vecs.get(Role::FfnGateInpBias) {
+        for row in s.router[..n * ne].chunks_exact_mut(ne) {
+            for (x, b) in row.iter_mut().zip(bias) {
+                *x += b;
+            }
+        }
+    }
+    let selection_bias = vecs.get(Role::FfnExpProbsBias);
     // routes[t]: token t's experts and weights.
     let mut routes = Vec::with_capacity(n);
     for t in 0..n {
         let mut chosen = Vec::with_capacity(cfg.n_expert_used);
         route(
+            &cfg.router,
             &s.router[t * ne..(t + 1) * ne],
+            selection_bias,
             cfg.n_expert_used,
             &mut chosen,
         );
@@ -71,8 +163,9 @@ pub(crate) fn moe_ffn(
         }
     }
     s.moe_out[..n * e].fill(0.0);
+    let biases = Role::EXPERT_BIASES.map(|r| vecs.get(r));
     let mut run = |x: usize, [gate, up, down]: [MatrixView<'_>; 3]| {
-        expert_ffn(cfg, x, &routes, [&gate, &up, &down], s, per_token)
+        expert_ffn(cfg, x, &routes, [&gate, &up, &down], biases, s, per_token)
     };
     match store {
         Some(store) => store.for_each(layer, &wanted, run),
@@ -86,12 +179,37 @@ pub(crate) fn moe_ffn(
     }
 }
 
-/// Adds expert `x`'s weighted SwiGLU output to `s.moe_out` for every row `routes` sends it.
+/// Adds `bias`'s row for expert `x` (rows of `width`) to each of the `m` rows of `out`.
+fn add_expert_bias(out: &mut [f32], bias: Option<&[f32]>, x: usize, width: usize, m: usize) {
+    if let Some(b) = bias {
+        let row = &b[x * width..(x + 1) * width];
+        for o in out[..m * width].chunks_exact_mut(width) {
+            for (v, b) in o.iter_mut().zip(row) {
+                *v += b;
+            }
+        }
+    }
+}
+
+/// gpt-oss's clamped SwiGLU into `gate`: `g = min(gate, 7)`, `u = clamp(up, -7, 7)`,
+/// `g * sigmoid(1.702 g) * (u + 1)`.
+fn swiglu_oai(gate: &mut [f32], up: &[f32]) {
+    const ALPHA: f32 = 1.702;
+    const LIMIT: f32 = 7.0;
+    for (g, &u) in gate.iter_mut().zip(up) {
+        let x = g.min(LIMIT);
+        let y = u.clamp(-LIMIT, LIMIT);
+        *g = x / (1.0 + (-ALPHA * x).exp()) * (y + 1.0);
+    }
+}
+
+/// Adds expert `x`'s weighted output to `s.moe_out` for every row `routes` sends it.
 fn expert_ffn(
     cfg: &ModelConfig,
     x: usize,
     routes: &[Vec<(usize, f32)>],
     [gate, up, down]: [&MatrixView<'_>; 3],
+    [gate_b, up_b, down_b]: [Option<&[f32]>; 3],
     s: &mut Scratch,
     per_token: bool,
 ) -> Result<(), EngineError> {
@@ -112,8 +230,14 @@ fn expert_ffn(
         &mut s.act,
         per_token,
     )?;
-    gated(Gate::Silu, &mut s.gate[..m * ff], &s.up[..m * ff]);
+    add_expert_bias(&mut s.gate, gate_b, x, ff, m);
+    add_expert_bias(&mut s.up, up_b, x, ff, m);
+    match cfg.router.activation {
+        ExpertActivation::SwiGlu => gated(Gate::Silu, &mut s.gate[..m * ff], &s.up[..m * ff]),
+        ExpertActivation::SwiGluOai => swiglu_oai(&mut s.gate[..m * ff], &s.up[..m * ff]),
+    }
     matmul([(down, &mut s.moe_in)], &s.gate, m, &mut s.act, per_token)?;
+    add_expert_bias(&mut s.moe_in, down_b, x, e, m);
     for (j, &(t, weight)) in tokens.iter().enumerate() {
         let src = &s.moe_in[j * e..(j + 1) * e];
         for (o, &v) in s.moe_out[t * e..(t + 1) * e].iter_mut().zip(src) {
@@ -125,24 +249,110 @@ fn expert_ffn(
 
 #[cfg(test)]
 mod tests {
-    use super::route;
+    use super::*;
+
+    fn router(gating: Gating, normalize: bool) -> RouterConfig {
+        RouterConfig {
+            gating,
+            normalize,
+            scale: 1.0,
+            n_group: 1,
+            n_group_used: 1,
+            activation: ExpertActivation::SwiGlu,
+        }
+    }
 
     #[test]
     fn routing_renormalizes_the_top_k_softmax_probabilities() {
         let logits = [0.0f32, 2.0, 1.0, 2.0, -1.0];
+        let r = router(Gating::Softmax, true);
         let mut chosen = Vec::new();
-        route(&logits, 2, &mut chosen);
+        route(&r, &logits, None, 2, &mut chosen);
         // Experts 1 and 3 tie at the top: equal weights.
         assert_eq!(chosen.iter().map(|c| c.0).collect::<Vec<_>>(), [1, 3]);
         assert!(
             chosen.iter().all(|c| (c.1 - 0.5).abs() < 1e-6),
             "{chosen:?}"
         );
-        route(&logits, 3, &mut chosen);
+        route(&r, &logits, None, 3, &mut chosen);
         // Softmax of the selected logits 2, 2, 1.
         let z = 2.0 * 2f32.exp() + 1f32.exp();
         assert_eq!(chosen[2].0, 2);
         assert!((chosen[0].1 - 2f32.exp() / z).abs() < 1e-6);
         assert!((chosen[2].1 - 1f32.exp() / z).abs() < 1e-6);
+    }
+
+    #[test]
+    fn unnormalized_softmax_keeps_the_probabilities_of_all_experts() {
+        let logits = [0.0f32, 1.0, 2.0];
+        let mut chosen = Vec::new();
+        route(
+            &router(Gating::Softmax, false),
+            &logits,
+            None,
+            1,
+            &mut chosen,
+        );
+        let z = 1.0 + 1f32.exp() + 2f32.exp();
+        assert_eq!(chosen[0].0, 2);
+        assert!((chosen[0].1 - 2f32.exp() / z).abs() < 1e-6);
+    }
+
+    #[test]
+    fn the_selection_bias_chooses_but_does_not_weight() {
+        // Sigmoid gating with a bias that makes expert 0 win although its logit is lowest.
+        let logits = [-1.0f32, 0.5, 1.0];
+        let bias = [5.0f32, 0.0, 0.0];
+        let mut r = router(Gating::Sigmoid, true);
+        r.scale = 2.5;
+        let mut chosen = Vec::new();
+        route(&r, &logits, Some(&bias), 2, &mut chosen);
+        assert_eq!(chosen.iter().map(|c| c.0).collect::<Vec<_>>(), [0, 2]);
+        let sig = |x: f32| 1.0 / (1.0 + (-x).exp());
+        let sum = sig(-1.0) + sig(1.0);
+        assert!((chosen[0].1 - 2.5 * sig(-1.0) / sum).abs() < 1e-6);
+        assert!((chosen[1].1 - 2.5 * sig(1.0) / sum).abs() < 1e-6);
+    }
+
+    #[test]
+    fn softmax_weight_gating_softmaxes_the_chosen_raw_logits() {
+        let logits = [3.0f32, -2.0, 1.0, 0.0];
+        let mut chosen = Vec::new();
+        route(
+            &router(Gating::SoftmaxWeight, false),
+            &logits,
+            None,
+            2,
+            &mut chosen,
+        );
+        assert_eq!(chosen.iter().map(|c| c.0).collect::<Vec<_>>(), [0, 2]);
+        let z = 1.0 + (-2f32).exp();
+        assert!((chosen[0].1 - 1.0 / z).abs() < 1e-6);
+        assert!((chosen[1].1 - (-2f32).exp() / z).abs() < 1e-6);
+    }
+
+    #[test]
+    fn group_limited_routing_picks_from_the_best_groups_only() {
+        // Four groups of two; group scores (sum of both): 1.0, 1.9, 0.2, 1.8.
+        let logits = [0.9f32, 0.1, 1.0, 0.9, 0.1, 0.1, 0.95, 0.85];
+        let mut r = router(Gating::SoftmaxWeight, false);
+        r.n_group = 4;
+        r.n_group_used = 2;
+        let mut chosen = Vec::new();
+        route(&r, &logits, None, 3, &mut chosen);
+        // Expert 0 (0.9) is in a masked group; the best three of groups 1 and 3 win.
+        assert_eq!(chosen.iter().map(|c| c.0).collect::<Vec<_>>(), [2, 6, 3]);
+    }
+
+    #[test]
+    fn sqrt_softplus_and_the_clamped_swiglu_match_their_formulas() {
+        assert!((softplus(0.0) - 2f32.ln()).abs() < 1e-7);
+        assert_eq!(softplus(30.0), 30.0);
+        let mut g = [10.0f32, -1.0, 0.5];
+        swiglu_oai(&mut g, &[9.0, -9.0, 0.25]);
+        let f = |x: f32, y: f32| x / (1.0 + (-1.702 * x).exp()) * (y + 1.0);
+        assert!((g[0] - f(7.0, 7.0)).abs() < 1e-5);
+        assert!((g[1] - f(-1.0, -7.0)).abs() < 1e-6);
+        assert!((g[2] - f(0.5, 0.25)).abs() < 1e-6);
     }
 }

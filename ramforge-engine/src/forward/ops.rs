@@ -38,6 +38,52 @@ pub struct RopeParams<'a> {
     pub dim: usize,
     /// Per-frequency divisors (llama3-style), if any.
     pub factors: Option<&'a [f32]>,
+    /// YaRN: `scale` then interpolates the low frequencies only, ramping to the unscaled
+    /// angle across the correction band, and cos/sin carry the attention-scale correction.
+    pub yarn: Option<Yarn>,
+}
+
+/// YaRN's per-table constants, as ggml's `rope_yarn` uses them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Yarn {
+    /// The first and last frequency index of the ramp (`ggml_rope_yarn_corr_dims`).
+    pub corr: (f32, f32),
+    /// What cos and sin are multiplied by: the attention factor times
+    /// `1 + 0.1 ln(1 / scale)`.
+    pub mscale: f32,
+}
+
+impl Yarn {
+    /// The constants for `dim` rotated elements at frequency `base`, a model trained at
+    /// `n_ctx_orig` positions, position scale `scale` (1 / factor), the ramp's corners
+    /// `beta_fast`/`beta_slow` and the file's attention factor.
+    pub fn new(
+        dim: usize,
+        base: f32,
+        n_ctx_orig: usize,
+        scale: f32,
+        (beta_fast, beta_slow): (f32, f32),
+        attn_factor: f32,
+    ) -> Yarn {
+        let corr_dim = |rotations: f32| {
+            dim as f32 * (n_ctx_orig as f32 / (rotations * 2.0 * std::f32::consts::PI)).ln()
+                / (2.0 * base.ln())
+        };
+        let start = corr_dim(beta_fast).floor().max(0.0);
+        let end = corr_dim(beta_slow).ceil().min(dim as f32 - 1.0);
+        Yarn {
+            corr: (start, end),
+            mscale: attn_factor * (1.0 + 0.1 * (1.0 / scale).ln()),
+        }
+    }
+
+    /// How much of the unscaled (extrapolated) angle frequency `j` keeps: 1 below the band,
+    /// 0 above it, linear between.
+    fn ramp(&self, j: usize) -> f32 {
+        let (low, high) = self.corr;
+        let y = (j as f32 - low) / (high - low).max(0.001);
+        1.0 - y.clamp(0.0, 1.0)
+    }
 }
 
 /// [`rope_rows`] for the positions `first..first + n`.
@@ -65,9 +111,16 @@ pub fn rope_rows(
             if let Some(f) = factors {
                 freq /= f[j] as f64;
             }
-            let angle = p * freq;
-            cos[i * half + j] = angle.cos() as f32;
-            sin[i * half + j] = angle.sin() as f32;
+            let (angle, m) = match r.yarn {
+                None => (p * freq, 1.0),
+                Some(y) => {
+                    let extrap = pos as f64 * freq;
+                    let mix = y.ramp(j) as f64;
+                    (p * freq * (1.0 - mix) + extrap * mix, y.mscale as f64)
+                }
+            };
+            cos[i * half + j] = (angle.cos() * m) as f32;
+            sin[i * half + j] = (angle.sin() * m) as f32;
         }
     }
 }
@@ -132,6 +185,7 @@ mod tests {
             scale: 1.0,
             dim,
             factors: None,
+            yarn: None,
         }
     }
 
@@ -211,5 +265,40 @@ mod tests {
         rms_norm_in_place(&mut h, &[1.0, 2.0], 0.0);
         assert!((h[0] - 3.0 / r).abs() < 1e-6 && (h[1] - 8.0 / r).abs() < 1e-6);
         assert!((h[2]).abs() < 1e-6 && (h[3] - 2.0 * 2.0 / 2f32.sqrt()).abs() < 1e-6);
+    }
+
+    #[test]
+    fn yarn_interpolates_low_frequencies_only_and_scales_by_mscale() {
+        // 64 rotated dims, base 10000, trained at 4096, factor 32 (gpt-oss's numbers).
+        let y = Yarn::new(64, 10000.0, 4096, 1.0 / 32.0, (32.0, 1.0), 1.0);
+        // ggml_rope_yarn_corr_dims for these: floor(10.47) and ceil(22.5).
+        assert_eq!(y.corr, (10.0, 23.0));
+        let mscale = 1.0 + 0.1 * 32f32.ln();
+        assert!((y.mscale - mscale).abs() < 1e-6);
+        let c = RopeParams {
+            dim: 64,
+            scale: 1.0 / 32.0,
+            yarn: Some(y),
+            ..cfg(64)
+        };
+        let mut t = vec![0.0; 64];
+        rope_table(c, 100, 1, &mut t);
+        let (cos, sin) = t.split_at(32);
+        let freq = |j: usize| 10000f64.powf(-2.0 * j as f64 / 64.0);
+        // Frequency 0 (high): extrapolated, the plain angle; frequency 31 (low): interpolated.
+        for (j, angle) in [(0, 100.0 * freq(0)), (31, 100.0 / 32.0 * freq(31))] {
+            assert!(
+                (cos[j] as f64 - angle.cos() * mscale as f64).abs() < 1e-5,
+                "{j}"
+            );
+            assert!(
+                (sin[j] as f64 - angle.sin() * mscale as f64).abs() < 1e-5,
+                "{j}"
+            );
+        }
+        // Inside the ramp: the two angles mixed linearly.
+        let mix = 1.0 - (16.0 - 10.0) / 13.0;
+        let angle = 100.0 * freq(16) * mix + 100.0 / 32.0 * freq(16) * (1.0 - mix);
+        assert!((cos[16] as f64 - angle.cos() * mscale as f64).abs() < 1e-5);
     }
 }

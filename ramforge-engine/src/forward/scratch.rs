@@ -44,7 +44,17 @@ pub struct Scratch {
 fn f32_lens(cfg: &ModelConfig, batch: usize, ctx: usize) -> [usize; 14] {
     let (e, q, kv) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim());
     let moe = cfg.n_expert > 0;
-    let ff = if moe { cfg.n_ff_exp } else { cfg.n_ff };
+    // The widest FFN any layer runs: routed experts, the shared expert, leading dense layers.
+    let ff = if moe {
+        let dense = if cfg.n_layer_dense_lead > 0 {
+            cfg.n_ff
+        } else {
+            0
+        };
+        cfg.n_ff_exp.max(cfg.n_ff_shexp).max(dense)
+    } else {
+        cfg.n_ff
+    };
     let b = batch;
     let local_rope = if cfg.sliding_window.is_some() {
         b * cfg.rope_dim

@@ -1,7 +1,10 @@
 //! Model hyperparameters, read from the GGUF metadata (`<arch>.*` keys) and checked for sense
 //! before anything is sized from them.
 
-use super::arch::{Architecture, Role, SlidingWindow};
+use super::arch::{
+    Architecture, ExpertActivation, ExpertWidth, Gating, LocalRopeBase, Normalize, Role,
+    SharedExpert, SlidingWindow,
+};
 use crate::error::EngineError;
 use ramforge_gguf::Metadata;
 
@@ -30,8 +33,11 @@ pub struct ModelConfig {
     pub rope_base: f32,
     /// How many leading elements of each head are rotated.
     pub rope_dim: usize,
-    /// Positions are multiplied by this (linear RoPE scaling; 1 when absent).
+    /// Positions are multiplied by this (linear RoPE scaling; 1 when absent). With YaRN,
+    /// 1 / its factor, and only the low frequencies are scaled ([`ModelConfig::rope_yarn`]).
     pub rope_freq_scale: f32,
+    /// YaRN RoPE scaling (`rope.scaling.type = yarn`), when the file asks for it.
+    pub rope_yarn: Option<YarnConfig>,
     /// The local layers' window (`attention.sliding_window`), for an architecture with
     /// [`SlidingWindow`] layers: a query sees itself and the `window - 1` positions before it.
     pub sliding_window: Option<usize>,
@@ -44,6 +50,76 @@ pub struct ModelConfig {
     pub n_expert_used: usize,
     /// One expert's hidden width (0 without experts).
     pub n_ff_exp: usize,
+    /// The shared expert's hidden width (0: none).
+    pub n_ff_shexp: usize,
+    /// Leading layers with a dense FFN in a model with experts (`leading_dense_block_count`).
+    pub n_layer_dense_lead: usize,
+    /// MTP (nextn) layers after the `n_layer` blocks: bound, never run (`nextn_predict_layers`).
+    pub n_layer_nextn: usize,
+    /// How MoE layers route (meaningful only with experts).
+    pub router: RouterConfig,
+    /// Layers per local/global period of a sliding-window architecture.
+    pub swa_period: usize,
+    /// The RoPE base and position scale of local (sliding-window) layers.
+    pub local_rope: (f32, f32),
+}
+
+/// YaRN's settings from the file (`rope.scaling.*`), with llama.cpp's defaults.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct YarnConfig {
+    /// The context the model was trained at before scaling
+    /// (`rope.scaling.original_context_length`, else `context_length`).
+    pub n_ctx_orig: usize,
+    /// The ramp's high-frequency corner (`rope.scaling.yarn_beta_fast`, 32).
+    pub beta_fast: f32,
+    /// The ramp's low-frequency corner (`rope.scaling.yarn_beta_slow`, 1).
+    pub beta_slow: f32,
+    /// `rope.scaling.attn_factor` (1).
+    pub attn_factor: f32,
+}
+
+/// The router of a model's MoE layers, as its architecture and file set it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RouterConfig {
+    /// Logits to probabilities.
+    pub gating: Gating,
+    /// Whether the chosen weights are renormalized to sum to one.
+    pub normalize: bool,
+    /// What the weights are multiplied by (1: nothing).
+    pub scale: f32,
+    /// Expert groups (1: no group-limited routing).
+    pub n_group: usize,
+    /// Groups a token's experts may come from.
+    pub n_group_used: usize,
+    /// Each expert's activation.
+    pub activation: ExpertActivation,
+}
+
+/// The kind of one layer's feed-forward network.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FfnKind {
+    /// One dense gated FFN.
+    Dense,
+    /// Routed experts (and the shared expert, where the model has one).
+    Moe,
+}
+
+/// The kind of one layer's attention, which fixes its per-sequence state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttentionKind {
+    /// Every earlier position: a key/value cache of the whole context.
+    Full,
+    /// The last `window` positions: a key/value ring of the window.
+    Window(usize),
+}
+
+/// What one block is made of: an attention kind and an FFN kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LayerKind {
+    /// Its attention.
+    pub attention: AttentionKind,
+    /// Its feed-forward network.
+    pub ffn: FfnKind,
 }
 
 /// Bounds that keep a hostile header from asking for absurd work or memory before the tensor
@@ -57,13 +133,6 @@ impl ModelConfig {
     /// Reads the hyperparameters of a model of any architecture in [`super::arch::ALL`].
     pub fn from_metadata(meta: &Metadata) -> Result<ModelConfig, EngineError> {
         let arch_name = meta.get_str("general.architecture")?;
-        if arch_name == "qwen2moe" {
-            return Err(EngineError::Unsupported(
-                "architecture \"qwen2moe\": its shared experts \
-                 (qwen2moe.expert_shared_feed_forward_length) are not implemented"
-                    .into(),
-            ));
-        }
         let arch = Architecture::named(arch_name).ok_or_else(|| {
             EngineError::Unsupported(format!(
                 "architecture {arch_name:?} (general.architecture); supported: {}",
@@ -89,7 +158,19 @@ impl ModelConfig {
             }
         };
 
-        let n_layer = bounded("block_count", MAX_LAYERS)?;
+        let n_layer_all = bounded("block_count", MAX_LAYERS)?;
+        let n_layer_nextn = match optional_u64(meta, &key("nextn_predict_layers"))? {
+            Some(v) if v < n_layer_all as u64 => v as usize,
+            Some(v) => {
+                return Err(EngineError::BadModel(format!(
+                    "metadata {} = {v} must be below {} = {n_layer_all}",
+                    key("nextn_predict_layers"),
+                    key("block_count")
+                )))
+            }
+            None => 0,
+        };
+        let n_layer = n_layer_all - n_layer_nextn;
         let n_embd = bounded("embedding_length", MAX_DIM)?;
         let n_ff = bounded("feed_forward_length", MAX_DIM)?;
         let n_head = bounded("attention.head_count", MAX_DIM)?;
@@ -136,7 +217,7 @@ impl ModelConfig {
                 key("rope.freq_base")
             )));
         }
-        let rope_freq_scale = rope_scaling(meta, &key)?;
+        let (rope_freq_scale, rope_yarn) = rope_scaling(meta, &key, n_ctx_train)?;
         check_experts(meta, &key)?;
         let rms_eps = meta.get_f32(&key("attention.layer_norm_rms_epsilon"))?;
         if !(rms_eps.is_finite() && rms_eps > 0.0 && rms_eps < 1.0) {
@@ -145,6 +226,8 @@ impl ModelConfig {
                 key("attention.layer_norm_rms_epsilon")
             )));
         }
+        let (swa_period, local_rope) =
+            local_layers(meta, arch, &key, n_layer, rope_base, rope_freq_scale)?;
         let sliding_window = match arch.sliding_window {
             Some(_) if !meta.contains(&key("attention.sliding_window")) => {
                 return Err(EngineError::Unsupported(format!(
@@ -162,7 +245,7 @@ impl ModelConfig {
         } else {
             1.0 / (head_dim as f32).sqrt()
         };
-        let (n_expert, n_expert_used, n_ff_exp) = experts(meta, arch, &key, n_ff)?;
+        let experts = experts(meta, arch, &key, n_ff, n_layer)?;
         Ok(ModelConfig {
             arch,
             n_layer,
@@ -176,26 +259,49 @@ impl ModelConfig {
             rope_base,
             rope_dim,
             rope_freq_scale,
+            rope_yarn,
             sliding_window,
             attn_scale,
-            n_expert,
-            n_expert_used,
-            n_ff_exp,
+            n_expert: experts.count,
+            n_expert_used: experts.used,
+            n_ff_exp: experts.width,
+            n_ff_shexp: experts.shared_width,
+            n_layer_dense_lead: experts.dense_lead,
+            n_layer_nextn,
+            router: experts.router,
+            swa_period,
+            local_rope,
         })
+    }
+
+    /// What layer `layer` is made of.
+    pub fn layer_kind(&self, layer: usize) -> LayerKind {
+        LayerKind {
+            attention: match self.window(layer) {
+                Some(w) => AttentionKind::Window(w),
+                None => AttentionKind::Full,
+            },
+            ffn: if self.n_expert > 0 && layer >= self.n_layer_dense_lead {
+                FfnKind::Moe
+            } else {
+                FfnKind::Dense
+            },
+        }
     }
 
     /// The sliding window of `layer` if it is a local layer, `None` for a global one.
     pub fn window(&self, layer: usize) -> Option<usize> {
-        let SlidingWindow { period, .. } = self.arch.sliding_window?;
+        self.arch.sliding_window?;
+        let period = self.swa_period;
         (layer % period < period - 1).then_some(self.sliding_window?)
     }
 
     /// The RoPE base and position scale of `layer` (local layers have their own base and no
     /// scaling).
     pub fn rope_of(&self, layer: usize) -> (f32, f32) {
-        match (self.window(layer), self.arch.sliding_window) {
-            (Some(_), Some(sw)) => (sw.local_rope_base, 1.0),
-            _ => (self.rope_base, self.rope_freq_scale),
+        match self.window(layer) {
+            Some(_) => self.local_rope,
+            None => (self.rope_base, self.rope_freq_scale),
         }
     }
 
@@ -243,21 +349,50 @@ fn check_experts(meta: &Metadata, key: &dyn Fn(&str) -> String) -> Result<(), En
     Ok(())
 }
 
-/// `(expert_count, expert_used_count, expert FFN width)`: zeros for a dense model. Refuses
-/// experts in an architecture without an expert layout, and gating other than softmax.
+/// What a model's experts are: zeros for a dense model.
+struct Experts {
+    count: usize,
+    used: usize,
+    width: usize,
+    shared_width: usize,
+    dense_lead: usize,
+    router: RouterConfig,
+}
+
+/// An optional unsigned key.
+fn optional_u64(meta: &Metadata, key: &str) -> Result<Option<u64>, EngineError> {
+    Ok(if meta.contains(key) {
+        Some(meta.get_u64(key)?)
+    } else {
+        None
+    })
+}
+
+/// The model's experts as its architecture's router reads them. Refuses experts in an
+/// architecture without an expert layout, and every count that does not make sense.
 fn experts(
     meta: &Metadata,
     arch: &Architecture,
     key: &dyn Fn(&str) -> String,
     n_ff: usize,
-) -> Result<(usize, usize, usize), EngineError> {
-    let read = |k: &str| -> Result<Option<u64>, EngineError> {
-        let full = key(k);
-        Ok(if meta.contains(&full) {
-            Some(meta.get_u64(&full)?)
-        } else {
-            None
-        })
+    n_layer: usize,
+) -> Result<Experts, EngineError> {
+    let read = |k: &str| optional_u64(meta, &key(k));
+    let r = arch.router;
+    let mut out = Experts {
+        count: 0,
+        used: 0,
+        width: 0,
+        shared_width: 0,
+        dense_lead: 0,
+        router: RouterConfig {
+            gating: r.gating,
+            normalize: false,
+            scale: 1.0,
+            n_group: 1,
+            n_group_used: 1,
+            activation: r.activation,
+        },
     };
     let count_key = key("expert_count");
     let n_expert = read("expert_count")?.unwrap_or(0);
@@ -270,7 +405,7 @@ fn experts(
                 arch.name
             )));
         }
-        return Ok((0, 0, 0));
+        return Ok(out);
     }
     if !has_layout {
         return Err(EngineError::Unsupported(format!(
@@ -283,42 +418,202 @@ fn experts(
         EngineError::BadModel(format!("{used_key} is missing ({count_key} = {n_expert})"))
     })?;
     // check_experts has bounded both counts.
+    out.count = n_expert as usize;
+    out.used = used as usize;
     let gating_key = key("expert_gating_func");
-    // llama.cpp's numbering: 1 is softmax, the gating these architectures use.
-    if let Some(g) = read("expert_gating_func")? {
-        if g != 1 {
+    match read("expert_gating_func")? {
+        Some(g) if r.gating_key => {
+            out.router.gating = Gating::from_id(g).ok_or_else(|| {
+                EngineError::Unsupported(format!(
+                    "{gating_key} = {g}: supported are 1 (softmax), 2 (sigmoid), \
+                     3 (softmax of the chosen), 4 (sqrt softplus)"
+                ))
+            })?;
+        }
+        // An architecture whose gating is fixed: a file naming another is refused rather than
+        // run with the fixed one.
+        Some(g) if Gating::from_id(g) != Some(r.gating) => {
             return Err(EngineError::Unsupported(format!(
-                "{gating_key} = {g}: only softmax gating (1) is implemented"
+                "{gating_key} = {g}: {} routes with {:?} only",
+                arch.name, r.gating
             )));
         }
+        // llama.cpp's "none" (0) keeps the architecture's default.
+        _ => {}
     }
-    // llama.cpp: llama's experts are feed_forward_length wide; qwen3moe's are
+    out.router.normalize = match r.normalize {
+        Normalize::Always => true,
+        Normalize::Never => false,
+        Normalize::Key => {
+            let k = key("expert_weights_norm");
+            meta.contains(&k) && meta.get_bool(&k)?
+        }
+    };
+    if r.scale_key {
+        let k = key("expert_weights_scale");
+        if meta.contains(&k) {
+            let v = meta.get_f32(&k)?;
+            if !(v.is_finite() && v > 0.0 && v <= 1e4) {
+                return Err(EngineError::BadModel(format!(
+                    "metadata {k} = {v} must lie in (0, 10000]"
+                )));
+            }
+            out.router.scale = v;
+        }
+    }
+    if r.groups_key {
+        let (gk, uk) = (key("expert_group_count"), key("expert_group_used_count"));
+        let groups = read("expert_group_count")?.unwrap_or(1).max(1);
+        let groups_used = read("expert_group_used_count")?.unwrap_or(groups);
+        if n_expert % groups != 0 || groups_used == 0 || groups_used > groups {
+            return Err(EngineError::BadModel(format!(
+                "metadata {gk} = {groups} must divide {count_key} = {n_expert}, \
+                 and {uk} = {groups_used} must lie in 1..={groups}"
+            )));
+        }
+        let per_group = n_expert / groups;
+        if groups > 1 && (per_group < 2 || groups_used * per_group < used) {
+            return Err(EngineError::BadModel(format!(
+                "metadata {gk} = {groups}, {uk} = {groups_used}: {groups_used} groups of \
+                 {per_group} experts cannot supply {used_key} = {used}"
+            )));
+        }
+        out.router.n_group = groups as usize;
+        out.router.n_group_used = groups_used as usize;
+    }
+    let width = |k: &str, default: usize| -> Result<usize, EngineError> {
+        match read(k)? {
+            Some(v) if v > 0 && v <= MAX_DIM => Ok(v as usize),
+            Some(v) => Err(EngineError::BadModel(format!(
+                "metadata {} = {v} is outside 1..={MAX_DIM}",
+                key(k)
+            ))),
+            None => Ok(default),
+        }
+    };
+    // llama.cpp: Mixtral's and olmoe's experts are feed_forward_length wide; the others'
     // expert_feed_forward_length wide (n_ff / n_expert_used when absent).
-    let n_ff_exp = if needs_experts {
-        match read("expert_feed_forward_length")? {
-            Some(v) if v > 0 && v <= MAX_DIM => v as usize,
+    out.width = match r.expert_width {
+        ExpertWidth::FeedForward => n_ff,
+        ExpertWidth::ExpertKey => width("expert_feed_forward_length", n_ff / out.used)?,
+    };
+    if out.width == 0 {
+        return Err(EngineError::BadModel(format!(
+            "{} / {used_key} leaves experts 0 wide",
+            key("feed_forward_length")
+        )));
+    }
+    out.shared_width = match r.shared {
+        SharedExpert::None => 0,
+        SharedExpert::Gated => width("expert_shared_feed_forward_length", n_ff)?,
+        SharedExpert::Counted => {
+            let k = key("expert_shared_count");
+            match read("expert_shared_count")? {
+                None | Some(0) => 0,
+                Some(c) if c <= 64 => out.width * c as usize,
+                Some(c) => {
+                    return Err(EngineError::BadModel(format!(
+                        "metadata {k} = {c} is outside 0..=64"
+                    )))
+                }
+            }
+        }
+    };
+    if r.dense_lead_key {
+        let k = key("leading_dense_block_count");
+        match read("leading_dense_block_count")? {
+            Some(v) if v <= n_layer as u64 => out.dense_lead = v as usize,
             Some(v) => {
                 return Err(EngineError::BadModel(format!(
-                    "{} = {v} is outside 1..={MAX_DIM}",
-                    key("expert_feed_forward_length")
+                    "metadata {k} = {v} exceeds the {n_layer} blocks"
                 )))
             }
-            None => n_ff / used as usize,
+            None => {}
         }
-    } else {
-        n_ff
-    };
-    Ok((n_expert as usize, used as usize, n_ff_exp))
+    }
+    Ok(out)
 }
 
-/// The position multiplier of `<arch>.rope.scaling.*`: none or linear; anything else is refused
-/// rather than silently ignored.
-fn rope_scaling(meta: &Metadata, key: &dyn Fn(&str) -> String) -> Result<f32, EngineError> {
+/// The local layers' period and `(RoPE base, position scale)` of a sliding-window
+/// architecture; `(1, global)` for one without local layers.
+fn local_layers(
+    meta: &Metadata,
+    arch: &Architecture,
+    key: &dyn Fn(&str) -> String,
+    n_layer: usize,
+    rope_base: f32,
+    rope_freq_scale: f32,
+) -> Result<(usize, (f32, f32)), EngineError> {
+    let Some(SlidingWindow {
+        period,
+        period_key,
+        local_rope_base,
+        local_rope_scaled,
+    }) = arch.sliding_window
+    else {
+        return Ok((1, (rope_base, rope_freq_scale)));
+    };
+    let pattern_key = key("attention.sliding_window_pattern");
+    let period = match optional_u64(meta, &pattern_key)? {
+        Some(p) if period_key && (1..=n_layer.max(1) as u64).contains(&p) => p as usize,
+        Some(p) if period_key => {
+            return Err(EngineError::BadModel(format!(
+                "metadata {pattern_key} = {p} is outside 1..={n_layer}"
+            )))
+        }
+        _ => period,
+    };
+    let base = match local_rope_base {
+        LocalRopeBase::Fixed(b) => b,
+        LocalRopeBase::Key => {
+            let k = key("rope.freq_base_swa");
+            if meta.contains(&k) {
+                let b = meta.get_f32(&k)?;
+                if !(b.is_finite() && b > 1.0) {
+                    return Err(EngineError::BadModel(format!(
+                        "{k} = {b} must be a finite number above 1"
+                    )));
+                }
+                b
+            } else {
+                rope_base
+            }
+        }
+    };
+    let scale = if local_rope_scaled {
+        rope_freq_scale
+    } else {
+        1.0
+    };
+    Ok((period, (base, scale)))
+}
+
+/// The position multiplier of `<arch>.rope.scaling.*` and, for YaRN, its settings: none,
+/// linear or yarn; anything else is refused rather than silently ignored.
+fn rope_scaling(
+    meta: &Metadata,
+    key: &dyn Fn(&str) -> String,
+    n_ctx_train: usize,
+) -> Result<(f32, Option<YarnConfig>), EngineError> {
     let kind_key = key("rope.scaling.type");
     let kind = if meta.contains(&kind_key) {
         meta.get_str(&kind_key)?
     } else {
         "none"
+    };
+    let f32_or = |k: &str, default: f32| -> Result<f32, EngineError> {
+        let full = key(k);
+        if !meta.contains(&full) {
+            return Ok(default);
+        }
+        let v = meta.get_f32(&full)?;
+        if v.is_finite() && v > 0.0 && v <= 1e6 {
+            Ok(v)
+        } else {
+            Err(EngineError::BadModel(format!(
+                "metadata {full} = {v} must lie in (0, 1e6]"
+            )))
+        }
     };
     let factor_key = key("rope.scaling.factor");
     let factor = if meta.contains(&factor_key) {
@@ -326,15 +621,40 @@ fn rope_scaling(meta: &Metadata, key: &dyn Fn(&str) -> String) -> Result<f32, En
     } else {
         0.0
     };
+    let scale = match kind {
+        "none" => return Ok((1.0, None)),
+        _ if factor == 0.0 || factor == 1.0 => 1.0,
+        _ if factor.is_finite() && factor > 0.0 => 1.0 / factor,
+        _ => {
+            return Err(EngineError::BadModel(format!(
+                "{factor_key} = {factor} must be a positive number"
+            )))
+        }
+    };
     match kind {
-        "none" => Ok(1.0),
-        "linear" if factor == 0.0 || factor == 1.0 => Ok(1.0),
-        "linear" if factor.is_finite() && factor > 0.0 => Ok(1.0 / factor),
-        "linear" => Err(EngineError::BadModel(format!(
-            "{factor_key} = {factor} must be a positive number"
-        ))),
+        "linear" => Ok((scale, None)),
+        "yarn" => {
+            let orig_key = key("rope.scaling.original_context_length");
+            let n_ctx_orig = match optional_u64(meta, &orig_key)? {
+                Some(v) if (1..=1 << 24).contains(&v) => v as usize,
+                Some(v) => {
+                    return Err(EngineError::BadModel(format!(
+                        "metadata {orig_key} = {v} is outside 1..={}",
+                        1 << 24
+                    )))
+                }
+                None => n_ctx_train,
+            };
+            let yarn = YarnConfig {
+                n_ctx_orig,
+                beta_fast: f32_or("rope.scaling.yarn_beta_fast", 32.0)?,
+                beta_slow: f32_or("rope.scaling.yarn_beta_slow", 1.0)?,
+                attn_factor: f32_or("rope.scaling.attn_factor", 1.0)?,
+            };
+            Ok((scale, Some(yarn)))
+        }
         other => Err(EngineError::Unsupported(format!(
-            "RoPE scaling {other:?} ({kind_key}); supported: none, linear"
+            "RoPE scaling {other:?} ({kind_key}); supported: none, linear, yarn"
         ))),
     }
 }
@@ -342,7 +662,7 @@ fn rope_scaling(meta: &Metadata, key: &dyn Fn(&str) -> String) -> Result<f32, En
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::arch::RopeStyle;
+    use crate::model::arch::{Gating, RopeStyle};
     use ramforge_gguf::Value;
 
     fn meta(arch: &str, extra: &[(&str, Value)]) -> Metadata {
@@ -403,11 +723,11 @@ mod tests {
         assert!(e.contains("head_count"), "{e}");
         let e = ModelConfig::from_metadata(&meta(
             "llama",
-            &[("rope.scaling.type", Value::String("yarn".into()))],
+            &[("rope.scaling.type", Value::String("longrope".into()))],
         ))
         .unwrap_err()
         .to_string();
-        assert!(e.contains("yarn"), "{e}");
+        assert!(e.contains("longrope"), "{e}");
         let mut m = meta("llama", &[]);
         m = {
             let mut n = Metadata::new();
@@ -486,11 +806,6 @@ mod tests {
         assert!(e.contains("llama.expert_used_count"), "{e}");
         let e = err(ModelConfig::from_metadata(&meta("qwen3moe", &[])));
         assert!(e.contains("qwen3moe.expert_count"), "{e}");
-        let e = err(moe("qwen2moe", &[]));
-        assert!(
-            e.contains("qwen2moe") && e.contains("expert_shared_feed_forward_length"),
-            "{e}"
-        );
         assert!(!e.contains('\n'), "{e}");
     }
 
@@ -518,5 +833,109 @@ mod tests {
         );
         let e = with(Some(4), None).unwrap_err();
         assert!(e.contains("llama.expert_used_count = 0"), "{e}");
+    }
+
+    #[test]
+    fn the_moe_families_read_their_router_and_refuse_nonsense_in_one_line() {
+        let moe = |arch: &str, extra: &[(&str, Value)]| {
+            let mut all = vec![
+                ("expert_count", Value::U32(8)),
+                ("expert_used_count", Value::U32(2)),
+                ("block_count", Value::U32(4)),
+            ];
+            for (k, v) in extra {
+                all.retain(|(a, _)| a != k);
+                all.push((k, v.clone()));
+            }
+            ModelConfig::from_metadata(&meta(arch, &all)).map_err(|e| e.to_string())
+        };
+        let c = moe(
+            "glm4moe",
+            &[
+                ("expert_feed_forward_length", Value::U32(32)),
+                ("expert_shared_count", Value::U32(2)),
+                ("leading_dense_block_count", Value::U32(1)),
+                ("expert_weights_scale", Value::F32(2.5)),
+                ("expert_weights_norm", Value::Bool(true)),
+                ("expert_gating_func", Value::U32(2)),
+                ("nextn_predict_layers", Value::U32(1)),
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            (c.n_layer, c.n_layer_nextn, c.n_layer_dense_lead),
+            (3, 1, 1)
+        );
+        assert_eq!((c.n_ff_exp, c.n_ff_shexp), (32, 64));
+        assert_eq!(c.router.gating, Gating::Sigmoid);
+        assert!(c.router.normalize);
+        assert_eq!(c.router.scale, 2.5);
+        assert_eq!(c.layer_kind(0).ffn, FfnKind::Dense);
+        assert_eq!(c.layer_kind(1).ffn, FfnKind::Moe);
+        let q = moe("qwen2moe", &[]).unwrap();
+        assert_eq!((q.n_ff_exp, q.n_ff_shexp), (64, 128));
+        assert!(!q.router.normalize);
+        let g = moe(
+            "gpt-oss",
+            &[
+                ("attention.sliding_window", Value::U32(16)),
+                ("rope.freq_base", Value::F32(150000.0)),
+            ],
+        )
+        .unwrap();
+        assert_eq!(g.router.gating, Gating::SoftmaxWeight);
+        let kinds: Vec<AttentionKind> = (0..4).map(|l| g.layer_kind(l).attention).collect();
+        use AttentionKind::{Full, Window};
+        assert_eq!(kinds, [Window(16), Full, Window(16), Full]);
+        assert_eq!(g.rope_of(0), (150000.0, 1.0));
+
+        for (arch, extra, named) in [
+            (
+                "gpt-oss",
+                vec![
+                    ("attention.sliding_window", Value::U32(16)),
+                    ("attention.sliding_window_pattern", Value::U32(0)),
+                ],
+                "gpt-oss.attention.sliding_window_pattern = 0",
+            ),
+            (
+                "glm4moe",
+                vec![("nextn_predict_layers", Value::U32(4))],
+                "glm4moe.nextn_predict_layers = 4",
+            ),
+            (
+                "glm4moe",
+                vec![("leading_dense_block_count", Value::U32(9))],
+                "glm4moe.leading_dense_block_count = 9",
+            ),
+            (
+                "glm4moe",
+                vec![("expert_weights_scale", Value::F32(f32::NAN))],
+                "glm4moe.expert_weights_scale",
+            ),
+            (
+                "glm4moe",
+                vec![("expert_gating_func", Value::U32(9))],
+                "glm4moe.expert_gating_func = 9",
+            ),
+            (
+                "glm4moe",
+                vec![("expert_shared_count", Value::U32(1000))],
+                "glm4moe.expert_shared_count = 1000",
+            ),
+            (
+                "qwen3moe",
+                vec![("expert_gating_func", Value::U32(2))],
+                "qwen3moe.expert_gating_func = 2",
+            ),
+            (
+                "minimax-m2",
+                vec![("expert_used_count", Value::U32(0))],
+                "minimax-m2.expert_used_count = 0",
+            ),
+        ] {
+            let e = moe(arch, &extra).unwrap_err();
+            assert!(e.contains(named) && !e.contains('\n'), "{arch}: {e}");
+        }
     }
 }

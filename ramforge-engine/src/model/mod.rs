@@ -6,12 +6,10 @@ mod config;
 mod tensors;
 
 pub use arch::{Architecture, RopeStyle};
-pub use config::ModelConfig;
+pub use config::{AttentionKind, FfnKind, LayerKind, ModelConfig, RouterConfig, YarnConfig};
 pub use tensors::{is_float_type, LayerTensors, ModelTensors};
 
 use crate::error::EngineError;
-use crate::options::{EngineOptions, DEFAULT_CTX};
-use crate::plan::{MemoryPlan, PlanRequest};
 use crate::text::Tokenizer;
 use ramforge_gguf::GgufFile;
 use std::path::Path;
@@ -57,29 +55,5 @@ impl Model {
             tensors,
             tokenizer: Arc::new(tokenizer),
         })
-    }
-
-    /// The context `options` resolve to for this model.
-    pub fn resolve_ctx(&self, options: &EngineOptions) -> usize {
-        options
-            .ctx
-            .unwrap_or_else(|| DEFAULT_CTX.min(self.config.n_ctx_train))
-            .max(1)
-    }
-
-    /// The memory plan for `options` (the same the engine would use).
-    pub fn plan(&self, options: &EngineOptions) -> Result<MemoryPlan, EngineError> {
-        let ctx = self.resolve_ctx(options);
-        MemoryPlan::new(
-            &self.config,
-            &self.tensors,
-            PlanRequest {
-                budget: options.ram,
-                ctx,
-                batch: options.batch.clamp(1, ctx),
-                kv_type: options.kv_type,
-                sequences: options.sequences.max(1),
-            },
-        )
     }
 }

@@ -3,7 +3,7 @@
 //! read. A layer tensor the description does not list is refused, never ignored.
 
 use super::arch::{Dim, Presence, Role, Shape, TensorSpec};
-use super::config::ModelConfig;
+use super::config::{FfnKind, ModelConfig};
 use crate::error::EngineError;
 use ramforge_gguf::{GgmlType, GgufFile, TensorInfo};
 
@@ -69,12 +69,13 @@ impl LayerTensors {
         self.matrices().map(|t| t.n_bytes).sum()
     }
 
-    /// The 1-D vectors kept resident as f32: norms and biases, with their roles.
+    /// The vectors kept resident as f32: norms and biases (expert biases: one row per
+    /// expert), with their roles. Everything that is not a matrix.
     pub fn vectors(&self) -> impl Iterator<Item = (Role, &TensorInfo)> + '_ {
         Role::ALL
             .into_iter()
+            .filter(|r| !self.matrix_roles.contains(r))
             .filter_map(|r| self.get(r).map(|t| (r, t)))
-            .filter(|(_, t)| t.shape.len() == 1)
     }
 }
 
@@ -201,6 +202,8 @@ fn size(cfg: &ModelConfig, dim: Dim) -> u64 {
         Dim::Head => cfg.head_dim,
         Dim::Experts => cfg.n_expert,
         Dim::FfExp => cfg.n_ff_exp,
+        Dim::FfShexp => cfg.n_ff_shexp,
+        Dim::Heads => cfg.n_head,
     }) as u64
 }
 
@@ -209,27 +212,33 @@ fn size(cfg: &ModelConfig, dim: Dim) -> u64 {
 fn bind_layer(file: &GgufFile, cfg: &ModelConfig, i: usize) -> Result<LayerTensors, EngineError> {
     let mut by_role: [Option<TensorInfo>; Role::COUNT] = [const { None }; Role::COUNT];
     let name = |s: &TensorSpec| format!("blk.{i}.{}", s.name);
+    let moe = cfg.layer_kind(i).ffn == FfnKind::Moe;
     for spec in cfg.arch.layer {
         let wanted = match spec.presence {
-            Presence::Dense => cfg.n_expert == 0,
-            Presence::Moe => cfg.n_expert > 0,
+            Presence::Dense => !moe,
+            Presence::Moe | Presence::MoeGroup(_) => moe,
+            Presence::Shared => moe && cfg.n_ff_shexp > 0,
             Presence::Required | Presence::Group(_) => true,
         };
         let found = file.header().tensor(&name(spec));
         if !wanted {
             if found.is_some() {
                 return Err(EngineError::BadModel(format!(
-                    "tensor {:?} is not used by a {} model with {} = {}",
+                    "tensor {:?} is not used by layer {i} of this {} model ({} = {}, \
+                     {} = {}, shared expert width {})",
                     name(spec),
                     cfg.arch.name,
                     format_args!("{}.expert_count", cfg.arch.name),
-                    cfg.n_expert
+                    cfg.n_expert,
+                    format_args!("{}.leading_dense_block_count", cfg.arch.name),
+                    cfg.n_layer_dense_lead,
+                    cfg.n_ff_shexp,
                 )));
             }
             continue;
         }
         let Some(t) = found else {
-            if !matches!(spec.presence, Presence::Group(_)) {
+            if !matches!(spec.presence, Presence::Group(_) | Presence::MoeGroup(_)) {
                 return Err(EngineError::BadModel(format!(
                     "missing tensor {:?}",
                     name(spec)
@@ -243,18 +252,19 @@ fn bind_layer(file: &GgufFile, cfg: &ModelConfig, i: usize) -> Result<LayerTenso
             Shape::Experts { cols, rows } => {
                 experts(t, size(cfg, cols), size(cfg, rows), cfg.n_expert as u64)?
             }
+            Shape::ExpertVectors(len) => matrix(t, size(cfg, len), cfg.n_expert as u64)?,
         };
         by_role[spec.role as usize] = Some(t);
     }
     for spec in cfg.arch.layer {
-        let Presence::Group(group) = spec.presence else {
+        let (Presence::Group(group) | Presence::MoeGroup(group)) = spec.presence else {
             continue;
         };
         let members = || {
             cfg.arch
                 .layer
                 .iter()
-                .filter(move |s| s.presence == Presence::Group(group))
+                .filter(move |s| s.presence == spec.presence)
         };
         let present = members().any(|s| by_role[s.role as usize].is_some());
         let missing: Vec<String> = members()
@@ -282,9 +292,22 @@ fn bind_layer(file: &GgufFile, cfg: &ModelConfig, i: usize) -> Result<LayerTenso
     })
 }
 
+/// The tensors of an MTP (nextn) layer beyond its block's own (llama.cpp's
+/// `LLM_TENSOR_NEXTN_*`): bound, never run.
+const NEXTN_TENSORS: [&str; 6] = [
+    "nextn.eh_proj.weight",
+    "nextn.enorm.weight",
+    "nextn.hnorm.weight",
+    "nextn.embed_tokens.weight",
+    "nextn.shared_head_head.weight",
+    "nextn.shared_head_norm.weight",
+];
+
 /// Refuses a `blk.N.*` tensor that the architecture does not use, or whose layer is past
-/// `block_count`: running without it would silently compute another model.
+/// `block_count`: running without it would silently compute another model. The MTP (nextn)
+/// layers after the blocks may hold any block tensor and the nextn ones.
 fn refuse_unknown_layer_tensors(file: &GgufFile, cfg: &ModelConfig) -> Result<(), EngineError> {
+    let n_layer_all = cfg.n_layer + cfg.n_layer_nextn;
     for t in &file.header().tensors {
         let Some(rest) = t.name.strip_prefix("blk.") else {
             continue;
@@ -293,6 +316,10 @@ fn refuse_unknown_layer_tensors(file: &GgufFile, cfg: &ModelConfig) -> Result<()
         let known = cfg.arch.layer.iter().any(|s| s.name == suffix);
         match layer.parse::<usize>() {
             Ok(l) if l < cfg.n_layer && known => {}
+            Ok(l)
+                if l >= cfg.n_layer
+                    && l < n_layer_all
+                    && (known || NEXTN_TENSORS.contains(&suffix)) => {}
             Ok(l) if l < cfg.n_layer => {
                 return Err(EngineError::Unsupported(format!(
                     "tensor {:?} is not used by architecture {}",
@@ -301,8 +328,8 @@ fn refuse_unknown_layer_tensors(file: &GgufFile, cfg: &ModelConfig) -> Result<()
             }
             _ => {
                 return Err(EngineError::BadModel(format!(
-                    "tensor {:?} names no layer of the {} (block_count)",
-                    t.name, cfg.n_layer
+                    "tensor {:?} names no layer of the {n_layer_all} (block_count)",
+                    t.name
                 )))
             }
         }

@@ -11,7 +11,7 @@
 //!    states it.
 //! 2. What is left of the budget is the share for resident weights. The output projection is
 //!    pinned first if it fits in that share (it is used once per token, like a layer).
-//! 3. The residency policy ([`residency::choose`]) splits the rest between pinned layers
+//! 3. The residency policy ([`crate::residency::choose`]) splits the rest between pinned layers
 //!    and a ring of streaming buffers (the prefetch depth); if every layer fits, there is no
 //!    ring and its bytes count towards pinning.
 //! 4. Anything left enlarges the output chunk (when the output is streamed), up to 8 MiB.
@@ -24,14 +24,11 @@
 //! norms are what every token needs), two staging buffers for experts join the working set,
 //! and what is left after step 3 becomes the expert cache, the same number of slots per layer.
 
-pub mod residency;
-
 use crate::error::EngineError;
-use crate::forward::Scratch;
 use crate::kv::{kv_cache_bytes, KvType};
 use crate::model::{LayerTensors, ModelConfig, ModelTensors};
+use crate::residency::{choose, ResidencyInput, Timing};
 use crate::stream::{aligned_buf_charge, LayerLayout};
-use residency::{choose, ResidencyInput, Timing};
 
 /// Rows of the output projection read at once, at the least, when it is streamed.
 pub const MIN_OUTPUT_CHUNK_ROWS: u64 = 256;
@@ -52,6 +49,9 @@ pub struct PlanRequest {
     /// Sequences decoded together at most (`serve --parallel`): each has its own KV cache
     /// for the whole context and its own logits, all booked here.
     pub sequences: usize,
+    /// Bytes of the activations of a batch of `batch` tokens at `ctx` (the forward pass's
+    /// `Scratch::bytes`, asked by [`crate::Model::plan`]).
+    pub scratch_bytes: u64,
 }
 
 /// The plan: every managed byte, by purpose.
@@ -154,7 +154,12 @@ impl MemoryPlan {
         timing: Timing,
     ) -> Result<MemoryPlan, EngineError> {
         let whole = MemoryPlan::lay_out(cfg, tensors, &tensors.layers, None, request, timing);
-        let moe = cfg.n_expert > 0 && tensors.layers.iter().all(|l| l.expert_stacks().is_some());
+        let moe_layers = tensors
+            .layers
+            .iter()
+            .filter(|l| l.expert_stacks().is_some())
+            .count();
+        let moe = cfg.n_expert > 0 && moe_layers > 0;
         if !moe {
             return whole;
         }
@@ -172,11 +177,15 @@ impl MemoryPlan {
         let experts = ExpertPlan {
             n_expert: cfg.n_expert,
             n_used: cfg.n_expert_used,
-            expert_bytes: tensors.layers[0].expert_bytes(cfg.n_expert).unwrap_or(0),
+            expert_bytes: tensors
+                .layers
+                .iter()
+                .find_map(|l| l.expert_bytes(cfg.n_expert))
+                .unwrap_or(0),
             buffer_len,
             buffer_charge: aligned_buf_charge(buffer_len),
             per_layer: 0,
-            layers: tensors.layers.len(),
+            layers: moe_layers,
         };
         let streamed = |request| {
             MemoryPlan::lay_out(cfg, tensors, &core, Some(experts.clone()), request, timing)
@@ -217,7 +226,7 @@ impl MemoryPlan {
         let vector_bytes = tensors.vector_bytes();
         let sequences = request.sequences.max(1) as u64;
         let kv_bytes = sequences * kv_cache_bytes(cfg, request.ctx, request.kv_type);
-        let scratch_bytes = Scratch::bytes(cfg, tensors, request.batch, request.ctx)?;
+        let scratch_bytes = request.scratch_bytes;
         let logits_bytes = sequences * 4 * tensors.n_vocab as u64;
         let embd_row_bytes = tensors.token_embd.row_bytes();
         let working =

@@ -9,8 +9,7 @@
 //! not feed on itself.
 
 use super::stats::ResidencyStats;
-use crate::plan::residency::{prefetch_depth, Timing};
-use crate::plan::MemoryPlan;
+use crate::residency::{prefetch_depth, Timing};
 
 /// Passes over the streamed layers measured before each decision.
 pub const WINDOW_PASSES: u64 = 4;
@@ -56,10 +55,11 @@ impl DepthControl {
 
     /// Called at the start of a pass: the depth to use from now on when the window holds
     /// [`WINDOW_PASSES`] passes over the streamed layers (a new window starts then), else
-    /// `None`. Always `None` when the depth is fixed or nothing is streamed.
-    pub fn at_pass_start(&mut self, plan: &MemoryPlan, stats: &ResidencyStats) -> Option<usize> {
-        let streamed = plan.streamed_layers() as u64;
-        if plan.stream_buffers == 0 || streamed == 0 || self.fixed.is_some() {
+    /// `None`. Always `None` when the depth is fixed or nothing is streamed. `ring`: the
+    /// plan's layers (`pinned`, `layer_bytes`) and streaming buffers.
+    pub fn at_pass_start(&mut self, ring: Ring<'_>, stats: &ResidencyStats) -> Option<usize> {
+        let streamed = ring.pinned.iter().filter(|&&p| !p).count() as u64;
+        if ring.buffers == 0 || streamed == 0 || self.fixed.is_some() {
             return None;
         }
         let window = stats.since(&self.window_start);
@@ -68,13 +68,19 @@ impl DepthControl {
         }
         self.window_start = *stats;
         let timing = window.measured_timing()?;
-        let depth = prefetch_depth(
-            &plan.pinned,
-            &plan.layer_bytes,
-            plan.stream_buffers,
-            &timing,
-        );
+        let depth = prefetch_depth(ring.pinned, ring.layer_bytes, ring.buffers, &timing);
         self.last = Some(DepthDecision { timing, depth });
         Some(depth)
     }
+}
+
+/// What the plan decided about the streamed layers, as the depth control reads it.
+#[derive(Clone, Copy, Debug)]
+pub struct Ring<'a> {
+    /// Which layers are pinned.
+    pub pinned: &'a [bool],
+    /// Bytes of each layer.
+    pub layer_bytes: &'a [u64],
+    /// Streaming buffers.
+    pub buffers: usize,
 }

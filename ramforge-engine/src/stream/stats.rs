@@ -2,7 +2,7 @@
 //! compute, and the layout they came from. A leaf: the readers, the weights and the engine all
 //! write to it, and the tools print it.
 
-use crate::plan::residency::Timing;
+use crate::residency::Timing;
 
 /// What storage traffic the weights caused.
 #[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]

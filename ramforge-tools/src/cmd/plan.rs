@@ -124,6 +124,9 @@ fn json(
             "count": count,
             "used": used,
             "bytes_per_expert": bytes,
+            "dense_leading_layers": model.config.n_layer_dense_lead,
+            "shared_expert_width": model.config.n_ff_shexp,
+            "mtp_layers": model.config.n_layer_nextn,
         })),
         "expert_cache": plan.and_then(|p| p.experts.as_ref()).map(|x| serde_json::json!({
             "slots_per_layer": x.per_layer,
@@ -136,11 +139,45 @@ fn json(
     })
 }
 
-/// `(experts per layer, used per token, bytes of one expert)` of an MoE model.
+/// `(experts per layer, used per token, bytes of one expert)` of an MoE model (its first
+/// layer with experts: leading layers may be dense).
 fn experts(model: &Model) -> Option<(usize, usize, u64)> {
     let cfg = &model.config;
-    let bytes = model.tensors.layers.first()?.expert_bytes(cfg.n_expert)?;
+    let bytes = model
+        .tensors
+        .layers
+        .iter()
+        .find_map(|l| l.expert_bytes(cfg.n_expert))?;
     Some((cfg.n_expert, cfg.n_expert_used, bytes))
+}
+
+/// How many layers have experts, and what else an MoE layer runs: the dense leading layers,
+/// the shared expert, the MTP layers bound but not run.
+fn moe_layout(model: &Model) -> Option<String> {
+    let cfg = &model.config;
+    if cfg.n_expert == 0 {
+        return None;
+    }
+    let moe = (0..cfg.n_layer)
+        .filter(|&l| cfg.layer_kind(l).ffn == ramforge_engine::model::FfnKind::Moe)
+        .count();
+    let mut s = format!("{moe} of {} layers route to experts", cfg.n_layer);
+    if cfg.n_layer_dense_lead > 0 {
+        s += &format!(" ({} leading dense)", cfg.n_layer_dense_lead);
+    }
+    if cfg.n_ff_shexp > 0 {
+        s += &format!(
+            "; a shared expert {} wide runs beside them (planned with its layer)",
+            cfg.n_ff_shexp
+        );
+    }
+    if cfg.n_layer_nextn > 0 {
+        s += &format!(
+            "; {} MTP layer(s) bound, not run, not charged",
+            cfg.n_layer_nextn
+        );
+    }
+    Some(s)
 }
 
 fn text(model: &Model, args: &Args, sizes: &MemoryPlan, plan: Option<&MemoryPlan>) -> String {
@@ -160,6 +197,9 @@ fn text(model: &Model, args: &Args, sizes: &MemoryPlan, plan: Option<&MemoryPlan
             "experts: {count} per layer, {used} used per token, {} each\n",
             h(bytes)
         );
+    }
+    if let Some(layout) = moe_layout(model) {
+        s += &format!("  {layout}\n");
     }
     if let Some(w) = cfg.sliding_window {
         s += &format!("sliding-window attention: {w} positions on the local layers (their KV cache holds only the window)\n");

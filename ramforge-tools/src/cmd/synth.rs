@@ -23,9 +23,14 @@ pub struct Args {
     #[arg(short, long)]
     pub output: PathBuf,
     /// Architecture: llama (adjacent-pair RoPE; with --experts the Mixtral layout), qwen2
-    /// (neox RoPE, Q/K/V biases), qwen3 (per-head Q/K norms), qwen3moe (qwen3 with experts) or
-    /// gemma3 (Q/K norms, post-norms, GELU FFN, sliding-window layers).
-    #[arg(long, value_parser = ["llama", "qwen2", "qwen3", "qwen3moe", "gemma3"])]
+    /// (neox RoPE, Q/K/V biases), qwen3 (per-head Q/K norms), qwen3moe (qwen3 with experts),
+    /// gemma3 (Q/K norms, post-norms, GELU FFN, sliding-window layers), and the MoE families
+    /// qwen2moe (gated shared expert), olmoe (whole-projection Q/K norms), glm4moe (dense
+    /// leading layers, sigmoid routing with a selection bias, shared experts, MTP layers),
+    /// minimax-m2 (whole-projection Q/K norms, partial RoPE, sigmoid routing) and gpt-oss
+    /// (biases everywhere, attention sinks, alternating sliding-window layers, clamped SwiGLU
+    /// experts). Every tensor an architecture may carry is written, random.
+    #[arg(long, value_parser = ARCHES)]
     pub arch: String,
     /// Transformer blocks.
     #[arg(long)]
@@ -45,15 +50,39 @@ pub struct Args {
     /// Elements per head (`attention.key_length`), if not --embd / --heads.
     #[arg(long)]
     pub head_dim: Option<u64>,
-    /// Experts per layer (llama: the Mixtral layout; qwen3moe: required); each is --ffn wide.
+    /// Experts per layer (llama: the Mixtral layout; the MoE families: required); each is
+    /// --ffn wide.
     #[arg(long, default_value_t = 0)]
     pub experts: u64,
     /// Experts each token is routed to.
     #[arg(long, default_value_t = 0)]
     pub experts_used: u64,
-    /// gemma3: the local layers' attention window.
+    /// gemma3, gpt-oss: the local layers' attention window.
     #[arg(long, default_value_t = 512)]
     pub sliding_window: u32,
+    /// Rotated elements of each head (`rope.dimension_count`); default: the whole head, half
+    /// of it for glm4moe and minimax-m2.
+    #[arg(long)]
+    pub rope_dim: Option<u64>,
+    /// glm4moe: shared experts per MoE layer (`expert_shared_count`).
+    #[arg(long, default_value_t = 1)]
+    pub experts_shared: u64,
+    /// qwen2moe: the shared expert's width (default --ffn).
+    #[arg(long)]
+    pub shared_ffn: Option<u64>,
+    /// glm4moe: leading layers with a dense FFN (`leading_dense_block_count`).
+    #[arg(long, default_value_t = 1)]
+    pub dense_lead: u32,
+    /// glm4moe: the dense leading layers' FFN width (default --ffn).
+    #[arg(long)]
+    pub dense_ffn: Option<u64>,
+    /// YaRN RoPE scaling by this factor (`rope.scaling.*`, the original context --ctx / F),
+    /// as gpt-oss files carry it.
+    #[arg(long, value_name = "F")]
+    pub yarn_factor: Option<f32>,
+    /// glm4moe: MTP (nextn) layers after the blocks, written whole but never run.
+    #[arg(long, default_value_t = 0)]
+    pub nextn: u32,
     /// Type of the weight matrices (Q4_0, Q8_0, Q4_K, F16, ...); norms and biases are F32.
     #[arg(long = "type", value_name = "T")]
     pub ty: String,
@@ -72,11 +101,31 @@ pub struct Args {
     pub rope_base: f32,
 }
 
+/// The architectures `synth` writes.
+const ARCHES: [&str; 10] = [
+    "llama",
+    "qwen2",
+    "qwen3",
+    "qwen3moe",
+    "gemma3",
+    "qwen2moe",
+    "olmoe",
+    "glm4moe",
+    "minimax-m2",
+    "gpt-oss",
+];
+
 pub fn run(args: Args) -> CmdResult {
     let ty = GgmlType::from_name(&args.ty).ok_or_else(|| format!("unknown type {:?}", args.ty))?;
     if !ramforge_quant::is_supported(ty) && ty != GgmlType::F32 {
         return Err(format!("type {ty} has no quantizer in ramforge-quant").into());
     }
+    // Released MXFP4 files (gpt-oss) keep MXFP4 for the routed experts only.
+    let (ty, expert_ty) = if ty == GgmlType::MXFP4 {
+        (GgmlType::Q8_0, ty)
+    } else {
+        (ty, ty)
+    };
     let shape = Shape::new(&args)?;
     let donor = GgufFile::open(&args.vocab_from)?;
     let donor_md = &donor.header().metadata;
@@ -99,7 +148,7 @@ pub fn run(args: Args) -> CmdResult {
         key("feed_forward_length"),
         Value::U32(u32::try_from(shape.ffn)?),
     );
-    md.set(key("block_count"), Value::U32(args.layers));
+    md.set(key("block_count"), Value::U32(args.layers + args.nextn));
     md.set(
         key("attention.head_count"),
         Value::U32(u32::try_from(shape.heads)?),
@@ -110,9 +159,20 @@ pub fn run(args: Args) -> CmdResult {
     );
     md.set(key("attention.layer_norm_rms_epsilon"), Value::F32(1e-5));
     md.set(key("rope.freq_base"), Value::F32(args.rope_base));
+    if let Some(f) = args.yarn_factor {
+        if !(f.is_finite() && f > 1.0) {
+            return Err(format!("--yarn-factor {f} must be a number above 1").into());
+        }
+        md.set(key("rope.scaling.type"), Value::String("yarn".into()));
+        md.set(key("rope.scaling.factor"), Value::F32(f));
+        md.set(
+            key("rope.scaling.original_context_length"),
+            Value::U32((args.ctx as f32 / f) as u32),
+        );
+    }
     md.set(
         key("rope.dimension_count"),
-        Value::U32(u32::try_from(shape.head_dim)?),
+        Value::U32(u32::try_from(shape.rope_dim)?),
     );
     if args.head_dim.is_some() {
         md.set(
@@ -133,14 +193,40 @@ pub fn run(args: Args) -> CmdResult {
             key("expert_used_count"),
             Value::U32(u32::try_from(args.experts_used)?),
         );
-        if arch == "qwen3moe" {
+        if arch != "llama" && arch != "olmoe" {
             md.set(
                 key("expert_feed_forward_length"),
                 Value::U32(u32::try_from(shape.ffn)?),
             );
         }
+        match arch {
+            "qwen2moe" => md.set(
+                key("expert_shared_feed_forward_length"),
+                Value::U32(u32::try_from(shape.shared_ffn)?),
+            ),
+            "glm4moe" => {
+                md.set(
+                    key("expert_shared_count"),
+                    Value::U32(args.experts_shared as u32),
+                );
+                md.set(
+                    key("leading_dense_block_count"),
+                    Value::U32(args.dense_lead),
+                );
+                md.set(key("expert_weights_scale"), Value::F32(2.5));
+                md.set(key("expert_weights_norm"), Value::Bool(true));
+                md.set(key("expert_gating_func"), Value::U32(2));
+                md.set(key("nextn_predict_layers"), Value::U32(args.nextn));
+                md.set(
+                    key("feed_forward_length"),
+                    Value::U32(u32::try_from(shape.dense_ffn)?),
+                );
+            }
+            "minimax-m2" => md.set(key("expert_gating_func"), Value::U32(2)),
+            _ => {}
+        }
     }
-    if arch == "gemma3" {
+    if arch == "gemma3" || arch == "gpt-oss" {
         md.set(
             key("attention.sliding_window"),
             Value::U32(args.sliding_window),
@@ -154,10 +240,12 @@ pub fn run(args: Args) -> CmdResult {
     let mut w = GgufWriter::new(md);
     // One bar over every tensor byte written; each tensor's source feeds it as it is read.
     let bar = progress_bar(0, "writing", true);
+    let mut parameters = 0u64;
     // `shape_v`: GGUF dimensions, the first the row length.
     let mut add = |name: String, ty: GgmlType, shape_v: Vec<u64>, fill: Fill| {
         let cols = shape_v[0];
         let rows = shape_v[1..].iter().product::<u64>();
+        parameters += cols * rows;
         let seed = args.seed ^ fnv1a(name.as_bytes());
         let data = RowSource::new(ty, cols as usize, rows, fill, seed, bar.clone())?;
         bar.inc_length(data.row.len() as u64 * rows);
@@ -171,96 +259,148 @@ pub fn run(args: Args) -> CmdResult {
         shape.ffn,
         shape.head_dim,
     );
-    let qk_norms = matches!(arch, "qwen3" | "qwen3moe" | "gemma3");
     let near_one = Fill::Around(1.0, 0.25);
+    let small = Fill::Uniform(0.1);
     add(
         "token_embd.weight".into(),
         ty,
         dims(e, vocab),
         Fill::Uniform(1.0),
     )?;
-    for l in 0..args.layers {
+    let f32v = GgmlType::F32;
+    for l in 0..args.layers + args.nextn {
         let b = |n: &str| format!("blk.{l}.{n}");
-        add(b("attn_norm.weight"), GgmlType::F32, dims(e, 1), Fill::Ones)?;
+        add(b("attn_norm.weight"), f32v, dims(e, 1), Fill::Ones)?;
         add(b("attn_q.weight"), ty, dims(e, q), Fill::fan_in(e))?;
         add(b("attn_k.weight"), ty, dims(e, kv), Fill::fan_in(e))?;
         add(b("attn_v.weight"), ty, dims(e, kv), Fill::fan_in(e))?;
-        if arch == "qwen2" {
-            add(
-                b("attn_q.bias"),
-                GgmlType::F32,
-                dims(q, 1),
-                Fill::Uniform(0.02),
-            )?;
-            add(
-                b("attn_k.bias"),
-                GgmlType::F32,
-                dims(kv, 1),
-                Fill::Uniform(0.02),
-            )?;
-            add(
-                b("attn_v.bias"),
-                GgmlType::F32,
-                dims(kv, 1),
-                Fill::Uniform(0.02),
-            )?;
+        if matches!(arch, "qwen2" | "qwen2moe" | "glm4moe" | "gpt-oss") {
+            add(b("attn_q.bias"), f32v, dims(q, 1), small)?;
+            add(b("attn_k.bias"), f32v, dims(kv, 1), small)?;
+            add(b("attn_v.bias"), f32v, dims(kv, 1), small)?;
         }
-        if qk_norms {
-            add(
-                b("attn_q_norm.weight"),
-                GgmlType::F32,
-                dims(hd, 1),
-                near_one,
-            )?;
-            add(
-                b("attn_k_norm.weight"),
-                GgmlType::F32,
-                dims(hd, 1),
-                near_one,
-            )?;
+        match arch {
+            "qwen3" | "qwen3moe" | "gemma3" | "glm4moe" => {
+                add(b("attn_q_norm.weight"), f32v, dims(hd, 1), near_one)?;
+                add(b("attn_k_norm.weight"), f32v, dims(hd, 1), near_one)?;
+            }
+            "olmoe" | "minimax-m2" => {
+                add(b("attn_q_norm.weight"), f32v, dims(q, 1), near_one)?;
+                add(b("attn_k_norm.weight"), f32v, dims(kv, 1), near_one)?;
+            }
+            _ => {}
         }
         add(b("attn_output.weight"), ty, dims(q, e), Fill::fan_in(q))?;
-        if arch == "gemma3" {
+        if arch == "gpt-oss" {
+            add(b("attn_output.bias"), f32v, dims(e, 1), small)?;
+        }
+        if arch == "gpt-oss" {
             add(
-                b("post_attention_norm.weight"),
-                GgmlType::F32,
-                dims(e, 1),
-                near_one,
-            )?;
-            add(
-                b("post_ffw_norm.weight"),
-                GgmlType::F32,
-                dims(e, 1),
-                near_one,
+                b("attn_sinks.weight"),
+                f32v,
+                dims(shape.heads, 1),
+                Fill::Uniform(2.0),
             )?;
         }
-        add(b("ffn_norm.weight"), GgmlType::F32, dims(e, 1), Fill::Ones)?;
-        if shape.experts > 0 {
+        if arch == "gemma3" {
+            add(b("post_attention_norm.weight"), f32v, dims(e, 1), near_one)?;
+            add(b("post_ffw_norm.weight"), f32v, dims(e, 1), near_one)?;
+        }
+        let ffn_norm = if matches!(arch, "glm4moe" | "gpt-oss") {
+            "post_attention_norm.weight"
+        } else {
+            "ffn_norm.weight"
+        };
+        add(b(ffn_norm), f32v, dims(e, 1), Fill::Ones)?;
+        let dense = shape.experts == 0 || (arch == "glm4moe" && l < args.dense_lead);
+        if dense {
+            let f = if arch == "glm4moe" {
+                shape.dense_ffn
+            } else {
+                f
+            };
+            add(b("ffn_gate.weight"), ty, dims(e, f), Fill::fan_in(e))?;
+            add(b("ffn_up.weight"), ty, dims(e, f), Fill::fan_in(e))?;
+            add(b("ffn_down.weight"), ty, dims(f, e), Fill::fan_in(f))?;
+        } else {
             let x = shape.experts;
-            add(
-                b("ffn_gate_inp.weight"),
-                GgmlType::F32,
-                dims(e, x),
-                Fill::fan_in(e),
-            )?;
+            add(b("ffn_gate_inp.weight"), f32v, dims(e, x), Fill::fan_in(e))?;
+            if arch == "gpt-oss" {
+                add(b("ffn_gate_inp.bias"), f32v, dims(x, 1), Fill::Uniform(0.5))?;
+            }
+            if matches!(arch, "glm4moe" | "minimax-m2") {
+                add(b("exp_probs_b.bias"), f32v, dims(x, 1), Fill::Uniform(0.5))?;
+            }
+            let xt = expert_ty;
             add(
                 b("ffn_gate_exps.weight"),
-                ty,
+                xt,
                 vec![e, f, x],
                 Fill::fan_in(e),
             )?;
-            add(b("ffn_up_exps.weight"), ty, vec![e, f, x], Fill::fan_in(e))?;
+            add(b("ffn_up_exps.weight"), xt, vec![e, f, x], Fill::fan_in(e))?;
             add(
                 b("ffn_down_exps.weight"),
-                ty,
+                xt,
                 vec![f, e, x],
                 Fill::fan_in(f),
             )?;
-            continue;
+            if arch == "gpt-oss" {
+                add(b("ffn_gate_exps.bias"), f32v, dims(f, x), small)?;
+                add(b("ffn_up_exps.bias"), f32v, dims(f, x), small)?;
+                add(b("ffn_down_exps.bias"), f32v, dims(e, x), small)?;
+            }
+            let shared = match arch {
+                "qwen2moe" => shape.shared_ffn,
+                "glm4moe" => f * args.experts_shared,
+                _ => 0,
+            };
+            if shared > 0 {
+                if arch == "qwen2moe" {
+                    add(
+                        b("ffn_gate_inp_shexp.weight"),
+                        f32v,
+                        dims(e, 1),
+                        Fill::fan_in(e),
+                    )?;
+                }
+                add(
+                    b("ffn_gate_shexp.weight"),
+                    ty,
+                    dims(e, shared),
+                    Fill::fan_in(e),
+                )?;
+                add(
+                    b("ffn_up_shexp.weight"),
+                    ty,
+                    dims(e, shared),
+                    Fill::fan_in(e),
+                )?;
+                add(
+                    b("ffn_down_shexp.weight"),
+                    ty,
+                    dims(shared, e),
+                    Fill::fan_in(shared),
+                )?;
+            }
         }
-        add(b("ffn_gate.weight"), ty, dims(e, f), Fill::fan_in(e))?;
-        add(b("ffn_up.weight"), ty, dims(e, f), Fill::fan_in(e))?;
-        add(b("ffn_down.weight"), ty, dims(f, e), Fill::fan_in(f))?;
+        if l >= args.layers {
+            // An MTP layer's own tensors (llama.cpp's nextn.*), beside its block's.
+            add(
+                b("nextn.eh_proj.weight"),
+                ty,
+                dims(2 * e, e),
+                Fill::fan_in(2 * e),
+            )?;
+            add(b("nextn.enorm.weight"), f32v, dims(e, 1), Fill::Ones)?;
+            add(b("nextn.hnorm.weight"), f32v, dims(e, 1), Fill::Ones)?;
+            add(
+                b("nextn.shared_head_norm.weight"),
+                f32v,
+                dims(e, 1),
+                Fill::Ones,
+            )?;
+        }
     }
     add(
         "output_norm.weight".into(),
@@ -278,7 +418,7 @@ pub fn run(args: Args) -> CmdResult {
         args.output.display(),
         human_bytes(bytes),
         args.layers,
-        shape.parameters(vocab, args.layers, arch)
+        parameters
     );
     Ok(std::process::ExitCode::SUCCESS)
 }
@@ -299,7 +439,10 @@ struct Shape {
     heads: u64,
     kv_heads: u64,
     head_dim: u64,
+    rope_dim: u64,
     experts: u64,
+    shared_ffn: u64,
+    dense_ffn: u64,
 }
 
 impl Shape {
@@ -321,12 +464,38 @@ impl Shape {
         if head_dim == 0 || !head_dim.is_multiple_of(2) {
             return Err("the head dimension must be even for RoPE".into());
         }
-        let moe_arch = matches!(a.arch.as_str(), "llama" | "qwen3moe");
-        if a.experts > 0 && !moe_arch {
+        let arch = a.arch.as_str();
+        let moe_only = matches!(
+            arch,
+            "qwen3moe" | "qwen2moe" | "olmoe" | "glm4moe" | "minimax-m2" | "gpt-oss"
+        );
+        if a.experts > 0 && !moe_only && arch != "llama" {
             return Err(format!("--experts: {} has no expert layout", a.arch).into());
         }
-        if a.arch == "qwen3moe" && a.experts == 0 {
-            return Err("qwen3moe needs --experts and --experts-used".into());
+        if moe_only && a.experts == 0 {
+            return Err(format!("{arch} needs --experts and --experts-used").into());
+        }
+        let rope_dim = a
+            .rope_dim
+            .unwrap_or(if matches!(arch, "glm4moe" | "minimax-m2") {
+                head_dim / 2
+            } else {
+                head_dim
+            });
+        if rope_dim == 0 || rope_dim > head_dim || !rope_dim.is_multiple_of(2) {
+            return Err(
+                format!("--rope-dim {rope_dim} must be even and at most {head_dim}").into(),
+            );
+        }
+        if arch == "olmoe" && a.kv_heads != a.heads {
+            // llama.cpp sizes olmoe's K norm by n_embd: it has no grouped-query layout.
+            return Err("olmoe: --kv-heads must equal --heads".into());
+        }
+        if a.nextn > 0 && arch != "glm4moe" {
+            return Err("--nextn: only glm4moe files carry MTP layers here".into());
+        }
+        if arch == "glm4moe" && a.dense_lead > a.layers {
+            return Err("--dense-lead must not exceed --layers".into());
         }
         if a.experts > 0 && (a.experts_used == 0 || a.experts_used > a.experts) {
             return Err("--experts-used must lie in 1..=--experts".into());
@@ -337,7 +506,10 @@ impl Shape {
             heads: a.heads,
             kv_heads: a.kv_heads,
             head_dim,
+            rope_dim,
             experts: a.experts,
+            shared_ffn: a.shared_ffn.unwrap_or(a.ffn),
+            dense_ffn: a.dense_ffn.unwrap_or(a.ffn),
         })
     }
 
@@ -347,24 +519,6 @@ impl Shape {
 
     fn kv_dim(&self) -> u64 {
         self.head_dim * self.kv_heads
-    }
-
-    fn parameters(&self, vocab: u64, layers: u32, arch: &str) -> u64 {
-        let (e, q, kv, f) = (self.embd, self.q_dim(), self.kv_dim(), self.ffn);
-        let biases = if arch == "qwen2" { q + 2 * kv } else { 0 };
-        let qk_norms = if arch == "qwen2" || arch == "llama" {
-            0
-        } else {
-            2 * self.head_dim
-        };
-        let post_norms = if arch == "gemma3" { 2 * e } else { 0 };
-        let ffn = if self.experts > 0 {
-            self.experts * (3 * e * f + e)
-        } else {
-            3 * e * f
-        };
-        let per_layer = 2 * e + 2 * e * q + 2 * e * kv + ffn + biases + qk_norms + post_norms;
-        2 * vocab * e + e + layers as u64 * per_layer
     }
 }
 

@@ -121,6 +121,7 @@ fn run(c: &Case, seed: u64) -> (Vec<f32>, Vec<f64>) {
             0,
             &kv,
             &q,
+            None,
             first,
             first..first + len,
             &mut part,

@@ -3,7 +3,10 @@
 //! sliding-window layers (RoPE base 10000) to every global one, as llama.cpp runs it. The
 //! converter stores the norms' `1 + w`, so they are plain RMSNorm weights here.
 
-use super::spec::{layer_tensor, Architecture, Ffn, Role::*, RopeStyle, SlidingWindow, TensorSpec};
+use super::spec::{
+    layer_tensor, Architecture, Ffn, LocalRopeBase, Role::*, RopeStyle, SlidingWindow, TensorSpec,
+    SOFTMAX_TOP_K,
+};
 
 /// The `gemma3` description.
 pub(super) const GEMMA3: Architecture = Architecture {
@@ -14,8 +17,11 @@ pub(super) const GEMMA3: Architecture = Architecture {
     scale_embeddings: true,
     sliding_window: Some(SlidingWindow {
         period: 6,
-        local_rope_base: 10000.0,
+        period_key: false,
+        local_rope_base: LocalRopeBase::Fixed(10000.0),
+        local_rope_scaled: false,
     }),
+    router: SOFTMAX_TOP_K,
 };
 
 const LAYER: [TensorSpec; 13] = [

@@ -3,7 +3,8 @@
 //! is a softmax-routed mixture of SwiGLU experts.
 
 use super::spec::{
-    layer_tensor, with_presence, Architecture, Ffn, Presence, Role::*, RopeStyle, TensorSpec,
+    layer_tensor, with_presence, Architecture, ExpertWidth, Ffn, Presence, Role::*, RopeStyle,
+    Router, TensorSpec, SOFTMAX_TOP_K,
 };
 
 /// The `llama` description.
@@ -14,6 +15,10 @@ pub(super) const LLAMA: Architecture = Architecture {
     ffn: Ffn::SwiGlu,
     scale_embeddings: false,
     sliding_window: None,
+    router: Router {
+        expert_width: ExpertWidth::FeedForward,
+        ..SOFTMAX_TOP_K
+    },
 };
 
 const LAYER: [TensorSpec; 13] = [

@@ -6,14 +6,20 @@
 //! one file here that defines an [`Architecture`], one line in [`ALL`], and its tests.
 
 mod gemma3;
+mod glm4moe;
+mod gpt_oss;
 mod llama;
+mod minimax_m2;
+mod olmoe;
 mod qwen2;
+mod qwen2moe;
 mod qwen3;
 mod qwen3moe;
 mod spec;
 
 pub use spec::{
-    Architecture, Dim, Ffn, Presence, Role, RopeStyle, Shape, SlidingWindow, TensorSpec,
+    Architecture, Dim, ExpertActivation, ExpertWidth, Ffn, Gating, LocalRopeBase, Normalize,
+    Presence, Role, RopeStyle, Router, Shape, SharedExpert, SlidingWindow, TensorSpec,
 };
 
 /// Every architecture the engine runs, in the order the README's support table lists them.
@@ -23,6 +29,11 @@ pub const ALL: &[&Architecture] = &[
     &qwen3::QWEN3,
     &qwen3moe::QWEN3MOE,
     &gemma3::GEMMA3,
+    &qwen2moe::QWEN2MOE,
+    &olmoe::OLMOE,
+    &glm4moe::GLM4MOE,
+    &minimax_m2::MINIMAX_M2,
+    &gpt_oss::GPT_OSS,
 ];
 
 impl Architecture {
@@ -74,7 +85,7 @@ mod tests {
         }
         assert_eq!(
             Architecture::supported_names(),
-            "llama, qwen2, qwen3, qwen3moe, gemma3"
+            "llama, qwen2, qwen3, qwen3moe, gemma3, qwen2moe, olmoe, glm4moe, minimax-m2, gpt-oss"
         );
     }
 }

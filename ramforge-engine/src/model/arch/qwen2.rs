@@ -1,6 +1,6 @@
 //! `qwen2`: the llama block with neox-style RoPE and biases on the Q, K and V projections.
 
-use super::spec::{layer_tensor, Architecture, Ffn, Role::*, RopeStyle, TensorSpec};
+use super::spec::{layer_tensor, Architecture, Ffn, Role::*, RopeStyle, TensorSpec, SOFTMAX_TOP_K};
 
 /// The `qwen2` description.
 pub(super) const QWEN2: Architecture = Architecture {
@@ -10,6 +10,7 @@ pub(super) const QWEN2: Architecture = Architecture {
     ffn: Ffn::SwiGlu,
     scale_embeddings: false,
     sliding_window: None,
+    router: SOFTMAX_TOP_K,
 };
 
 const LAYER: [TensorSpec; 12] = [

@@ -1,6 +1,6 @@
 //! `qwen3`: the qwen2 block without Q/K/V biases, with per-head Q/K RMSNorm before RoPE.
 
-use super::spec::{layer_tensor, Architecture, Ffn, Role::*, RopeStyle, TensorSpec};
+use super::spec::{layer_tensor, Architecture, Ffn, Role::*, RopeStyle, TensorSpec, SOFTMAX_TOP_K};
 
 /// The `qwen3` description.
 pub(super) const QWEN3: Architecture = Architecture {
@@ -10,6 +10,7 @@ pub(super) const QWEN3: Architecture = Architecture {
     ffn: Ffn::SwiGlu,
     scale_embeddings: false,
     sliding_window: None,
+    router: SOFTMAX_TOP_K,
 };
 
 const LAYER: [TensorSpec; 11] = [

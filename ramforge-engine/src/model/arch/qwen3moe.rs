@@ -4,6 +4,7 @@
 
 use super::spec::{
     layer_tensor, with_presence, Architecture, Ffn, Presence, Role::*, RopeStyle, TensorSpec,
+    SOFTMAX_TOP_K,
 };
 
 /// The `qwen3moe` description.
@@ -14,6 +15,7 @@ pub(super) const QWEN3MOE: Architecture = Architecture {
     ffn: Ffn::SwiGlu,
     scale_embeddings: false,
     sliding_window: None,
+    router: SOFTMAX_TOP_K,
 };
 
 const LAYER: [TensorSpec; 12] = [

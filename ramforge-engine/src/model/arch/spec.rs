@@ -18,17 +18,139 @@ pub struct Architecture {
     pub scale_embeddings: bool,
     /// Local (sliding-window) attention on most layers, when the file gives a window.
     pub sliding_window: Option<SlidingWindow>,
+    /// How a layer with experts routes each token to them (used only when the file has
+    /// experts).
+    pub router: Router,
+}
+
+/// How an MoE layer routes, weights and runs its experts: llama.cpp's `build_moe_ffn`
+/// parameters for the architecture, and which of them the file may set.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Router {
+    /// The gating function when the file names none.
+    pub gating: Gating,
+    /// Whether `<arch>.expert_gating_func` is read.
+    pub gating_key: bool,
+    /// Whether the selected experts' weights are renormalized to sum to one.
+    pub normalize: Normalize,
+    /// Whether `<arch>.expert_weights_scale` multiplies the weights.
+    pub scale_key: bool,
+    /// Whether `<arch>.expert_group_count` / `expert_group_used_count` limit the choice to the
+    /// best groups of experts (DeepSeek V3).
+    pub groups_key: bool,
+    /// Whether the first `<arch>.leading_dense_block_count` layers have a dense FFN instead.
+    pub dense_lead_key: bool,
+    /// How wide one routed expert is.
+    pub expert_width: ExpertWidth,
+    /// The shared expert beside the routed ones, if the architecture has one.
+    pub shared: SharedExpert,
+    /// The activation of every expert.
+    pub activation: ExpertActivation,
+}
+
+/// The plain router: softmax over all experts, the top k renormalized (Mixtral, qwen3moe).
+pub(crate) const SOFTMAX_TOP_K: Router = Router {
+    gating: Gating::Softmax,
+    gating_key: false,
+    normalize: Normalize::Always,
+    scale_key: false,
+    groups_key: false,
+    dense_lead_key: false,
+    expert_width: ExpertWidth::ExpertKey,
+    shared: SharedExpert::None,
+    activation: ExpertActivation::SwiGlu,
+};
+
+/// How router logits become expert probabilities (`expert_gating_func`; llama.cpp's numbers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gating {
+    /// 1: softmax over every expert.
+    Softmax,
+    /// 2: a sigmoid per expert.
+    Sigmoid,
+    /// 3: the raw logits choose; a softmax over the chosen ones weights them (gpt-oss).
+    SoftmaxWeight,
+    /// 4: `sqrt(softplus(logit))` per expert (DeepSeek V4).
+    SqrtSoftplus,
+}
+
+impl Gating {
+    /// The gating `expert_gating_func = id` names.
+    pub fn from_id(id: u64) -> Option<Gating> {
+        Some(match id {
+            1 => Gating::Softmax,
+            2 => Gating::Sigmoid,
+            3 => Gating::SoftmaxWeight,
+            4 => Gating::SqrtSoftplus,
+            _ => return None,
+        })
+    }
+}
+
+/// Whether the chosen experts' weights are renormalized.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Normalize {
+    /// Always.
+    Always,
+    /// Never.
+    Never,
+    /// As `<arch>.expert_weights_norm` says (false when absent).
+    Key,
+}
+
+/// The hidden width of one routed expert.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExpertWidth {
+    /// `feed_forward_length` (Mixtral-style llama, olmoe).
+    FeedForward,
+    /// `expert_feed_forward_length`, else `feed_forward_length / expert_used_count`.
+    ExpertKey,
+}
+
+/// The always-active expert beside the routed ones.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SharedExpert {
+    /// None.
+    None,
+    /// `expert_shared_feed_forward_length` wide (else `feed_forward_length`), its output
+    /// multiplied by `sigmoid(ffn_gate_inp_shexp . x)` (qwen2moe).
+    Gated,
+    /// `expert_shared_count` experts' width (`n_ff_exp * count`), ungated (glm4moe, deepseek2).
+    Counted,
+}
+
+/// The activation inside each expert.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExpertActivation {
+    /// `silu(gate) * up`.
+    SwiGlu,
+    /// gpt-oss's clamped form: `g = min(gate, 7)`, `u = clamp(up, -7, 7)`,
+    /// `g * sigmoid(1.702 g) * (u + 1)`.
+    SwiGluOai,
 }
 
 /// Interleaved local and global attention: every `period`-th layer (the last of each period)
 /// attends to the whole context with `rope.freq_base`, the others to the last
-/// `attention.sliding_window` positions with their own RoPE base and no RoPE scaling.
+/// `attention.sliding_window` positions with their own RoPE base.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SlidingWindow {
-    /// Layers per local/global period.
+    /// Layers per local/global period, unless `<arch>.attention.sliding_window_pattern` says.
     pub period: usize,
+    /// Whether `<arch>.attention.sliding_window_pattern` may set the period.
+    pub period_key: bool,
     /// The RoPE base of the local layers.
-    pub local_rope_base: f32,
+    pub local_rope_base: LocalRopeBase,
+    /// Whether the local layers scale positions as the global ones do (else not at all).
+    pub local_rope_scaled: bool,
+}
+
+/// Where the local layers' RoPE base comes from.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum LocalRopeBase {
+    /// A fixed base (gemma3: 10000).
+    Fixed(f32),
+    /// `<arch>.rope.freq_base_swa`, else the global base (gpt-oss).
+    Key,
 }
 
 /// Which two elements of a head one RoPE rotation acts on.
@@ -92,11 +214,35 @@ pub enum Role {
     FfnDownExps,
     /// The RMSNorm of the FFN output, before the residual add (gemma).
     FfnPostNorm,
+    /// The attention output projection's bias.
+    AttnOutputBias,
+    /// One extra logit per query head that takes part in the softmax but has no value
+    /// (gpt-oss's attention sinks).
+    AttnSinks,
+    /// The router's bias, added to its logits.
+    FfnGateInpBias,
+    /// The expert-selection bias (`exp_probs_b`): added to the probabilities that choose the
+    /// experts, not to the weights their outputs are mixed with (DeepSeek V3, GLM-4.5).
+    FfnExpProbsBias,
+    /// Every expert's gate bias, one `[FfExp]` row per expert.
+    FfnGateExpsBias,
+    /// Every expert's up bias.
+    FfnUpExpsBias,
+    /// Every expert's down bias, one `[Embd]` row per expert.
+    FfnDownExpsBias,
+    /// The shared expert's scalar gate (`sigmoid(w . x)`), qwen2moe.
+    FfnGateInpShexp,
+    /// The shared expert's gate projection.
+    FfnGateShexp,
+    /// The shared expert's up projection.
+    FfnUpShexp,
+    /// The shared expert's down projection.
+    FfnDownShexp,
 }
 
 impl Role {
     /// How many roles there are (the size of a per-layer table indexed by role).
-    pub const COUNT: usize = Role::FfnPostNorm as usize + 1;
+    pub const COUNT: usize = Role::FfnDownShexp as usize + 1;
 
     /// An MoE layer's expert stacks, in the order an expert's slices are used: gate, up, down.
     pub const EXPERT_STACKS: [Role; 3] = [Role::FfnGateExps, Role::FfnUpExps, Role::FfnDownExps];
@@ -125,8 +271,26 @@ impl Role {
             FfnUpExps,
             FfnDownExps,
             FfnPostNorm,
+            AttnOutputBias,
+            AttnSinks,
+            FfnGateInpBias,
+            FfnExpProbsBias,
+            FfnGateExpsBias,
+            FfnUpExpsBias,
+            FfnDownExpsBias,
+            FfnGateInpShexp,
+            FfnGateShexp,
+            FfnUpShexp,
+            FfnDownShexp,
         ]
     };
+
+    /// The expert biases, in the order of [`Role::EXPERT_STACKS`].
+    pub const EXPERT_BIASES: [Role; 3] = [
+        Role::FfnGateExpsBias,
+        Role::FfnUpExpsBias,
+        Role::FfnDownExpsBias,
+    ];
 }
 
 /// One tensor of a layer: its role, name suffix, shape and whether a file must carry it.
@@ -155,6 +319,9 @@ pub enum Shape {
         /// Rows (the output width).
         rows: Dim,
     },
+    /// One vector per expert (expert biases): GGUF shape `[len, n_expert]`, kept resident as
+    /// f32 like every vector.
+    ExpertVectors(Dim),
     /// One matrix per expert, stacked: GGUF shape `[cols, rows, n_expert]`. Read and streamed
     /// whole, like any matrix.
     Experts {
@@ -182,6 +349,10 @@ pub enum Dim {
     Experts,
     /// One expert's hidden width (`n_ff_exp`).
     FfExp,
+    /// The shared expert's hidden width (`n_ff_shexp`).
+    FfShexp,
+    /// Query heads (`n_head`).
+    Heads,
 }
 
 /// Whether a file must carry a tensor.
@@ -191,10 +362,15 @@ pub enum Presence {
     Required,
     /// Optional, but the tensors of the same group come all or none (e.g. Q/K/V biases).
     Group(&'static str),
-    /// Required in a model without experts, absent in one with them (llama's dense FFN).
+    /// Required in a layer with a dense FFN (every layer of a model without experts, the
+    /// leading dense layers of one with them), absent in a layer with experts.
     Dense,
-    /// Required in a model with experts (`expert_count` > 0), absent otherwise.
+    /// Required in a layer with experts, absent otherwise.
     Moe,
+    /// In a layer with experts, optional but all or none with its group.
+    MoeGroup(&'static str),
+    /// Required in a layer with experts when the model has a shared expert.
+    Shared,
 }
 
 /// The shorthand the description files use.
@@ -237,6 +413,16 @@ pub(crate) const fn with_presence(spec: TensorSpec, presence: Presence) -> Tenso
     TensorSpec { presence, ..spec }
 }
 
+/// `spec` with `shape` (e.g. a Q/K norm over the whole projection instead of each head).
+pub(crate) const fn with_shape(spec: TensorSpec, shape: Shape) -> TensorSpec {
+    TensorSpec { shape, ..spec }
+}
+
+/// `spec` under another name (e.g. glm4moe's FFN norm is `post_attention_norm.weight`).
+pub(crate) const fn renamed(spec: TensorSpec, name: &'static str) -> TensorSpec {
+    TensorSpec { name, ..spec }
+}
+
 /// The tensor that plays `role`, as every description here names and shapes it: the dense
 /// llama-family layer (pre-norm attention: Q, K, V, output; a pre-norm gated FFN: gate, up,
 /// down), plus what later families add: per-head Q/K norms, gemma's post-norms, and the
@@ -253,6 +439,86 @@ pub(crate) const fn layer_tensor(role: Role) -> TensorSpec {
             Shape::Vector(Embd),
         ),
         FfnPostNorm => tensor(FfnPostNorm, "post_ffw_norm.weight", Shape::Vector(Embd)),
+        AttnOutputBias => grouped(
+            AttnOutputBias,
+            "attn_output.bias",
+            Shape::Vector(Embd),
+            "attention output bias",
+        ),
+        AttnSinks => tensor(AttnSinks, "attn_sinks.weight", Shape::Vector(Heads)),
+        FfnGateInpBias => with_presence(
+            tensor(FfnGateInpBias, "ffn_gate_inp.bias", Shape::Vector(Experts)),
+            Presence::Moe,
+        ),
+        FfnExpProbsBias => with_presence(
+            tensor(FfnExpProbsBias, "exp_probs_b.bias", Shape::Vector(Experts)),
+            Presence::Moe,
+        ),
+        FfnGateExpsBias => with_presence(
+            tensor(
+                FfnGateExpsBias,
+                "ffn_gate_exps.bias",
+                Shape::ExpertVectors(FfExp),
+            ),
+            Presence::Moe,
+        ),
+        FfnUpExpsBias => with_presence(
+            tensor(
+                FfnUpExpsBias,
+                "ffn_up_exps.bias",
+                Shape::ExpertVectors(FfExp),
+            ),
+            Presence::Moe,
+        ),
+        FfnDownExpsBias => with_presence(
+            tensor(
+                FfnDownExpsBias,
+                "ffn_down_exps.bias",
+                Shape::ExpertVectors(Embd),
+            ),
+            Presence::Moe,
+        ),
+        FfnGateInpShexp => with_presence(
+            tensor(
+                FfnGateInpShexp,
+                "ffn_gate_inp_shexp.weight",
+                Shape::Vector(Embd),
+            ),
+            Presence::Shared,
+        ),
+        FfnGateShexp => with_presence(
+            tensor(
+                FfnGateShexp,
+                "ffn_gate_shexp.weight",
+                Shape::Matrix {
+                    cols: Embd,
+                    rows: FfShexp,
+                },
+            ),
+            Presence::Shared,
+        ),
+        FfnUpShexp => with_presence(
+            tensor(
+                FfnUpShexp,
+                "ffn_up_shexp.weight",
+                Shape::Matrix {
+                    cols: Embd,
+                    rows: FfShexp,
+                },
+            ),
+            Presence::Shared,
+        ),
+        FfnDownShexp => with_presence(
+            tensor(
+                FfnDownShexp,
+                "ffn_down_shexp.weight",
+                Shape::Matrix {
+                    cols: FfShexp,
+                    rows: Embd,
+                },
+            ),
+            Presence::Shared,
+        ),
         FfnGateInp => with_presence(
             tensor(
                 FfnGateInp,

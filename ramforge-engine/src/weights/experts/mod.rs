@@ -32,8 +32,10 @@ pub struct ExpertStore {
     held: Vec<Option<usize>>,
     /// Free staging buffers, where missed experts the cache does not admit are read.
     staging: Vec<AlignedBuf>,
-    /// Each layer's expert stacks (gate, up, down).
+    /// Each MoE layer's expert stacks (gate, up, down).
     stacks: Vec<[TensorInfo; 3]>,
+    /// The MoE layer each model layer is (`None`: a dense layer, e.g. a leading one).
+    moe_index: Vec<Option<usize>>,
     data_offset: u64,
     reader: ExpertReader,
     /// The model file, to tell where it ends when a mapped expert faulted.
@@ -46,8 +48,8 @@ pub struct ExpertStore {
 }
 
 impl ExpertStore {
-    /// Charges and allocates the plan's expert buffers for `layers` (the model's MoE layers,
-    /// with their stacks), reading with `mode`.
+    /// Charges and allocates the plan's expert buffers for the MoE layers among `layers` (the
+    /// model's layers, with their stacks), reading with `mode`.
     pub fn new(
         file: &GgufFile,
         layers: &[LayerTensors],
@@ -55,19 +57,23 @@ impl ExpertStore {
         budget: &MemoryBudget,
         mode: ReadMode,
     ) -> Result<ExpertStore, EngineError> {
-        let stacks = layers
-            .iter()
-            .enumerate()
-            .map(|(i, l)| {
-                l.expert_stacks()
-                    .map(|s| s.map(TensorInfo::clone))
-                    .ok_or_else(|| {
-                        EngineError::BadModel(format!("layer {i} of an MoE model has no experts"))
-                    })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut stacks = Vec::new();
+        let mut moe_index = Vec::with_capacity(layers.len());
+        for l in layers {
+            moe_index.push(l.expert_stacks().map(|s| {
+                stacks.push(s.map(TensorInfo::clone));
+                stacks.len() - 1
+            }));
+        }
+        if stacks.len() != plan.layers {
+            return Err(EngineError::BadModel(format!(
+                "the plan streams the experts of {} layers, the model has {}",
+                plan.layers,
+                stacks.len()
+            )));
+        }
         let len = plan.buffer_len as usize;
-        let slots = (0..plan.per_layer * layers.len())
+        let slots = (0..plan.per_layer * stacks.len())
             .map(|i| AlignedBuf::new(budget, &format!("expert cache slot {i}"), len).map(Some))
             .collect::<Result<Vec<_>, _>>()?;
         let staging = (0..ExpertPlan::STAGING_BUFFERS)
@@ -85,11 +91,12 @@ impl ExpertStore {
             slots,
             staging,
             stacks,
+            moe_index,
             data_offset: file.header().data_offset,
             reader: ExpertReader::start(stream_file)?,
             file: file.file().try_clone().map_err(io)?,
             retiring: Vec::new(),
-            use_: ExpertUse::new(layers.len(), plan.n_expert),
+            use_: ExpertUse::new(plan.layers, plan.n_expert),
             pending: ResidencyStats::default(),
         })
     }
@@ -110,6 +117,11 @@ impl ExpertStore {
         wanted: &[(usize, usize)],
         mut f: impl FnMut(usize, [MatrixView<'_>; 3]) -> Result<(), EngineError>,
     ) -> Result<(), EngineError> {
+        let Some(l) = self.moe_index.get(l).copied().flatten() else {
+            return Err(EngineError::BadModel(format!(
+                "layer {l} has no experts to stream"
+            )));
+        };
         self.use_.next_pass(l);
         for &(x, rows) in wanted {
             self.use_.record(l, x, rows);
