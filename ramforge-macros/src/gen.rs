@@ -86,6 +86,13 @@ pub fn format_module(spec: &Spec, act: &Spec) -> TokenStream {
     let path = spec.path.to_string_lossy().into_owned();
     let (id, block, bytes, group) = (spec.id, spec.block, spec.bytes, spec.group);
     let tol = Literal::f32_suffixed(spec.roundtrip_tolerance as f32);
+    let rms_tol = match spec.roundtrip_rms_tolerance {
+        Some(r) => {
+            let r = Literal::f32_suffixed(r as f32);
+            quote!(Some(#r))
+        }
+        None => quote!(None),
+    };
     let name = &spec.name;
 
     let tables = spec.tables.iter().map(|(t, values)| {
@@ -98,7 +105,10 @@ pub fn format_module(spec: &Spec, act: &Spec) -> TokenStream {
         let t = format_ident!("{}", g.name);
         let (n, w) = (g.rows, g.width);
         let file = g.path.to_string_lossy().into_owned();
-        let doc = format!("Codebook grid `{}`: {n} rows of {w}, unpacked from `{file}`.", g.name);
+        let doc = format!(
+            "Codebook grid `{}`: {n} rows of {w}, unpacked from `{file}`.",
+            g.name
+        );
         let rows = g.values.chunks(w).map(|r| {
             let vals = r.iter().map(|v| Literal::i8_unsuffixed(*v));
             quote!([#(#vals),*])
@@ -196,6 +206,9 @@ pub fn format_module(spec: &Spec, act: &Spec) -> TokenStream {
             const HAS_MIN: bool = #has_min;
             /// Bound on `|x - dequantize(quantize(x))|` relative to the block's max `|x|`.
             pub const ROUNDTRIP_TOLERANCE: f32 = #tol;
+            /// Bound on a block's root-mean-square round-trip error relative to its max `|x|`
+            /// (codebook formats).
+            pub const ROUNDTRIP_RMS_TOLERANCE: Option<f32> = #rms_tol;
             #(#offset_consts)*
             #(#tables)*
             #(#grids)*
@@ -384,6 +397,12 @@ pub fn format_tests(spec: &Spec) -> TokenStream {
                         for (a, b) in xb.iter().zip(yb) {
                             prop_assert!((a - b).abs() <= ROUNDTRIP_TOLERANCE * amax,
                                 "{} -> {} (block max {})", a, b, amax);
+                        }
+                        if let Some(rms_tol) = ROUNDTRIP_RMS_TOLERANCE {
+                            let sq: f64 = xb.iter().zip(yb).map(|(a, b)| ((a - b) as f64).powi(2)).sum();
+                            let rms = (sq / BLOCK as f64).sqrt();
+                            prop_assert!(rms <= rms_tol as f64 * amax as f64,
+                                "block rms error {} (block max {})", rms, amax);
                         }
                     }
                 }

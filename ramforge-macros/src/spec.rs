@@ -16,6 +16,7 @@ struct RawSpec {
     group: usize,
     activation: String,
     roundtrip_tolerance: f64,
+    roundtrip_rms_tolerance: Option<f64>,
     #[serde(default)]
     tables: BTreeMap<String, Vec<i64>>,
     #[serde(default)]
@@ -123,6 +124,9 @@ pub struct Spec {
     pub group: usize,
     pub activation: String,
     pub roundtrip_tolerance: f64,
+    /// Bound on a block's root-mean-square round-trip error relative to its max `|x|`, for
+    /// codebook formats whose worst element says little (a value off every grid row).
+    pub roundtrip_rms_tolerance: Option<f64>,
     pub tables: Vec<(String, Vec<i64>)>,
     pub grids: Vec<Grid>,
     pub fields: Vec<Field>,
@@ -180,10 +184,18 @@ pub fn load(path: &Path) -> Result<Spec, String> {
     if raw.block > 4096 {
         return Err(bad(format!("block {} is larger than 4096", raw.block)));
     }
-    if !(raw.roundtrip_tolerance > 0.0 && raw.roundtrip_tolerance < 1.0) {
+    if !(raw.roundtrip_tolerance > 0.0 && raw.roundtrip_tolerance < 2.0) {
         return Err(bad(format!(
-            "roundtrip_tolerance {} must lie in (0, 1)",
+            "roundtrip_tolerance {} must lie in (0, 2)",
             raw.roundtrip_tolerance
+        )));
+    }
+    if let Some(r) = raw
+        .roundtrip_rms_tolerance
+        .filter(|r| !(*r > 0.0 && *r < 1.0))
+    {
+        return Err(bad(format!(
+            "roundtrip_rms_tolerance {r} must lie in (0, 1)"
         )));
     }
 
@@ -206,7 +218,9 @@ pub fn load(path: &Path) -> Result<Spec, String> {
             || RESERVED.contains(&name.as_str())
             || tables.iter().any(|(t, _)| *t == name)
         {
-            return Err(bad(format!("grid name {name:?} is not a usable identifier")));
+            return Err(bad(format!(
+                "grid name {name:?} is not a usable identifier"
+            )));
         }
         let dir = path.parent().unwrap_or(Path::new("."));
         grids.push(load_grid(&dir.join(&raw_grid.file), name, &raw_grid).map_err(bad)?);
@@ -287,6 +301,7 @@ pub fn load(path: &Path) -> Result<Spec, String> {
         group: raw.group,
         activation: raw.activation,
         roundtrip_tolerance: raw.roundtrip_tolerance,
+        roundtrip_rms_tolerance: raw.roundtrip_rms_tolerance,
         tables,
         grids,
         fields,
@@ -302,7 +317,9 @@ fn load_grid(file: &Path, name: String, raw: &RawGrid) -> Result<Grid, String> {
     let shown = file.display();
     let [rows, width] = raw.shape;
     if rows == 0 || width == 0 || rows * width > 1 << 16 {
-        return Err(format!("grid {name}: shape {rows} x {width} is empty or too large"));
+        return Err(format!(
+            "grid {name}: shape {rows} x {width} is empty or too large"
+        ));
     }
     if raw.levels.len() < 2 || raw.levels.len() > 16 {
         return Err(format!("grid {name}: needs 2 to 16 levels"));
@@ -340,7 +357,10 @@ fn load_grid(file: &Path, name: String, raw: &RawGrid) -> Result<Grid, String> {
         for k in 0..per_byte {
             let index = ((b >> (k * step)) & mask) as usize;
             let level = raw.levels.get(index).ok_or_else(|| {
-                format!("grid {name}: {shown} names level {index} of {}", raw.levels.len())
+                format!(
+                    "grid {name}: {shown} names level {index} of {}",
+                    raw.levels.len()
+                )
             })?;
             values.push(*level as i8);
         }

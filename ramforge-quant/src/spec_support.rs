@@ -101,7 +101,11 @@ pub fn f16_bits(bits: u16) -> f32 {
 #[inline(always)]
 pub fn ksign(s: u32, l: usize) -> i32 {
     let s = s & 0x7F;
-    let bit = if l < 7 { (s >> l) & 1 } else { s.count_ones() & 1 };
+    let bit = if l < 7 {
+        (s >> l) & 1
+    } else {
+        s.count_ones() & 1
+    };
     1 - 2 * bit as i32
 }
 
@@ -188,4 +192,48 @@ pub fn amax_of(x: &[f32]) -> f32 {
 /// The f16 bits of an f32 (IQ1_M's quantizer spreads them over four nibbles).
 pub fn f16_to_bits(v: f32) -> u16 {
     half::f16::from_f32(v).to_bits()
+}
+
+/// Grid rows (`R` rows of `W`, covering eight values) and the 7-bit sign index for eight
+/// values `x` at `step` per grid unit, where the eighth sign is implied by an even count of
+/// minus signs (IQ2_XXS, IQ2_XS, IQ3_XXS). With an odd count of negatives one value must take
+/// the wrong sign: every choice is tried (its target magnitude negated, which is exactly the
+/// error a wrong sign costs) and the one with the least squared error kept.
+pub fn parity_signed_rows<const W: usize, const R: usize>(
+    grid: &[[i8; W]],
+    x: &[f32],
+    step: f32,
+) -> ([usize; R], u32) {
+    let magnitude = |v: f32| if step > 0.0 { v.abs() / step } else { 0.0 };
+    let search = |t: &[f32; 8]| {
+        let mut rows = [0usize; R];
+        let mut err = 0f32;
+        for (r, row) in rows.iter_mut().enumerate() {
+            let tr = &t[W * r..W * r + W];
+            *row = nearest_grid_row(grid, tr, 0.0);
+            err += grid[*row]
+                .iter()
+                .zip(tr)
+                .map(|(&g, &v)| (g as f32 - v) * (g as f32 - v))
+                .sum::<f32>();
+        }
+        (rows, err)
+    };
+    let t: [f32; 8] = core::array::from_fn(|i| magnitude(x[i]));
+    let (index, odd) = ksign_index(x);
+    if !odd {
+        return (search(&t).0, index);
+    }
+    let mut best = ([0usize; R], f32::MAX, 0u32);
+    for k in 0..8 {
+        let mut tk = t;
+        tk[k] = -tk[k];
+        let (rows, err) = search(&tk);
+        if err < best.1 {
+            let mut signs: [f32; 8] = core::array::from_fn(|i| x[i]);
+            signs[k] = if x[k] < 0.0 { 1.0 } else { -1.0 };
+            best = (rows, err, ksign_index(&signs).0);
+        }
+    }
+    (best.0, best.2)
 }
