@@ -54,9 +54,14 @@ pub struct Args {
     /// gemma3: the local layers' attention window.
     #[arg(long, default_value_t = 512)]
     pub sliding_window: u32,
-    /// Type of the weight matrices (Q4_0, Q8_0, Q4_K, F16, ...); norms and biases are F32.
+    /// Type of the weight matrices (Q4_0, Q8_0, Q4_K, IQ2_XXS, TQ2_0, NVFP4, F16, ...); norms
+    /// and biases are F32.
     #[arg(long = "type", value_name = "T")]
     pub ty: String,
+    /// Type of token_embd and output, if not --type (low-bit files keep these wider; the
+    /// codebook quantizers search their grids, slow on vocabulary-sized matrices).
+    #[arg(long = "embd-type", value_name = "T")]
+    pub embd_ty: Option<String>,
     /// Donor GGUF whose tokenizer metadata (`tokenizer.*`) is copied; its vocabulary size
     /// sets the embedding and output rows.
     #[arg(long, value_name = "MODEL.gguf")]
@@ -73,10 +78,15 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> CmdResult {
-    let ty = GgmlType::from_name(&args.ty).ok_or_else(|| format!("unknown type {:?}", args.ty))?;
-    if !ramforge_quant::is_supported(ty) && ty != GgmlType::F32 {
-        return Err(format!("type {ty} has no quantizer in ramforge-quant").into());
-    }
+    let weight_type = |name: &str| -> Result<GgmlType, CmdError> {
+        let ty = GgmlType::from_name(name).ok_or_else(|| format!("unknown type {name:?}"))?;
+        if !ramforge_quant::is_supported(ty) && ty != GgmlType::F32 {
+            return Err(format!("type {ty} has no quantizer in ramforge-quant").into());
+        }
+        Ok(ty)
+    };
+    let ty = weight_type(&args.ty)?;
+    let embd_ty = weight_type(args.embd_ty.as_deref().unwrap_or(&args.ty))?;
     let shape = Shape::new(&args)?;
     let donor = GgufFile::open(&args.vocab_from)?;
     let donor_md = &donor.header().metadata;
@@ -175,7 +185,7 @@ pub fn run(args: Args) -> CmdResult {
     let near_one = Fill::Around(1.0, 0.25);
     add(
         "token_embd.weight".into(),
-        ty,
+        embd_ty,
         dims(e, vocab),
         Fill::Uniform(1.0),
     )?;
@@ -268,7 +278,12 @@ pub fn run(args: Args) -> CmdResult {
         dims(e, 1),
         Fill::Ones,
     )?;
-    add("output.weight".into(), ty, dims(e, vocab), Fill::fan_in(e))?;
+    add(
+        "output.weight".into(),
+        embd_ty,
+        dims(e, vocab),
+        Fill::fan_in(e),
+    )?;
 
     let bytes = w.write_file(&args.output);
     bar.finish_and_clear();
