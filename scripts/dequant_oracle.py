@@ -10,7 +10,9 @@ BIN is ramforge-quant's `dequant-stdio` (requests on stdin, f32 on stdout). Chec
      subnormal and large f16; no inf/nan), against gguf.quants.dequantize
      (gguf-py has no Q8_1/Q8_K dequantizer: those two use the numpy formula d * qs);
      block layouts (sizes, where the scales are) are read from the spec files in specs/;
-  3. every tensor of every *.gguf file in DIR (all rows, or with --max-rows N a sample of
+  3. the codebook grids the specs name (specs/grids/*.hex) against gguf-py's packed
+     constants (scripts/iq_grids.py --check), so the grids are gguf-py's, not a copy of ours;
+  4. every tensor of every *.gguf file in DIR (all rows, or with --max-rows N a sample of
      N rows per tensor including the first and last).
 Agreement means |ours - ref| <= 1e-6 * |ref| element-wise (and bit-equal zeros).
 Exit status 1 on any disagreement, with one line per failure on stderr.
@@ -163,6 +165,28 @@ def random_blocks(qtype, n_blocks, rng) -> np.ndarray:
     return raw.reshape(-1)
 
 
+def check_grids() -> list[str]:
+    """Every grid file a spec names is gguf-py's grid (same packing, shape and levels)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import iq_grids
+    errors, by_file = [], {}
+    for qt, spec in BLOCK_SPECS.items():
+        for name, grid in spec.get("grids", {}).items():
+            stem = Path(grid["file"]).stem
+            cls = iq_grids.SOURCES.get(stem)
+            if cls is None:
+                errors.append(f"{qt.name}: grid {name} ({grid['file']}) is not one of gguf-py's")
+                continue
+            if (tuple(grid["shape"]), tuple(grid["levels"])) != (cls.grid_shape, cls.grid_map):
+                errors.append(f"{qt.name}: grid {name} has shape/levels {grid['shape']}/{grid['levels']}, "
+                              f"gguf-py {cls.grid_shape}/{cls.grid_map}")
+            by_file[SPECS / grid["file"]] = cls
+    for path, cls in by_file.items():
+        if not path.is_file() or path.read_text() != iq_grids.text(cls):
+            errors.append(f"{path}: differs from gguf-py's {cls.__name__}.grid_hex")
+    return errors
+
+
 def check_random(rust, types, n_blocks, rng) -> list[str]:
     errors = []
     for qt in types:
@@ -208,6 +232,7 @@ def main() -> int:
     args = ap.parse_args()
 
     errors, supported = check_table(args.binary)
+    errors += check_grids()
     rust = Rust(args.binary)
     rng = np.random.default_rng(args.seed)
     errors += check_random(rust, supported, args.random_blocks, rng)

@@ -86,6 +86,13 @@ pub fn format_module(spec: &Spec, act: &Spec) -> TokenStream {
     let path = spec.path.to_string_lossy().into_owned();
     let (id, block, bytes, group) = (spec.id, spec.block, spec.bytes, spec.group);
     let tol = Literal::f32_suffixed(spec.roundtrip_tolerance as f32);
+    let rms_tol = match spec.roundtrip_rms_tolerance {
+        Some(r) => {
+            let r = Literal::f32_suffixed(r as f32);
+            quote!(Some(#r))
+        }
+        None => quote!(None),
+    };
     let name = &spec.name;
 
     let tables = spec.tables.iter().map(|(t, values)| {
@@ -93,6 +100,24 @@ pub fn format_module(spec: &Spec, act: &Spec) -> TokenStream {
         let n = values.len();
         let vals = values.iter().map(|v| Literal::i8_unsuffixed(*v as i8));
         quote!(pub const #t: [i8; #n] = [#(#vals),*];)
+    });
+    let grids = spec.grids.iter().map(|g| {
+        let t = format_ident!("{}", g.name);
+        let (n, w) = (g.rows, g.width);
+        let file = g.path.to_string_lossy().into_owned();
+        let doc = format!(
+            "Codebook grid `{}`: {n} rows of {w}, unpacked from `{file}`.",
+            g.name
+        );
+        let rows = g.values.chunks(w).map(|r| {
+            let vals = r.iter().map(|v| Literal::i8_unsuffixed(*v));
+            quote!([#(#vals),*])
+        });
+        quote! {
+            #[doc = #doc]
+            pub const #t: [[i8; #w]; #n] = [#(#rows),*];
+            const _: &[u8] = include_bytes!(#file);
+        }
     });
 
     let field_names: Vec<_> = spec
@@ -181,8 +206,12 @@ pub fn format_module(spec: &Spec, act: &Spec) -> TokenStream {
             const HAS_MIN: bool = #has_min;
             /// Bound on `|x - dequantize(quantize(x))|` relative to the block's max `|x|`.
             pub const ROUNDTRIP_TOLERANCE: f32 = #tol;
+            /// Bound on a block's root-mean-square round-trip error relative to its max `|x|`
+            /// (codebook formats).
+            pub const ROUNDTRIP_RMS_TOLERANCE: Option<f32> = #rms_tol;
             #(#offset_consts)*
             #(#tables)*
+            #(#grids)*
 
             const _: () = assert!(
                 TYPE.id() == ID && TYPE.block_size() == BLOCK && TYPE.type_size() == BYTES,
@@ -277,25 +306,33 @@ pub fn format_module(spec: &Spec, act: &Spec) -> TokenStream {
                 }
             }
 
+            /// Activation blocks per block (the activation type's blocks may be smaller).
+            const ACT_BLOCKS: usize = BLOCK / act::BLOCK;
+            /// Groups per activation block.
+            const ACT_GROUPS: usize = act::BLOCK / GROUP;
+
             /// Dot product of a row of blocks with a row of activation blocks: integer
             /// products per group, scaled once per group (and per activation block).
             pub fn vec_dot(w: &[u8], a: &[u8]) -> f32 {
                 let mut acc = 0f32;
                 let mut q = [0i8; BLOCK];
-                let mut aq = [0i8; BLOCK];
-                for (wb, ab) in blocks(w).iter().zip(act::blocks(a)) {
+                let mut aq = [0i8; act::BLOCK];
+                for (wb, abs) in blocks(w).iter().zip(act::blocks(a).chunks_exact(ACT_BLOCKS)) {
                     unpack(wb, &mut q);
-                    act::unpack(ab, &mut aq);
-                    let da = act::group_params(ab).0[0];
                     let (s, m) = group_params(wb);
-                    let mut sum = 0f32;
-                    for ((qg, ag), g) in q.chunks_exact(GROUP).zip(aq.chunks_exact(GROUP)).zip(0..GROUPS) {
-                        sum += s[g] * int_dot(qg, ag) as f32;
-                        if HAS_MIN {
-                            sum += m[g] * int_sum(ag) as f32;
+                    for (k, ab) in abs.iter().enumerate() {
+                        act::unpack(ab, &mut aq);
+                        let da = act::group_params(ab).0[0];
+                        let qk = &q[k * act::BLOCK..(k + 1) * act::BLOCK];
+                        let mut sum = 0f32;
+                        for ((qg, ag), g) in qk.chunks_exact(GROUP).zip(aq.chunks_exact(GROUP)).zip(k * ACT_GROUPS..) {
+                            sum += s[g] * int_dot(qg, ag) as f32;
+                            if HAS_MIN {
+                                sum += m[g] * int_sum(ag) as f32;
+                            }
                         }
+                        acc += da * sum;
                     }
-                    acc += da * sum;
                 }
                 acc
             }
@@ -360,6 +397,12 @@ pub fn format_tests(spec: &Spec) -> TokenStream {
                         for (a, b) in xb.iter().zip(yb) {
                             prop_assert!((a - b).abs() <= ROUNDTRIP_TOLERANCE * amax,
                                 "{} -> {} (block max {})", a, b, amax);
+                        }
+                        if let Some(rms_tol) = ROUNDTRIP_RMS_TOLERANCE {
+                            let sq: f64 = xb.iter().zip(yb).map(|(a, b)| ((a - b) as f64).powi(2)).sum();
+                            let rms = (sq / BLOCK as f64).sqrt();
+                            prop_assert!(rms <= rms_tol as f64 * amax as f64,
+                                "block rms error {} (block max {})", rms, amax);
                         }
                     }
                 }

@@ -16,11 +16,25 @@ struct RawSpec {
     group: usize,
     activation: String,
     roundtrip_tolerance: f64,
+    roundtrip_rms_tolerance: Option<f64>,
     #[serde(default)]
     tables: BTreeMap<String, Vec<i64>>,
+    #[serde(default)]
+    grids: BTreeMap<String, RawGrid>,
     field: Vec<RawField>,
     dequant: RawDequant,
     quantize: RawQuantize,
+}
+
+/// A codebook grid: rows of `shape[1]` values, packed as gguf-py packs its `grid_hex`
+/// (hexadecimal bytes, each holding `8 / ceil(log2(levels))` level indices, lowest bits first).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGrid {
+    /// The packed grid, relative to the spec file's directory.
+    file: String,
+    shape: [usize; 2],
+    levels: Vec<i64>,
 }
 
 #[derive(Deserialize)]
@@ -82,6 +96,15 @@ impl Kind {
     }
 }
 
+/// A codebook grid unpacked: `rows` rows of `width` values, row-major.
+pub struct Grid {
+    pub name: String,
+    pub path: PathBuf,
+    pub rows: usize,
+    pub width: usize,
+    pub values: Vec<i8>,
+}
+
 /// One named field of the block.
 pub struct Field {
     pub name: String,
@@ -101,7 +124,11 @@ pub struct Spec {
     pub group: usize,
     pub activation: String,
     pub roundtrip_tolerance: f64,
+    /// Bound on a block's root-mean-square round-trip error relative to its max `|x|`, for
+    /// codebook formats whose worst element says little (a value off every grid row).
+    pub roundtrip_rms_tolerance: Option<f64>,
     pub tables: Vec<(String, Vec<i64>)>,
+    pub grids: Vec<Grid>,
     pub fields: Vec<Field>,
     pub quant: syn::Expr,
     pub scale: syn::Expr,
@@ -157,10 +184,18 @@ pub fn load(path: &Path) -> Result<Spec, String> {
     if raw.block > 4096 {
         return Err(bad(format!("block {} is larger than 4096", raw.block)));
     }
-    if !(raw.roundtrip_tolerance > 0.0 && raw.roundtrip_tolerance < 1.0) {
+    if !(raw.roundtrip_tolerance > 0.0 && raw.roundtrip_tolerance < 2.0) {
         return Err(bad(format!(
-            "roundtrip_tolerance {} must lie in (0, 1)",
+            "roundtrip_tolerance {} must lie in (0, 2)",
             raw.roundtrip_tolerance
+        )));
+    }
+    if let Some(r) = raw
+        .roundtrip_rms_tolerance
+        .filter(|r| !(*r > 0.0 && *r < 1.0))
+    {
+        return Err(bad(format!(
+            "roundtrip_rms_tolerance {r} must lie in (0, 1)"
         )));
     }
 
@@ -177,6 +212,20 @@ pub fn load(path: &Path) -> Result<Spec, String> {
         tables.push((name, values));
     }
 
+    let mut grids = Vec::new();
+    for (name, raw_grid) in raw.grids {
+        if !is_ident(&name)
+            || RESERVED.contains(&name.as_str())
+            || tables.iter().any(|(t, _)| *t == name)
+        {
+            return Err(bad(format!(
+                "grid name {name:?} is not a usable identifier"
+            )));
+        }
+        let dir = path.parent().unwrap_or(Path::new("."));
+        grids.push(load_grid(&dir.join(&raw_grid.file), name, &raw_grid).map_err(bad)?);
+    }
+
     let mut fields = Vec::new();
     let mut at = 0usize;
     for f in raw.field {
@@ -188,6 +237,7 @@ pub fn load(path: &Path) -> Result<Spec, String> {
         }
         if fields.iter().any(|g: &Field| g.name == f.name)
             || tables.iter().any(|(t, _)| *t == f.name)
+            || grids.iter().any(|g| g.name == f.name)
         {
             return Err(bad(format!("field name {:?} is used twice", f.name)));
         }
@@ -251,7 +301,9 @@ pub fn load(path: &Path) -> Result<Spec, String> {
         group: raw.group,
         activation: raw.activation,
         roundtrip_tolerance: raw.roundtrip_tolerance,
+        roundtrip_rms_tolerance: raw.roundtrip_rms_tolerance,
         tables,
+        grids,
         fields,
         quant,
         scale,
@@ -260,8 +312,71 @@ pub fn load(path: &Path) -> Result<Spec, String> {
     })
 }
 
+/// Reads and unpacks one grid file.
+fn load_grid(file: &Path, name: String, raw: &RawGrid) -> Result<Grid, String> {
+    let shown = file.display();
+    let [rows, width] = raw.shape;
+    if rows == 0 || width == 0 || rows * width > 1 << 16 {
+        return Err(format!(
+            "grid {name}: shape {rows} x {width} is empty or too large"
+        ));
+    }
+    if raw.levels.len() < 2 || raw.levels.len() > 16 {
+        return Err(format!("grid {name}: needs 2 to 16 levels"));
+    }
+    if let Some(v) = raw.levels.iter().find(|v| !(-128..=127).contains(*v)) {
+        return Err(format!("grid {name}: level {v} does not fit in i8"));
+    }
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| format!("grid {name}: cannot read {shown}: {e}"))?;
+    let hex: Vec<u8> = text.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
+    let mut bytes = Vec::with_capacity(hex.len() / 2);
+    for pair in hex.chunks(2) {
+        let digit = |c: u8| (c as char).to_digit(16);
+        match (pair, pair.first().and_then(|&c| digit(c))) {
+            ([_, lo], Some(hi)) if digit(*lo).is_some() => {
+                bytes.push((hi * 16 + digit(*lo).unwrap_or(0)) as u8)
+            }
+            _ => return Err(format!("grid {name}: {shown} is not hexadecimal bytes")),
+        }
+    }
+    // As gguf-py's init_grid: ceil(log2(levels)) bits an index, 8 / bits indices a byte.
+    let bits = usize::BITS - (raw.levels.len() - 1).leading_zeros();
+    let per_byte = (8 / bits) as usize;
+    let step = 8 / per_byte;
+    let mask = (1u8 << bits) - 1;
+    if bytes.len() * per_byte != rows * width {
+        return Err(format!(
+            "grid {name}: {shown} holds {} values, the shape needs {}",
+            bytes.len() * per_byte,
+            rows * width
+        ));
+    }
+    let mut values = Vec::with_capacity(rows * width);
+    for b in bytes {
+        for k in 0..per_byte {
+            let index = ((b >> (k * step)) & mask) as usize;
+            let level = raw.levels.get(index).ok_or_else(|| {
+                format!(
+                    "grid {name}: {shown} names level {index} of {}",
+                    raw.levels.len()
+                )
+            })?;
+            values.push(*level as i8);
+        }
+    }
+    Ok(Grid {
+        name,
+        path: file.to_path_buf(),
+        rows,
+        width,
+        values,
+    })
+}
+
 /// Checks what needs all specs together: unique names and ids, and that each activation
-/// type exists, has one scale per block and no min, and has the same block size.
+/// type exists, has one scale per block and no min, and has blocks that tile the format's
+/// block and are tiled by its groups (so each group meets one activation scale).
 pub fn check_set(specs: &[Spec]) -> Result<(), String> {
     for (i, s) in specs.iter().enumerate() {
         let shown = s.path.display();
@@ -286,10 +401,10 @@ pub fn check_set(specs: &[Spec]) -> Result<(), String> {
                 act.name
             ));
         }
-        if act.block != s.block {
+        if !s.block.is_multiple_of(act.block) || !act.block.is_multiple_of(s.group) {
             return Err(format!(
-                "spec {shown}: activation type {} has blocks of {}, not {}",
-                act.name, act.block, s.block
+                "spec {shown}: activation type {} has blocks of {}, which must divide {} and be a multiple of the group {}",
+                act.name, act.block, s.block, s.group
             ));
         }
     }

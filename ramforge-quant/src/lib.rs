@@ -4,7 +4,7 @@
 //! (quantize), and multiply quantized matrices by vectors. It depends on no other RAMforge
 //! crate but its proc macro and the type table (`ramforge-types`), so it can be used on its own.
 //!
-//! The block formats (Q4_0 ... Q8_K, IQ4_NL, IQ4_XS, MXFP4) are generated at compile time from the
+//! The block formats (Q4_0 ... Q8_K, IQ1_S ... IQ4_XS, TQ1_0, TQ2_0, MXFP4, NVFP4) are generated at compile time from the
 //! declarative specs in `specs/` by `ramforge_macros::block_formats!`; F32, F16 and BF16 are
 //! handled natively. Layout convention: a weight matrix of GGUF shape `[cols, rows]` is `rows`
 //! rows of `cols` elements, and `y[o] = sum_i W[o][i] x[i]`.

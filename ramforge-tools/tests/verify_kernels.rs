@@ -100,10 +100,10 @@ fn assert_one_line_error(out: &std::process::Output, needle: &str) {
 
 #[test]
 fn unsupported_type_fails_with_one_line() {
-    // IQ2_XXS (id 16): 66 bytes per 256 elements, a type without kernels.
-    let path = temp_file("iq2.gguf", &tiny_gguf(16, 66));
+    // I16 (id 25): 2 bytes an element, a type without kernels.
+    let path = temp_file("i16.gguf", &tiny_gguf(25, 512));
     let out = verify(&path, false);
-    assert_one_line_error(&out, "IQ2_XXS");
+    assert_one_line_error(&out, "I16");
 }
 
 #[test]

@@ -45,6 +45,7 @@ pub enum GgmlType {
     TQ1_0,
     TQ2_0,
     MXFP4,
+    NVFP4,
 }
 
 /// (type, ggml id, name, elements per block, bytes per block)
@@ -81,6 +82,7 @@ const TABLE: &[(GgmlType, u32, &str, usize, usize)] = &[
     (GgmlType::TQ1_0, 34, "TQ1_0", 256, 54),
     (GgmlType::TQ2_0, 35, "TQ2_0", 256, 66),
     (GgmlType::MXFP4, 39, "MXFP4", 32, 17),
+    (GgmlType::NVFP4, 40, "NVFP4", 64, 36),
 ];
 
 /// The table is in enum order: a compile error otherwise.

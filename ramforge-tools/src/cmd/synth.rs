@@ -83,9 +83,15 @@ pub struct Args {
     /// glm4moe: MTP (nextn) layers after the blocks, written whole but never run.
     #[arg(long, default_value_t = 0)]
     pub nextn: u32,
-    /// Type of the weight matrices (Q4_0, Q8_0, Q4_K, F16, ...); norms and biases are F32.
+    /// Type of the weight matrices (Q4_0, Q8_0, Q4_K, IQ2_XXS, TQ2_0, NVFP4, F16, ...); norms
+    /// and biases are F32. MXFP4 with --experts: the routed experts in MXFP4, the other
+    /// matrices in Q8_0, as released gpt-oss files have them.
     #[arg(long = "type", value_name = "T")]
     pub ty: String,
+    /// Type of token_embd and output, if not --type (low-bit files keep these wider; the
+    /// codebook quantizers search their grids, slow on vocabulary-sized matrices).
+    #[arg(long = "embd-type", value_name = "T")]
+    pub embd_ty: Option<String>,
     /// Donor GGUF whose tokenizer metadata (`tokenizer.*`) is copied; its vocabulary size
     /// sets the embedding and output rows.
     #[arg(long, value_name = "MODEL.gguf")]
@@ -116,15 +122,23 @@ const ARCHES: [&str; 10] = [
 ];
 
 pub fn run(args: Args) -> CmdResult {
-    let ty = GgmlType::from_name(&args.ty).ok_or_else(|| format!("unknown type {:?}", args.ty))?;
-    if !ramforge_quant::is_supported(ty) && ty != GgmlType::F32 {
-        return Err(format!("type {ty} has no quantizer in ramforge-quant").into());
-    }
+    let weight_type = |name: &str| -> Result<GgmlType, CmdError> {
+        let ty = GgmlType::from_name(name).ok_or_else(|| format!("unknown type {name:?}"))?;
+        if !ramforge_quant::is_supported(ty) && ty != GgmlType::F32 {
+            return Err(format!("type {ty} has no quantizer in ramforge-quant").into());
+        }
+        Ok(ty)
+    };
+    let requested = weight_type(&args.ty)?;
     // Released MXFP4 files (gpt-oss) keep MXFP4 for the routed experts only.
-    let (ty, expert_ty) = if ty == GgmlType::MXFP4 {
-        (GgmlType::Q8_0, ty)
+    let (ty, expert_ty) = if requested == GgmlType::MXFP4 && args.experts > 0 {
+        (GgmlType::Q8_0, requested)
     } else {
-        (ty, ty)
+        (requested, requested)
+    };
+    let embd_ty = match &args.embd_ty {
+        Some(name) => weight_type(name)?,
+        None => ty,
     };
     let shape = Shape::new(&args)?;
     let donor = GgufFile::open(&args.vocab_from)?;
@@ -263,7 +277,7 @@ pub fn run(args: Args) -> CmdResult {
     let small = Fill::Uniform(0.1);
     add(
         "token_embd.weight".into(),
-        ty,
+        embd_ty,
         dims(e, vocab),
         Fill::Uniform(1.0),
     )?;
@@ -408,7 +422,12 @@ pub fn run(args: Args) -> CmdResult {
         dims(e, 1),
         Fill::Ones,
     )?;
-    add("output.weight".into(), ty, dims(e, vocab), Fill::fan_in(e))?;
+    add(
+        "output.weight".into(),
+        embd_ty,
+        dims(e, vocab),
+        Fill::fan_in(e),
+    )?;
 
     let bytes = w.write_file(&args.output);
     bar.finish_and_clear();
