@@ -123,9 +123,11 @@ pub fn parse_split_size(s: &str) -> Result<u64, String> {
     let (digits, unit) = match s.as_bytes().last() {
         Some(b'M') => (&s[..s.len() - 1], 1_000_000u64),
         Some(b'G') => (&s[..s.len() - 1], 1_000_000_000u64),
-        _ => return Err(format!(
+        _ => {
+            return Err(format!(
             "{s:?}: a size is a number followed by M (megabytes) or G (gigabytes), e.g. 500M or 3G"
-        )),
+        ))
+        }
     };
     let n: u64 = digits
         .parse()

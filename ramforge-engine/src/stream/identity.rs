@@ -12,12 +12,54 @@
 //! pass reads first; a file cut shorter than it was is reported as the short read a read would
 //! find (the first tensor it no longer holds, and where it ends). The engine stays usable:
 //! after a rename it runs again once the path names the loaded file again (moved back); a new
-//! engine loads the new file.
+//! engine loads the new file. A split model is checked shard by shard ([`ModelIdentity`]): the
+//! error names the shard that changed.
 
+use ramforge_gguf::{GgufError, GgufFile};
 use std::fmt;
 use std::fs::File;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+
+/// Every file of a model (one, or each shard of a split, by shard index) as loaded.
+#[derive(Clone, Debug)]
+pub struct ModelIdentity {
+    files: Vec<FileIdentity>,
+}
+
+impl ModelIdentity {
+    /// The identity of each of `model`'s open files.
+    pub fn of(model: &GgufFile) -> Result<ModelIdentity, GgufError> {
+        let files = model
+            .shards()
+            .iter()
+            .map(|s| {
+                FileIdentity::of(s.path(), s.file()).map_err(|source| GgufError::Io {
+                    path: s.path().display().to_string(),
+                    source,
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(ModelIdentity { files })
+    }
+
+    /// `Ok` while every path still names its open file as it was at load; else the first
+    /// shard that changed, and how.
+    pub fn check(&self) -> Result<(), (usize, FileChange)> {
+        for (shard, f) in self.files.iter().enumerate() {
+            f.check().map_err(|change| (shard, change))?;
+        }
+        Ok(())
+    }
+
+    /// The path of shard `shard`.
+    pub fn path(&self, shard: usize) -> &Path {
+        self.files
+            .get(shard)
+            .or(self.files.first())
+            .map_or(Path::new(""), FileIdentity::path)
+    }
+}
 
 /// The file an engine reads: its path, and the (device, inode) and the size and
 /// modification time its open handle had at load.

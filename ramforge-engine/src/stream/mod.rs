@@ -26,3 +26,22 @@ pub(crate) use layout::{LayerLayout, MappedLayer};
 pub(crate) use page_cache::drop_read;
 pub(crate) use prefetch::Prefetcher;
 pub(crate) use reader::{ReadMode, StreamFile, WARM_FRACTION};
+
+/// Another handle on each of the model's files (by shard), for the reader threads' owners to
+/// tell where a file ends now.
+pub(crate) fn model_handles(
+    model: &ramforge_gguf::GgufFile,
+) -> Result<Vec<std::fs::File>, ramforge_gguf::GgufError> {
+    model
+        .shards()
+        .iter()
+        .map(|s| {
+            s.file()
+                .try_clone()
+                .map_err(|source| ramforge_gguf::GgufError::Io {
+                    path: s.path().display().to_string(),
+                    source,
+                })
+        })
+        .collect()
+}

@@ -34,10 +34,11 @@ pub struct ExpertStore {
     staging: Vec<AlignedBuf>,
     /// Each layer's expert stacks (gate, up, down).
     stacks: Vec<[TensorInfo; 3]>,
-    data_offset: u64,
+    /// Where each shard's tensor data starts.
+    data_offsets: Vec<u64>,
     reader: ExpertReader,
-    /// The model file, to tell where it ends when a mapped expert faulted.
-    file: std::fs::File,
+    /// The model's files (by shard), to tell where they end when a mapped expert faulted.
+    files: Vec<std::fs::File>,
     /// Windows of experts used in place, unmapped by the reader with its next request.
     retiring: Vec<MappedLayer>,
     use_: ExpertUse,
@@ -73,11 +74,7 @@ impl ExpertStore {
         let staging = (0..ExpertPlan::STAGING_BUFFERS)
             .map(|i| AlignedBuf::new(budget, &format!("expert staging buffer {i}"), len))
             .collect::<Result<Vec<_>, _>>()?;
-        let io = |source| ramforge_gguf::GgufError::Io {
-            path: file.path().display().to_string(),
-            source,
-        };
-        let stream_file = StreamFile::open(file.path(), file.file(), mode).map_err(io)?;
+        let stream_file = StreamFile::of_model(file, mode)?;
         Ok(ExpertStore {
             n_expert: plan.n_expert,
             per_layer: plan.per_layer,
@@ -85,9 +82,9 @@ impl ExpertStore {
             slots,
             staging,
             stacks,
-            data_offset: file.header().data_offset,
+            data_offsets: file.data_offsets(),
             reader: ExpertReader::start(stream_file)?,
-            file: file.file().try_clone().map_err(io)?,
+            files: crate::stream::model_handles(file)?,
             retiring: Vec::new(),
             use_: ExpertUse::new(layers.len(), plan.n_expert),
             pending: ResidencyStats::default(),
@@ -244,7 +241,7 @@ impl ExpertStore {
             Some(m) => {
                 p.experts_mapped += 1;
                 f(x, self.views(l, |i| layout.mapped_matrix(m, i)))
-                    .and_then(|()| layout.check(m, &self.file).map_err(EngineError::from))
+                    .and_then(|()| layout.check(m, &self.files).map_err(EngineError::from))
             }
             None => f(x, self.views(l, |i| layout.buffered_matrix(buf.bytes(), i))),
         };
@@ -285,7 +282,7 @@ impl ExpertStore {
 
     /// Where expert `x` of layer `l` lies in the file and in a buffer.
     fn layout(&self, l: usize, x: usize) -> LayerLayout {
-        LayerLayout::of_expert(&self.stacks[l], x, self.n_expert, self.data_offset)
+        LayerLayout::of_expert(&self.stacks[l], x, self.n_expert, &self.data_offsets)
     }
 
     /// The three matrices of an expert of layer `l`, whose bytes `matrix(i)` gives.
