@@ -168,6 +168,51 @@ mod tests {
     }
 
     #[test]
+    fn every_shard_of_a_split_model_is_checked_and_the_changed_one_named() {
+        use ramforge_gguf::{GgmlType, GgufWriter, Metadata};
+        let dir = std::env::temp_dir().join(format!("ramforge-shards-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut w = GgufWriter::new(Metadata::new());
+        for i in 0..3 {
+            w.add_tensor(format!("t{i}"), GgmlType::F32, &[64], vec![i as u8; 256])
+                .unwrap();
+        }
+        let shards = w.write_split(dir.join("m"), 300).unwrap();
+        assert_eq!(shards.len(), 3);
+        let model = GgufFile::open(&shards[0].0).unwrap();
+        let id = ModelIdentity::of(&model).unwrap();
+        assert!(id.check().is_ok());
+
+        // The last shard replaced by rename: shard 2 is named, as is its path.
+        let kept = dir.join("kept.gguf");
+        std::fs::rename(&shards[2].0, &kept).unwrap();
+        std::fs::write(&shards[2].0, b"other").unwrap();
+        let (shard, change) = id.check().unwrap_err();
+        assert_eq!(shard, 2);
+        assert!(matches!(change, FileChange::Replaced), "{change}");
+        assert_eq!(id.path(2), shards[2].0.as_path());
+        std::fs::rename(&kept, &shards[2].0).unwrap();
+        assert!(id.check().is_ok(), "moved back");
+
+        // The middle shard cut short: a truncation of shard 1, and the read it would fail.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&shards[1].0)
+            .unwrap()
+            .set_len(100)
+            .unwrap();
+        let (shard, change) = id.check().unwrap_err();
+        assert_eq!(shard, 1);
+        assert!(
+            matches!(change, FileChange::Truncated { len: 100 }),
+            "{change}"
+        );
+        let e = model.short_read_at(1, 100).unwrap().to_string();
+        assert!(e.starts_with("tensor \"t1\": short read"), "{e}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
     fn writing_into_the_file_shows_in_its_size_or_modification_time() {
         let (dir, path, open, id) = loaded("written");
         let loaded_mtime = open.metadata().unwrap().modified().unwrap();

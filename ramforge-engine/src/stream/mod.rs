@@ -6,6 +6,9 @@
 //! file, [`mapped`] windows used in place (a [`sigbus`] guard turns a vanished page into an
 //! error). [`depth`] adapts how many reads are in flight; [`identity`] notices a model file
 //! replaced or rewritten under the run; [`stats`] records the traffic.
+//!
+//! A split model's shards are read through handles of their own: every segment names its shard
+//! (see [`layout`]), and offsets are in that shard's file.
 
 pub(crate) mod aligned;
 pub(crate) mod depth;
