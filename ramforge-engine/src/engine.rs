@@ -12,11 +12,11 @@ use crate::model::{Model, ModelConfig};
 use crate::options::{EngineOptions, DEFAULT_CTX};
 use crate::plan::{MemoryPlan, PlanRequest};
 use crate::stream::depth::{DepthControl, DepthDecision, Ring};
-use crate::stream::identity::{FileChange, FileIdentity};
+use crate::stream::identity::{FileChange, ModelIdentity};
 use crate::stream::{AlignedBuf, ResidencyStats};
 use crate::thread_choice::ThreadChoice;
 use crate::weights::Weights;
-use ramforge_gguf::{GgufError, TensorInfo};
+use ramforge_gguf::TensorInfo;
 use ramforge_quant::parallel::WorkerPool;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -44,8 +44,8 @@ pub struct Engine {
     load_secs: f64,
     /// Called as a long prompt is processed: `(tokens_done, tokens_total)`.
     prompt_progress: Option<PromptProgress>,
-    /// The open model file, to see it replaced while running.
-    identity: FileIdentity,
+    /// The open model files, to see one replaced while running.
+    identity: ModelIdentity,
     /// Adapts the prefetch depth from measured read and compute times.
     depth_control: DepthControl,
 }
@@ -128,13 +128,7 @@ impl Engine {
         })?;
         let cfg = &model.config;
         let ctx = plan.request.ctx;
-        let identity =
-            FileIdentity::of(model.file.path(), model.file.file()).map_err(|source| {
-                GgufError::Io {
-                    path: model.file.path().display().to_string(),
-                    source,
-                }
-            })?;
+        let identity = ModelIdentity::of(&model.file)?;
         let weights = Weights::load(&model.file, &model.tensors, &plan, &budget, progress)?;
         let depth_control = DepthControl::new(weights.matrices.stats());
         let scratch = Scratch::new(&budget, cfg, &model.tensors, plan.request.batch, ctx)?;
@@ -214,18 +208,18 @@ impl Engine {
         let Some((tensor, offset)) = self.first_file_read(token) else {
             return Ok(());
         };
-        let change = match self.identity.check() {
+        let (shard, change) = match self.identity.check() {
             Ok(()) => return Ok(()),
-            Err(change) => change,
+            Err(changed) => changed,
         };
         if let FileChange::Truncated { len } = change {
             // Said as a read would find it: the first tensor the file no longer holds.
-            if let Some(e) = self.model.file.short_read_at(len) {
+            if let Some(e) = self.model.file.short_read_at(shard, len) {
                 return Err(e.into());
             }
         }
         Err(EngineError::ModelFileChanged {
-            path: self.identity.path().display().to_string(),
+            path: self.identity.path(shard).display().to_string(),
             change: change.to_string(),
             stopped,
             tensor: tensor.name.clone(),

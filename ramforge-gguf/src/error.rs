@@ -157,6 +157,65 @@ pub enum GgufError {
         #[source]
         source: std::io::Error,
     },
+    #[error("tensor {tensor:?} names shard {shard}; the model has {shards}")]
+    NoSuchShard {
+        tensor: String,
+        shard: usize,
+        shards: usize,
+    },
+    #[error("{path}: metadata key {key:?} {reason}")]
+    SplitKey {
+        path: String,
+        key: String,
+        reason: String,
+    },
+    #[error("{path}: {source}")]
+    InShard {
+        path: String,
+        #[source]
+        source: Box<GgufError>,
+    },
+    #[error("{path} is shard {} of {count}; open the first shard ({first})", *.no as u32 + 1)]
+    NotFirstShard {
+        path: String,
+        no: u16,
+        count: u16,
+        first: String,
+    },
+    #[error("{path}: split.count says {count} shards, but the file is not named PREFIX-00001-of-{count:05}.gguf, so its other shards cannot be found")]
+    ShardName { path: String, count: u16 },
+    #[error("shard {} of {count} is missing: {path}: {source}", *.no as u32 + 1)]
+    MissingShard {
+        path: String,
+        no: u16,
+        count: u16,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("shard {path}: {key} is {found}, expected {expected} (as the first shard says)")]
+    ShardMismatch {
+        path: String,
+        key: &'static str,
+        found: String,
+        expected: String,
+    },
+    #[error("tensor {name:?} is in two shards: {first} and {second}")]
+    TensorInTwoShards {
+        name: String,
+        first: String,
+        second: String,
+    },
+    #[error(
+        "{path}: split.tensors.count says {expected} tensors, the {shards} shards hold {found}"
+    )]
+    SplitTensorCount {
+        path: String,
+        expected: u64,
+        shards: u16,
+        found: u64,
+    },
+    #[error("{path} is named as a shard of this model, whose first shard says it has {count} shards; remove it or the whole set")]
+    ExtraShard { path: String, count: u16 },
 }
 
 /// " at offset N" when the offset is known.

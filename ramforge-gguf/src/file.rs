@@ -1,47 +1,206 @@
-//! File-backed tensor access: positional reads into caller-provided buffers, and mapped views.
+//! File-backed tensor access: positional reads into caller-provided buffers, and mapped views,
+//! over a model of one file or of the shards of a split (see [`crate::split`]).
 
 use crate::error::GgufError;
 use crate::parse::{parse_header, GgufHeader};
+use crate::split::{
+    parse_shard_name, shard_path, shard_prefix, SplitKeys, SPLIT_COUNT, SPLIT_NO,
+    SPLIT_TENSORS_COUNT,
+};
 use crate::tensor::TensorInfo;
 use memmap2::{Mmap, MmapOptions};
+use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-/// An open GGUF file: the validated header plus a handle for reading tensor data on demand.
-/// Opening reads only the header; no tensor payload is touched.
+/// An open GGUF model: the validated header plus a handle per file for reading tensor data on
+/// demand. Opening reads only the headers; no tensor payload is touched.
+///
+/// A split model is opened by its first shard: the others are found by name
+/// (`PREFIX-00002-of-0000n.gguf` ...), each checked to be the shard its name says (same
+/// `split.count` and `split.tensors.count`, its own `split.no`), their tensors merged into one
+/// table (a name in two shards is refused) and counted against `split.tensors.count`, and a
+/// file named as a shard beyond the count is refused. The header is the first shard's
+/// (its metadata is the model's; `data_offset` and `file_len` are the first shard's) with every
+/// shard's tensors, each [`TensorInfo::shard`] saying whose data section its offset is in.
 #[derive(Debug)]
 pub struct GgufFile {
     path: PathBuf,
-    file: File,
+    shards: Vec<Shard>,
     header: GgufHeader,
 }
 
-impl GgufFile {
-    /// Opens and validates a GGUF file.
-    pub fn open(path: impl AsRef<Path>) -> Result<GgufFile, GgufError> {
-        let path = path.as_ref().to_path_buf();
-        let io = |source| GgufError::Io {
-            path: path.display().to_string(),
-            source,
-        };
-        let file = File::open(&path).map_err(io)?;
-        let file_len = file.metadata().map_err(io)?.len();
-        let header = if file_len == 0 {
-            parse_header(&[], 0)?
-        } else {
-            // The header is parsed from a temporary mapping that is dropped afterwards, so
-            // only the header's pages were ever touched.
-            // SAFETY: the mapping is read-only and private to this call; a concurrent writer
-            // can at worst make the parser see inconsistent bytes, which it validates.
-            let map = unsafe { MmapOptions::new().map(&file) }.map_err(io)?;
-            parse_header(&map, file_len)?
-        };
-        Ok(GgufFile { path, file, header })
-    }
+/// One file of a model: its path, an open handle, and where its tensor data starts.
+#[derive(Debug)]
+pub struct Shard {
+    path: PathBuf,
+    file: File,
+    data_offset: u64,
+    len: u64,
+}
 
+impl Shard {
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The open handle (for callers that issue their own reads, e.g. O_DIRECT).
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
+    /// Absolute file offset where this file's tensor data section starts.
+    pub fn data_offset(&self) -> u64 {
+        self.data_offset
+    }
+
+    /// Bytes of the file at open.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// Opens and validates one GGUF file.
+fn open_one(path: &Path, file: File) -> Result<(Shard, GgufHeader), GgufError> {
+    let io = |source| GgufError::Io {
+        path: path.display().to_string(),
+        source,
+    };
+    let file_len = file.metadata().map_err(io)?.len();
+    let header = if file_len == 0 {
+        parse_header(&[], 0)?
+    } else {
+        // The header is parsed from a temporary mapping that is dropped afterwards, so
+        // only the header's pages were ever touched.
+        // SAFETY: the mapping is read-only and private to this call; a concurrent writer
+        // can at worst make the parser see inconsistent bytes, which it validates.
+        let map = unsafe { MmapOptions::new().map(&file) }.map_err(io)?;
+        parse_header(&map, file_len)?
+    };
+    let shard = Shard {
+        path: path.to_path_buf(),
+        file,
+        data_offset: header.data_offset,
+        len: file_len,
+    };
+    Ok((shard, header))
+}
+
+impl GgufFile {
+    /// Opens and validates a GGUF file, or every shard of the split model whose first shard
+    /// it is.
+    pub fn open(path: impl AsRef<Path>) -> Result<GgufFile, GgufError> {
+        let path = path.as_ref().to_path_buf();
+        let file = File::open(&path).map_err(|source| GgufError::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
+        let (shard, header) = open_one(&path, file)?;
+        let keys = SplitKeys::of(&header.metadata, &path)?;
+        let mut model = GgufFile {
+            path,
+            shards: vec![shard],
+            header,
+        };
+        if let Some(keys) = keys {
+            model.open_other_shards(keys)?;
+        }
+        Ok(model)
+    }
+
+    /// Opens shards 2.. of the split whose first shard is open, as `keys` (the first shard's)
+    /// describe it, and merges their tensors.
+    fn open_other_shards(&mut self, keys: SplitKeys) -> Result<(), GgufError> {
+        let count = keys.count;
+        if keys.no != 0 {
+            let first = shard_prefix(&self.path, keys.no, count).map_or_else(
+                || format!("the file named PREFIX-00001-of-{count:05}.gguf"),
+                |p| shard_path(&p, 0, count).display().to_string(),
+            );
+            return Err(GgufError::NotFirstShard {
+                path: self.path.display().to_string(),
+                no: keys.no,
+                count,
+                first,
+            });
+        }
+        let expected = match keys.tensors {
+            Some(n) => u64::from(n),
+            None if count == 1 => self.header.tensors.len() as u64,
+            None => {
+                return Err(GgufError::SplitKey {
+                    path: self.path.display().to_string(),
+                    key: SPLIT_TENSORS_COUNT.to_string(),
+                    reason: format!("is missing (a model split in {count} shards must give it)"),
+                })
+            }
+        };
+        if count > 1 {
+            let prefix =
+                shard_prefix(&self.path, 0, count).ok_or_else(|| GgufError::ShardName {
+                    path: self.path.display().to_string(),
+                    count,
+                })?;
+            let mut owner: HashMap<String, usize> = self
+                .header
+                .tensors
+                .iter()
+                .map(|t| (t.name.clone(), 0))
+                .collect();
+            for no in 1..count {
+                let (shard, header) = open_shard(&shard_path(&prefix, no, count), no, keys)?;
+                for mut t in header.tensors {
+                    if let Some(&first) = owner.get(&t.name) {
+                        return Err(GgufError::TensorInTwoShards {
+                            name: t.name,
+                            first: self.shards[first].path.display().to_string(),
+                            second: shard.path.display().to_string(),
+                        });
+                    }
+                    owner.insert(t.name.clone(), self.shards.len());
+                    t.shard = self.shards.len();
+                    self.header.tensors.push(t);
+                }
+                // Only the first shard's metadata is the model's; the others' is dropped.
+                self.shards.push(shard);
+            }
+            refuse_extra_shards(&prefix, count)?;
+        }
+        let found = self.header.tensors.len() as u64;
+        if found != expected {
+            return Err(GgufError::SplitTensorCount {
+                path: self.path.display().to_string(),
+                expected,
+                shards: count,
+                found,
+            });
+        }
+        Ok(())
+    }
+
+    /// The path the model was opened by (its first shard).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The model's files: one, or every shard of a split in order.
+    pub fn shards(&self) -> &[Shard] {
+        &self.shards
+    }
+
+    /// Bytes of all the model's files together.
+    pub fn total_len(&self) -> u64 {
+        self.shards.iter().map(|s| s.len).sum()
+    }
+
+    /// Where each shard's tensor data starts, by shard index.
+    pub fn data_offsets(&self) -> Vec<u64> {
+        self.shards.iter().map(|s| s.data_offset).collect()
     }
 
     pub fn header(&self) -> &GgufHeader {
@@ -63,9 +222,23 @@ impl GgufFile {
             })
     }
 
-    /// Absolute file offset of a tensor's first byte.
+    /// The file that holds tensor `t`'s data.
+    pub fn shard_of(&self, t: &TensorInfo) -> Result<&Shard, GgufError> {
+        self.shards
+            .get(t.shard)
+            .ok_or_else(|| GgufError::NoSuchShard {
+                tensor: t.name.clone(),
+                shard: t.shard,
+                shards: self.shards.len(),
+            })
+    }
+
+    /// Absolute offset of a tensor's first byte in its shard's file (`u64::MAX` for a tensor
+    /// naming a shard this model does not have).
     pub fn absolute_offset(&self, t: &TensorInfo) -> u64 {
-        self.header.data_offset.saturating_add(t.offset)
+        self.shards
+            .get(t.shard)
+            .map_or(u64::MAX, |s| s.data_offset.saturating_add(t.offset))
     }
 
     /// A `Read` over one tensor's bytes, served by positional reads as the caller asks
@@ -107,8 +280,9 @@ impl GgufFile {
                 size: t.n_bytes,
             });
         }
+        let shard = self.shard_of(t)?;
         let offset = self.absolute_offset(t).saturating_add(start);
-        read_exact_at(&self.file, buf, offset).map_err(|(got, e)| match e {
+        read_exact_at(&shard.file, buf, offset).map_err(|(got, e)| match e {
             None => GgufError::ShortRead {
                 tensor: t.name.clone(),
                 offset: offset + got,
@@ -123,14 +297,16 @@ impl GgufFile {
         })
     }
 
-    /// The error a read finds in a file cut to `len` bytes: a short read of the first tensor
-    /// (in file order) the file no longer holds whole, at the offset where the file ends or
-    /// where that tensor starts. `None` when every tensor's data still lies within `len`.
-    pub fn short_read_at(&self, len: u64) -> Option<GgufError> {
+    /// The error a read finds in shard `shard` cut to `len` bytes: a short read of the first
+    /// tensor (in file order) the file no longer holds whole, at the offset where the file
+    /// ends or where that tensor starts. `None` when every tensor's data still lies within
+    /// `len`.
+    pub fn short_read_at(&self, shard: usize, len: u64) -> Option<GgufError> {
         let (start, t) = self
             .header
             .tensors
             .iter()
+            .filter(|t| t.shard == shard)
             .map(|t| (self.absolute_offset(t), t))
             .filter(|(start, t)| start.saturating_add(t.n_bytes) > len)
             .min_by_key(|(start, _)| *start)?;
@@ -140,11 +316,6 @@ impl GgufFile {
             wanted: t.n_bytes,
             got: len.saturating_sub(start),
         })
-    }
-
-    /// The underlying file handle (for callers that issue their own reads, e.g. O_DIRECT).
-    pub fn file(&self) -> &File {
-        &self.file
     }
 
     /// Bytes of tensor `t`'s pages that are in the page cache now (`mincore` on a temporary
@@ -167,18 +338,16 @@ impl GgufFile {
     /// Maps a tensor's bytes read-only. Pages are loaded on first touch and count towards
     /// the process's RSS while mapped.
     pub fn map_tensor(&self, t: &TensorInfo) -> Result<TensorMap, GgufError> {
+        let shard = self.shard_of(t)?;
         let abs = self.absolute_offset(t);
         // A TensorInfo from another file could point past this one's end; mapping that
         // would "succeed" and fault on first touch.
-        if abs
-            .checked_add(t.n_bytes)
-            .is_none_or(|end| end > self.header.file_len)
-        {
+        if abs.checked_add(t.n_bytes).is_none_or(|end| end > shard.len) {
             return Err(GgufError::TensorOutOfBounds {
                 tensor: t.name.clone(),
                 offset: abs,
                 size: t.n_bytes,
-                file_len: self.header.file_len,
+                file_len: shard.len,
             });
         }
         let page = page_size() as u64;
@@ -188,7 +357,7 @@ impl GgufFile {
         // SAFETY: read-only mapping of a range validated to lie inside the file at open.
         // If the file is truncated while mapped, touching the lost pages raises SIGBUS; the
         // streaming engine uses positional reads for that reason and maps only on request.
-        let map = unsafe { MmapOptions::new().offset(aligned).len(len).map(&self.file) }.map_err(
+        let map = unsafe { MmapOptions::new().offset(aligned).len(len).map(&shard.file) }.map_err(
             |source| GgufError::ReadFailed {
                 tensor: t.name.clone(),
                 offset: abs,
@@ -197,6 +366,79 @@ impl GgufFile {
         )?;
         Ok(TensorMap { map, lead })
     }
+}
+
+/// Opens shard `no` at `path` and checks that its split keys say what the first shard's
+/// (`first`) say, with its own index.
+fn open_shard(path: &Path, no: u16, first: SplitKeys) -> Result<(Shard, GgufHeader), GgufError> {
+    let shown = path.display().to_string();
+    let file = File::open(path).map_err(|source| GgufError::MissingShard {
+        path: shown.clone(),
+        no,
+        count: first.count,
+        source,
+    })?;
+    let (shard, header) = open_one(path, file).map_err(|e| GgufError::InShard {
+        path: shown.clone(),
+        source: Box::new(e),
+    })?;
+    let mismatch = |key, found: String, expected: String| GgufError::ShardMismatch {
+        path: shown.clone(),
+        key,
+        found,
+        expected,
+    };
+    let keys = SplitKeys::of(&header.metadata, path)?
+        .ok_or_else(|| mismatch(SPLIT_COUNT, "absent".into(), first.count.to_string()))?;
+    if keys.count != first.count {
+        return Err(mismatch(
+            SPLIT_COUNT,
+            keys.count.to_string(),
+            first.count.to_string(),
+        ));
+    }
+    if keys.no != no {
+        return Err(mismatch(SPLIT_NO, keys.no.to_string(), no.to_string()));
+    }
+    if keys.tensors != first.tensors {
+        let show = |n: Option<u32>| n.map_or_else(|| "absent".to_string(), |n| n.to_string());
+        return Err(mismatch(
+            SPLIT_TENSORS_COUNT,
+            show(keys.tensors),
+            show(first.tensors),
+        ));
+    }
+    Ok((shard, header))
+}
+
+/// Fails if the directory of a split holds a file named as a shard of `prefix` that is not one
+/// of its `count` shards (`PREFIX-00004-of-00003.gguf`, or `PREFIX-00001-of-00004.gguf` beside a
+/// 3-shard set): a leftover of another split that would otherwise be silently ignored. A
+/// directory that cannot be listed is not checked (its shards were opened by name).
+fn refuse_extra_shards(prefix: &Path, count: u16) -> Result<(), GgufError> {
+    let Some(stem) = prefix.file_name().and_then(|s| s.to_str()) else {
+        return Ok(());
+    };
+    let dir = match prefix.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Ok(());
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some((p, no, n)) = name.to_str().and_then(parse_shard_name) else {
+            continue;
+        };
+        if p == stem && !(n == u32::from(count) && (1..=n).contains(&no)) {
+            return Err(GgufError::ExtraShard {
+                path: entry.path().display().to_string(),
+                count,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// A `Read` over one tensor's bytes (see [`GgufFile::tensor_reader`]).

@@ -15,8 +15,11 @@ pub struct TensorInfo {
     pub ggml_type: GgmlType,
     /// ggml `ne`: `shape[0]` elements per row.
     pub shape: Vec<u64>,
-    /// Offset of the data relative to the start of the data section.
+    /// Offset of the data relative to the start of the data section of its file.
     pub offset: u64,
+    /// The shard of a split model whose data section holds the data (0 in a file of its
+    /// own; see [`crate::GgufFile`]).
+    pub shard: usize,
     /// Elements in the tensor.
     pub n_elements: u64,
     /// Bytes of data.
@@ -88,6 +91,7 @@ impl TensorInfo {
             ggml_type,
             shape,
             offset,
+            shard: 0,
             n_elements,
             n_bytes,
         })

@@ -11,12 +11,13 @@ use crate::error::GgufError;
 use crate::file::GgufFile;
 use crate::limits::{align_up, ALIGNMENT_KEY, DEFAULT_ALIGNMENT, MAGIC, MAX_WRITE_ALIGNMENT};
 use crate::parse::{parse_header, GgufHeader};
+use crate::split::{shard_path, SplitKeys, SPLIT_COUNT, SPLIT_NO, SPLIT_TENSORS_COUNT};
 use crate::tensor::TensorInfo;
 use crate::value::{Metadata, Value};
 use ramforge_types::GgmlType;
 use std::borrow::Cow;
 use std::io::{Read, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Where a tensor's bytes come from when the file is written.
 pub enum TensorData<'a> {
@@ -72,7 +73,14 @@ impl<'a> GgufWriter<'a> {
     /// bytes streamed from the file when written.
     pub fn copy_of(file: &'a GgufFile) -> Result<GgufWriter<'a>, GgufError> {
         let h = file.header();
-        let mut w = GgufWriter::new(h.metadata.clone()).with_version(h.version);
+        let mut metadata = h.metadata.clone();
+        if file.shards().len() > 1 {
+            // One file now: the split keys would send a reader looking for other shards.
+            for key in [SPLIT_NO, SPLIT_COUNT, SPLIT_TENSORS_COUNT] {
+                metadata.remove(key);
+            }
+        }
+        let mut w = GgufWriter::new(metadata).with_version(h.version);
         for t in &h.tensors {
             let reader = Box::new(file.tensor_reader(t));
             w.add_tensor(&t.name, t.ggml_type, &t.shape, TensorData::Reader(reader))?;
@@ -169,6 +177,73 @@ impl<'a> GgufWriter<'a> {
             source,
         })?;
         self.write_to(std::io::BufWriter::new(file))
+    }
+
+    /// Writes the model as the shards of a split, as llama.cpp's `gguf-split --split-max-size`
+    /// does: tensors in order, a new shard started when the next tensor (padded to 32 bytes)
+    /// would take the current one's tensor data past `max_bytes` (a tensor larger than that
+    /// gets a shard of its own); every shard carries `split.no`, `split.count` and
+    /// `split.tensors.count`, and the first also all the other metadata. The files are
+    /// `PREFIX-00001-of-0000n.gguf` ...; returns each one's path and length. Every shard's
+    /// header is validated before the first byte is written.
+    pub fn write_split(
+        self,
+        prefix: impl AsRef<Path>,
+        max_bytes: u64,
+    ) -> Result<Vec<(PathBuf, u64)>, GgufError> {
+        let total = self.tensors.len();
+        let mut groups: Vec<Vec<PendingTensor<'a>>> = vec![Vec::new()];
+        let mut size = 0u64;
+        for t in self.tensors {
+            let n = align_up(t.info.n_bytes, DEFAULT_ALIGNMENT).unwrap_or(u64::MAX);
+            let current = groups.last_mut().expect("never empty");
+            if size.saturating_add(n) > max_bytes && !current.is_empty() {
+                groups.push(Vec::new());
+                size = 0;
+            }
+            size = size.saturating_add(n);
+            groups.last_mut().expect("never empty").push(t);
+        }
+        let count = u16::try_from(groups.len()).map_err(|_| GgufError::OutOfRange {
+            key: SPLIT_COUNT.to_string(),
+            value: format!("{} shards (at most 65535)", groups.len()),
+        })?;
+        let tensors = u32::try_from(total)
+            .ok()
+            .filter(|&n| i32::try_from(n).is_ok())
+            .ok_or_else(|| GgufError::OutOfRange {
+                key: SPLIT_TENSORS_COUNT.to_string(),
+                value: total.to_string(),
+            })?;
+        let mut shards = Vec::with_capacity(groups.len());
+        for (no, group) in groups.into_iter().enumerate() {
+            let mut metadata = if no == 0 {
+                self.metadata.clone()
+            } else {
+                Metadata::new()
+            };
+            let no = no as u16;
+            SplitKeys {
+                no,
+                count,
+                tensors: Some(tensors),
+            }
+            .write_to(&mut metadata);
+            let w = GgufWriter {
+                version: self.version,
+                metadata,
+                tensors: group,
+            };
+            w.header()?;
+            shards.push((shard_path(prefix.as_ref(), no, count), w));
+        }
+        shards
+            .into_iter()
+            .map(|(path, w)| {
+                let n = w.write_file(&path)?;
+                Ok((path, n))
+            })
+            .collect()
     }
 
     /// Lays the file out: header bytes (padded to the data section) and the header as the

@@ -12,12 +12,54 @@
 //! pass reads first; a file cut shorter than it was is reported as the short read a read would
 //! find (the first tensor it no longer holds, and where it ends). The engine stays usable:
 //! after a rename it runs again once the path names the loaded file again (moved back); a new
-//! engine loads the new file.
+//! engine loads the new file. A split model is checked shard by shard ([`ModelIdentity`]): the
+//! error names the shard that changed.
 
+use ramforge_gguf::{GgufError, GgufFile};
 use std::fmt;
 use std::fs::File;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+
+/// Every file of a model (one, or each shard of a split, by shard index) as loaded.
+#[derive(Clone, Debug)]
+pub struct ModelIdentity {
+    files: Vec<FileIdentity>,
+}
+
+impl ModelIdentity {
+    /// The identity of each of `model`'s open files.
+    pub fn of(model: &GgufFile) -> Result<ModelIdentity, GgufError> {
+        let files = model
+            .shards()
+            .iter()
+            .map(|s| {
+                FileIdentity::of(s.path(), s.file()).map_err(|source| GgufError::Io {
+                    path: s.path().display().to_string(),
+                    source,
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(ModelIdentity { files })
+    }
+
+    /// `Ok` while every path still names its open file as it was at load; else the first
+    /// shard that changed, and how.
+    pub fn check(&self) -> Result<(), (usize, FileChange)> {
+        for (shard, f) in self.files.iter().enumerate() {
+            f.check().map_err(|change| (shard, change))?;
+        }
+        Ok(())
+    }
+
+    /// The path of shard `shard`.
+    pub fn path(&self, shard: usize) -> &Path {
+        self.files
+            .get(shard)
+            .or(self.files.first())
+            .map_or(Path::new(""), FileIdentity::path)
+    }
+}
 
 /// The file an engine reads: its path, and the (device, inode) and the size and
 /// modification time its open handle had at load.
@@ -122,6 +164,51 @@ mod tests {
 
         std::fs::rename(&kept, &path).unwrap();
         assert!(id.check().is_ok(), "the loaded file is back at the path");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn every_shard_of_a_split_model_is_checked_and_the_changed_one_named() {
+        use ramforge_gguf::{GgmlType, GgufWriter, Metadata};
+        let dir = std::env::temp_dir().join(format!("ramforge-shards-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut w = GgufWriter::new(Metadata::new());
+        for i in 0..3 {
+            w.add_tensor(format!("t{i}"), GgmlType::F32, &[64], vec![i as u8; 256])
+                .unwrap();
+        }
+        let shards = w.write_split(dir.join("m"), 300).unwrap();
+        assert_eq!(shards.len(), 3);
+        let model = GgufFile::open(&shards[0].0).unwrap();
+        let id = ModelIdentity::of(&model).unwrap();
+        assert!(id.check().is_ok());
+
+        // The last shard replaced by rename: shard 2 is named, as is its path.
+        let kept = dir.join("kept.gguf");
+        std::fs::rename(&shards[2].0, &kept).unwrap();
+        std::fs::write(&shards[2].0, b"other").unwrap();
+        let (shard, change) = id.check().unwrap_err();
+        assert_eq!(shard, 2);
+        assert!(matches!(change, FileChange::Replaced), "{change}");
+        assert_eq!(id.path(2), shards[2].0.as_path());
+        std::fs::rename(&kept, &shards[2].0).unwrap();
+        assert!(id.check().is_ok(), "moved back");
+
+        // The middle shard cut short: a truncation of shard 1, and the read it would fail.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&shards[1].0)
+            .unwrap()
+            .set_len(100)
+            .unwrap();
+        let (shard, change) = id.check().unwrap_err();
+        assert_eq!(shard, 1);
+        assert!(
+            matches!(change, FileChange::Truncated { len: 100 }),
+            "{change}"
+        );
+        let e = model.short_read_at(1, 100).unwrap().to_string();
+        assert!(e.starts_with("tensor \"t1\": short read"), "{e}");
         std::fs::remove_dir_all(&dir).ok();
     }
 

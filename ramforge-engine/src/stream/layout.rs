@@ -4,6 +4,10 @@
 //! Matrices that lie close together in the file (only norms between them) are merged into one
 //! segment, and each segment is widened to [`ALIGN`]-aligned file offsets and read whole into an
 //! aligned place in the buffer. A matrix is then used in place, at its offset inside its segment.
+//!
+//! A split model's layer may lie in two shards: every piece and segment names its shard (the
+//! index of the model's file, 0 for a file of its own), offsets are in that shard's file, and
+//! only pieces of the same shard are merged.
 
 use super::aligned::{round_up, ALIGN};
 use super::mapped::Window;
@@ -15,10 +19,11 @@ use std::fs::File;
 /// norms, is read and ignored).
 pub const MERGE_GAP: u64 = 256 << 10;
 
-/// One matrix's place: its name (for errors), file range, and offset in the buffer.
+/// One matrix's place: its name (for errors), shard and file range, and offset in the buffer.
 #[derive(Clone, Debug)]
 struct Placed {
     name: String,
+    shard: usize,
     file_start: u64,
     len: u64,
     buf_start: usize,
@@ -29,6 +34,8 @@ struct Placed {
 /// One aligned read.
 #[derive(Clone, Debug)]
 pub(super) struct Segment {
+    /// The model file (shard) read.
+    pub(super) shard: usize,
     pub(super) file_start: u64,
     pub(super) len: u64,
     pub(super) buf_start: usize,
@@ -47,38 +54,47 @@ pub struct LayerLayout {
 }
 
 /// The file range `(start, end)` that the ranges of one group cover together.
-fn span(ranges: &[(u64, u64)], group: &[usize]) -> (u64, u64) {
-    let start = group.iter().map(|&i| ranges[i].0).min().unwrap_or(0);
+fn span(ranges: &[Range], group: &[usize]) -> (u64, u64) {
+    let start = group.iter().map(|&i| ranges[i].start).min().unwrap_or(0);
     let end = group
         .iter()
-        .map(|&i| ranges[i].0 + ranges[i].1)
+        .map(|&i| ranges[i].start.saturating_add(ranges[i].len))
         .max()
         .unwrap_or(0);
     (start, end)
 }
 
-/// Merges the matrices' `(start, len)` ranges (relative or absolute offsets) into segments:
-/// lists of matrix indices, in file order.
-/// Ranges closer than `gap` share a segment.
-fn group(ranges: &[(u64, u64)], gap: u64) -> Vec<Vec<usize>> {
+/// A piece's place in the model's files: shard, offset (relative or absolute) and length.
+#[derive(Clone, Copy, Debug)]
+struct Range {
+    shard: usize,
+    start: u64,
+    len: u64,
+}
+
+/// Merges the matrices' ranges into segments: lists of matrix indices, in file order (shard
+/// by shard). Ranges of one shard closer than `gap` share a segment.
+fn group(ranges: &[Range], gap: u64) -> Vec<Vec<usize>> {
     let mut order: Vec<usize> = (0..ranges.len()).collect();
-    order.sort_by_key(|&i| ranges[i].0);
+    order.sort_by_key(|&i| (ranges[i].shard, ranges[i].start));
     let mut groups: Vec<Vec<usize>> = Vec::new();
-    let mut end = 0u64;
+    let (mut shard, mut end) = (0usize, 0u64);
     for i in order {
-        let (start, len) = ranges[i];
+        let r = ranges[i];
         match groups.last_mut() {
-            Some(g) if start <= end.saturating_add(gap) => g.push(i),
-            _ => groups.push(vec![i]),
+            Some(g) if r.shard == shard && r.start <= end.saturating_add(gap) => g.push(i),
+            _ => {
+                groups.push(vec![i]);
+                (shard, end) = (r.shard, 0);
+            }
         }
-        end = end.max(start + len);
+        end = end.max(r.start.saturating_add(r.len));
     }
     groups
 }
 
-/// The most bytes the aligned segments of these `(start, len)` ranges can need, wherever the
-/// data starts.
-fn bound_of(ranges: &[(u64, u64)], gap: u64) -> u64 {
+/// The most bytes the aligned segments of these ranges can need, wherever the data starts.
+fn bound_of(ranges: &[Range], gap: u64) -> u64 {
     group(ranges, gap)
         .iter()
         .map(|g| {
@@ -89,11 +105,19 @@ fn bound_of(ranges: &[(u64, u64)], gap: u64) -> u64 {
 }
 
 impl LayerLayout {
-    /// The layout of `layer` in a file whose tensor data starts at `data_offset`.
-    pub fn new(layer: &LayerTensors, data_offset: u64) -> LayerLayout {
+    /// The layout of `layer` in a model whose shards' tensor data start at `data_offsets`
+    /// ([`ramforge_gguf::GgufFile::data_offsets`]).
+    pub fn new(layer: &LayerTensors, data_offsets: &[u64]) -> LayerLayout {
         let pieces = layer
             .matrices()
-            .map(|t| (t.name.clone(), data_offset + t.offset, t.n_bytes))
+            .map(|t| Piece {
+                name: t.name.clone(),
+                at: Range {
+                    shard: t.shard,
+                    start: absolute(data_offsets, t, 0),
+                    len: t.n_bytes,
+                },
+            })
             .collect();
         LayerLayout::of_pieces(pieces, MERGE_GAP)
     }
@@ -105,26 +129,29 @@ impl LayerLayout {
         stacks: &[TensorInfo; 3],
         x: usize,
         n_expert: usize,
-        data_offset: u64,
+        data_offsets: &[u64],
     ) -> LayerLayout {
         let pieces = stacks
             .iter()
             .map(|t| {
                 let len = t.n_bytes / n_expert as u64;
-                (
-                    format!("{} (expert {x})", t.name),
-                    data_offset + t.offset + x as u64 * len,
-                    len,
-                )
+                Piece {
+                    name: format!("{} (expert {x})", t.name),
+                    at: Range {
+                        shard: t.shard,
+                        start: absolute(data_offsets, t, x as u64 * len),
+                        len,
+                    },
+                }
             })
             .collect();
         LayerLayout::of_pieces(pieces, 0)
     }
 
-    /// The layout of named `(name, absolute file offset, length)` pieces, used in this order;
-    /// pieces closer than `gap` are read as one segment.
-    fn of_pieces(pieces: Vec<(String, u64, u64)>, gap: u64) -> LayerLayout {
-        let ranges: Vec<(u64, u64)> = pieces.iter().map(|p| (p.1, p.2)).collect();
+    /// The layout of named pieces at absolute file offsets, used in this order; pieces of a
+    /// shard closer than `gap` are read as one segment.
+    fn of_pieces(pieces: Vec<Piece>, gap: u64) -> LayerLayout {
+        let ranges: Vec<Range> = pieces.iter().map(|p| p.at).collect();
         let mut placed: Vec<Option<Placed>> = vec![None; pieces.len()];
         let mut segments = Vec::new();
         let mut buf_at = 0usize;
@@ -132,16 +159,19 @@ impl LayerLayout {
             let (start, end) = span(&ranges, &g);
             let file_start = start / ALIGN * ALIGN;
             let len = round_up(end) - file_start;
+            let shard = ranges[g[0]].shard;
             for &i in &g {
                 placed[i] = Some(Placed {
-                    name: pieces[i].0.clone(),
-                    file_start: ranges[i].0,
-                    len: ranges[i].1,
-                    buf_start: buf_at + (ranges[i].0 - file_start) as usize,
+                    name: pieces[i].name.clone(),
+                    shard,
+                    file_start: ranges[i].start,
+                    len: ranges[i].len,
+                    buf_start: buf_at + (ranges[i].start - file_start) as usize,
                     segment: segments.len(),
                 });
             }
             segments.push(Segment {
+                shard,
                 file_start,
                 len,
                 buf_start: buf_at,
@@ -159,7 +189,14 @@ impl LayerLayout {
     /// The most bytes the layout of `layer` can need, wherever the tensor data starts (the
     /// plan sizes the streaming buffers with this before the file is opened for streaming).
     pub fn bound(layer: &LayerTensors) -> u64 {
-        let ranges: Vec<(u64, u64)> = layer.matrices().map(|t| (t.offset, t.n_bytes)).collect();
+        let ranges: Vec<Range> = layer
+            .matrices()
+            .map(|t| Range {
+                shard: t.shard,
+                start: t.offset,
+                len: t.n_bytes,
+            })
+            .collect();
         bound_of(&ranges, MERGE_GAP)
     }
 
@@ -171,11 +208,15 @@ impl LayerLayout {
         };
         (0..n_expert as u64)
             .map(|x| {
-                let ranges: Vec<(u64, u64)> = stacks
+                let ranges: Vec<Range> = stacks
                     .iter()
                     .map(|t| {
                         let len = t.n_bytes / n_expert as u64;
-                        (t.offset + x * len, len)
+                        Range {
+                            shard: t.shard,
+                            start: t.offset + x * len,
+                            len,
+                        }
                     })
                     .collect();
                 bound_of(&ranges, 0)
@@ -199,18 +240,20 @@ impl LayerLayout {
         self.segments.iter().map(|s| s.len).sum()
     }
 
-    /// The matrix that holds file offset `offset` (or the last one before it), for errors.
-    fn matrix_at(&self, offset: u64) -> &Placed {
+    /// The matrix that holds offset `offset` of shard `shard` (or the last one before it),
+    /// for errors.
+    fn matrix_at(&self, shard: usize, offset: u64) -> &Placed {
         self.placed
             .iter()
-            .filter(|p| p.file_start <= offset)
+            .filter(|p| p.shard == shard && p.file_start <= offset)
             .max_by_key(|p| p.file_start)
+            .or_else(|| self.placed.iter().find(|p| p.shard == shard))
             .unwrap_or(&self.placed[0])
     }
 
-    /// The error for a file that ends at `at`, inside the layer.
-    pub(super) fn short_read(&self, at: u64) -> GgufError {
-        let m = self.matrix_at(at);
+    /// The error for shard `shard` ending at `at`, inside the layer.
+    pub(super) fn short_read(&self, shard: usize, at: u64) -> GgufError {
+        let m = self.matrix_at(shard, at);
         GgufError::ShortRead {
             tensor: m.name.clone(),
             offset: at,
@@ -219,27 +262,48 @@ impl LayerLayout {
         }
     }
 
-    /// The short read of a file that ends at `size`, if that is before the layer's end: at
-    /// the first segment the file does not hold whole, as [`LayerLayout::read_into`] reports.
-    fn ends_short(&self, size: u64) -> Option<GgufError> {
-        let s = self.segments.iter().find(|s| s.needed_end > size)?;
-        Some(self.short_read(size.max(s.file_start)))
+    /// The short read of shard `shard` ending at `size`, if that is before the layer's end
+    /// there: at the first segment the file does not hold whole, as
+    /// [`super::reader::StreamFile::read_layer`] reports.
+    fn ends_short(&self, shard: usize, size: u64) -> Option<GgufError> {
+        let s = self
+            .segments
+            .iter()
+            .find(|s| s.shard == shard && s.needed_end > size)?;
+        Some(self.short_read(shard, size.max(s.file_start)))
     }
 
-    /// The error for a failure at file offset `at`: a short read where the file ends now
-    /// (`size`) if it no longer holds the layer, else `source` at `at`.
+    /// The error for a failure at offset `at` of shard `shard`: a short read where the file
+    /// ends now (`size`) if it no longer holds the layer, else `source` at `at`.
     pub(super) fn failed_at(
         &self,
+        shard: usize,
         at: u64,
         size: Option<u64>,
         source: std::io::Error,
     ) -> GgufError {
-        size.and_then(|size| self.ends_short(size))
+        size.and_then(|size| self.ends_short(shard, size))
             .unwrap_or_else(|| GgufError::ReadFailed {
-                tensor: self.matrix_at(at).name.clone(),
+                tensor: self.matrix_at(shard, at).name.clone(),
                 offset: at,
                 source,
             })
+    }
+
+    /// The first shard whose file (`files`, by shard) no longer holds its part of the layer,
+    /// as a short read; or the error telling its size.
+    fn file_ends_short(&self, files: &[File]) -> Result<(), GgufError> {
+        for s in &self.segments {
+            let file = shard_file(files, s.shard)?;
+            let size = file
+                .metadata()
+                .map_err(|e| self.failed_at(s.shard, s.file_start, None, e))?
+                .len();
+            if let Some(e) = self.ends_short(s.shard, size) {
+                return Err(e);
+            }
+        }
+        Ok(())
     }
 
     /// The bytes of the `i`-th matrix (in [`LayerTensors::matrices`] order) in a buffer
@@ -256,18 +320,15 @@ impl LayerLayout {
         &mapped.windows[p.segment].bytes()[at..at + p.len as usize]
     }
 
-    /// Maps every segment of the layer from `file` and fills the windows' page tables.
-    /// The file size is checked first, so a file cut short fails here (a short read naming
-    /// the tensor and where the file ends) rather than faulting later.
-    pub fn map(&self, file: &File) -> Result<MappedLayer, MapError> {
-        let first = self.segments.first().map_or(0, |s| s.file_start);
-        let size = file.metadata().map(|m| m.len());
-        let size = size.map_err(|e| MapError::Failed(self.failed_at(first, None, e)))?;
-        if let Some(e) = self.ends_short(size) {
-            return Err(MapError::Failed(e));
-        }
+    /// Maps every segment of the layer from the model's `files` (by shard) and fills the
+    /// windows' page tables. The files' sizes are checked first, so a file cut short fails
+    /// here (a short read naming the tensor and where the file ends) rather than faulting
+    /// later.
+    pub fn map(&self, files: &[File]) -> Result<MappedLayer, MapError> {
+        self.file_ends_short(files).map_err(MapError::Failed)?;
         let mut windows = Vec::with_capacity(self.segments.len());
         for s in &self.segments {
+            let file = shard_file(files, s.shard).map_err(MapError::Failed)?;
             windows.push(
                 Window::map(file, s.file_start, s.len as usize)
                     .map_err(|_| MapError::Unsupported)?,
@@ -275,8 +336,13 @@ impl LayerLayout {
         }
         for (w, s) in windows.iter().zip(&self.segments) {
             if let Err(e) = w.populate() {
-                let size = file.metadata().map(|m| m.len()).ok();
-                return Err(MapError::Failed(self.failed_at(s.file_start, size, e)));
+                let size = files[s.shard].metadata().map(|m| m.len()).ok();
+                return Err(MapError::Failed(self.failed_at(
+                    s.shard,
+                    s.file_start,
+                    size,
+                    e,
+                )));
             }
         }
         Ok(MappedLayer { windows })
@@ -285,24 +351,48 @@ impl LayerLayout {
     /// After the compute used `mapped`: fails if a read found a page missing (the file was
     /// cut, or storage failed) and so saw zeros, or if the file no longer holds the layer
     /// (a cut that left the pages the compute read mapped, zero-filled past the end).
-    pub fn check(&self, mapped: &MappedLayer, file: &File) -> Result<(), GgufError> {
-        let first = self.segments.first().map_or(0, |s| s.file_start);
-        let size = file
-            .metadata()
-            .map_err(|e| self.failed_at(first, None, e))?
-            .len();
-        if let Some(e) = self.ends_short(size) {
-            return Err(e);
-        }
-        match mapped.windows.iter().filter_map(Window::fault).min() {
+    pub fn check(&self, mapped: &MappedLayer, files: &[File]) -> Result<(), GgufError> {
+        self.file_ends_short(files)?;
+        let fault = mapped
+            .windows
+            .iter()
+            .zip(&self.segments)
+            .filter_map(|(w, s)| Some((s.shard, w.fault()?)))
+            .min();
+        match fault {
             None => Ok(()),
-            Some(at) => Err(self.failed_at(
+            Some((shard, at)) => Err(self.failed_at(
+                shard,
                 at,
                 None,
                 std::io::Error::other("bus error reading the mapped model file"),
             )),
         }
     }
+}
+
+/// A named piece of a layout, at an absolute file offset.
+struct Piece {
+    name: String,
+    at: Range,
+}
+
+/// Byte `at` of tensor `t` as an absolute offset in its shard's file.
+fn absolute(data_offsets: &[u64], t: &TensorInfo, at: u64) -> u64 {
+    // A shard the model does not have cannot come from its own tensor table; should one, the
+    // read past any file's end fails as a short read naming the tensor.
+    data_offsets
+        .get(t.shard)
+        .map_or(u64::MAX, |d| d.saturating_add(t.offset).saturating_add(at))
+}
+
+/// The file of shard `shard`, or the error for a layout asking for a shard not given.
+fn shard_file(files: &[File], shard: usize) -> Result<&File, GgufError> {
+    files.get(shard).ok_or_else(|| GgufError::NoSuchShard {
+        tensor: "<streamed layer>".to_string(),
+        shard,
+        shards: files.len(),
+    })
 }
 
 /// A streamed layer mapped in place: one window per segment of its [`LayerLayout`]. Its pages

@@ -6,6 +6,9 @@
 //! file, [`mapped`] windows used in place (a [`sigbus`] guard turns a vanished page into an
 //! error). [`depth`] adapts how many reads are in flight; [`identity`] notices a model file
 //! replaced or rewritten under the run; [`stats`] records the traffic.
+//!
+//! A split model's shards are read through handles of their own: every segment names its shard
+//! (see [`layout`]), and offsets are in that shard's file.
 
 pub(crate) mod aligned;
 pub(crate) mod depth;
@@ -26,3 +29,22 @@ pub(crate) use layout::{LayerLayout, MappedLayer};
 pub(crate) use page_cache::drop_read;
 pub(crate) use prefetch::Prefetcher;
 pub(crate) use reader::{ReadMode, StreamFile, WARM_FRACTION};
+
+/// Another handle on each of the model's files (by shard), for the reader threads' owners to
+/// tell where a file ends now.
+pub(crate) fn model_handles(
+    model: &ramforge_gguf::GgufFile,
+) -> Result<Vec<std::fs::File>, ramforge_gguf::GgufError> {
+    model
+        .shards()
+        .iter()
+        .map(|s| {
+            s.file()
+                .try_clone()
+                .map_err(|source| ramforge_gguf::GgufError::Io {
+                    path: s.path().display().to_string(),
+                    source,
+                })
+        })
+        .collect()
+}

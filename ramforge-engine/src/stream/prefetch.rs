@@ -69,8 +69,8 @@ pub struct Prefetcher {
     current: Option<InUse>,
     direct: bool,
     mapped: bool,
-    /// The model file, to tell where it ends when a mapped layer faulted.
-    file: std::fs::File,
+    /// The model's files (by shard), to tell where they end when a mapped layer faulted.
+    files: Vec<std::fs::File>,
     /// Most buffers the ring keeps ([`Prefetcher::set_depth`]); surplus ones are dropped as
     /// they come back free.
     target: usize,
@@ -78,10 +78,10 @@ pub struct Prefetcher {
 
 impl Prefetcher {
     /// Starts the I/O thread on `file` with `buffers`; `layouts[i]` is `Some` for every
-    /// streamed layer `i`. `model_file` is another handle on the same file.
+    /// streamed layer `i`. `model_files` are other handles on the same files (by shard).
     pub fn start(
         mut file: StreamFile,
-        model_file: std::fs::File,
+        model_files: Vec<std::fs::File>,
         layouts: Vec<Option<LayerLayout>>,
         buffers: Vec<AlignedBuf>,
     ) -> Result<Prefetcher, EngineError> {
@@ -137,7 +137,7 @@ impl Prefetcher {
             current: None,
             direct,
             mapped,
-            file: model_file,
+            files: model_files,
             target,
         })
     }
@@ -171,7 +171,7 @@ impl Prefetcher {
             return Ok(());
         };
         let checked = match (&used.mapped, &self.layouts[used.layer]) {
-            (Some(mapped), Some(layout)) => layout.check(mapped, &self.file),
+            (Some(mapped), Some(layout)) => layout.check(mapped, &self.files),
             _ => Ok(()),
         };
         self.retiring.extend(used.mapped);

@@ -11,7 +11,7 @@
 use super::aligned::AlignedBuf;
 use super::layout::{LayerLayout, MapError, MappedLayer};
 use super::page_cache::{advise, drop_read, DROP_CHUNK, FOLIO, READAHEAD_TAIL};
-use ramforge_gguf::GgufError;
+use ramforge_gguf::{GgufError, GgufFile};
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
@@ -71,11 +71,14 @@ struct ReadProbe {
     reads: u32,
 }
 
-/// The model file opened for streaming: with `O_DIRECT` where the file system allows it, and a
-/// buffered handle for the fallback.
+/// The model's files (one, or each shard of a split) opened for streaming: with `O_DIRECT`
+/// where the file system allows it, and a buffered handle each for the fallback. Indexed by
+/// shard.
 pub struct StreamFile {
-    direct: Option<File>,
-    buffered: File,
+    /// One `O_DIRECT` handle per shard, or none at all (the read path is the model's, not a
+    /// shard's).
+    direct: Option<Vec<File>>,
+    buffered: Vec<File>,
     drop_cached: bool,
     /// Layers are mapped in place rather than read.
     mapped: bool,
@@ -84,25 +87,48 @@ pub struct StreamFile {
     /// While `Some`, the first layer reads compare the two paths; then the slower one is
     /// dropped (see [`keep_direct`]).
     probe: Option<ReadProbe>,
-    /// Where the last buffered read that dropped its pages ended.
-    read_end: Option<u64>,
+    /// The shard and offset where the last buffered read that dropped its pages ended.
+    read_end: Option<(usize, u64)>,
 }
 
 impl StreamFile {
-    /// Opens `path` for streaming; `buffered` is a handle on the same file (duplicated, so the
-    /// engine's reads and these share the file even if the path is replaced later).
-    pub fn open(path: &Path, buffered: &File, mode: ReadMode) -> std::io::Result<StreamFile> {
+    /// Opens the model's files for streaming.
+    pub fn of_model(model: &GgufFile, mode: ReadMode) -> Result<StreamFile, GgufError> {
+        let files: Vec<(&Path, &File)> = model
+            .shards()
+            .iter()
+            .map(|s| (s.path(), s.file()))
+            .collect();
+        StreamFile::open(&files, mode).map_err(|source| GgufError::Io {
+            path: model.path().display().to_string(),
+            source,
+        })
+    }
+
+    /// Opens `(path, handle)` of each shard for streaming; each handle is one on the file at
+    /// its path (duplicated, so the engine's reads and these share the file even if the path
+    /// is replaced later).
+    pub fn open(files: &[(&Path, &File)], mode: ReadMode) -> std::io::Result<StreamFile> {
         // The kernel's default readahead, not POSIX_FADV_SEQUENTIAL's doubled window: what it
         // reads ahead sits in the page cache, under a memory limit that counts it.
-        let buffered = buffered.try_clone()?;
+        let buffered = files
+            .iter()
+            .map(|(_, f)| f.try_clone())
+            .collect::<std::io::Result<Vec<File>>>()?;
         let direct = match mode {
-            ReadMode::Direct => OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_DIRECT)
-                .open(path)
-                .ok()
-                // Only if it is still the same file as the engine's handle.
-                .filter(|d| same_file(d, &buffered)),
+            ReadMode::Direct => files
+                .iter()
+                .zip(&buffered)
+                .map(|((path, _), b)| {
+                    OpenOptions::new()
+                        .read(true)
+                        .custom_flags(libc::O_DIRECT)
+                        .open(path)
+                        .ok()
+                        // Only if it is still the same file as the engine's handle.
+                        .filter(|d| same_file(d, b))
+                })
+                .collect::<Option<Vec<File>>>(),
             ReadMode::Cached => None,
         };
         let probe = direct.is_some().then(ReadProbe::default);
@@ -187,28 +213,37 @@ impl StreamFile {
             let dst = &mut buf[s.buf_start..s.buf_start + s.len as usize];
             let needed = (s.needed_end - s.file_start) as usize;
             read += self
-                .read_segment(s.file_start, dst, needed)
+                .read_segment(s.shard, s.file_start, dst, needed)
                 .map_err(|(got, e)| {
                     let at = s.file_start + got;
                     match e {
-                        None => layout.short_read(at),
-                        Some(source) => layout.failed_at(at, None, source),
+                        None => layout.short_read(s.shard, at),
+                        Some(source) => layout.failed_at(s.shard, at, None, source),
                     }
                 })?;
         }
         Ok(read)
     }
 
-    /// Reads `dst.len()` bytes at the aligned `offset`; reaching the end of the file is fine
-    /// once `needed` bytes are in. On failure: the bytes read and the error (`None`: end of
-    /// file).
+    /// Reads `dst.len()` bytes at the aligned `offset` of shard `shard`; reaching the end of
+    /// the file is fine once `needed` bytes are in. On failure: the bytes read and the error
+    /// (`None`: end of file).
     fn read_segment(
         &mut self,
+        shard: usize,
         offset: u64,
         dst: &mut [u8],
         needed: usize,
     ) -> Result<u64, (u64, Option<std::io::Error>)> {
-        if let Some(direct) = self.direct.as_ref().filter(|_| self.use_direct) {
+        if shard >= self.buffered.len() {
+            let e = std::io::Error::other(format!(
+                "shard {shard} of a model of {} files",
+                self.buffered.len()
+            ));
+            return Err((0, Some(e)));
+        }
+        let direct = self.direct.as_ref().and_then(|d| d.get(shard));
+        if let Some(direct) = direct.filter(|_| self.use_direct) {
             match read_at_least(direct, dst, offset, needed) {
                 Err((0, Some(e))) if e.raw_os_error() == Some(libc::EINVAL) => {
                     // The file system (or this buffer) does not do O_DIRECT: buffered from now on.
@@ -217,33 +252,34 @@ impl StreamFile {
                 other => return other,
             }
         }
+        let buffered = &self.buffered[shard];
         if !self.drop_cached {
-            return read_at_least(&self.buffered, &mut dst[..needed], offset, needed);
+            return read_at_least(buffered, &mut dst[..needed], offset, needed);
         }
         // Streamed bytes are not wanted in the page cache: they are read again next pass, long
         // after a cache under memory pressure would have kept them. Dropping them chunk by
         // chunk keeps the cache's share to a chunk plus the readahead window; a whole segment
         // at once can overrun a memory limit's headroom and make every read reclaim.
-        let stale = self.stale_readahead(offset);
+        let stale = self.stale_readahead(shard, offset);
         let mut done = 0usize;
         while done < needed {
             let end = (done + DROP_CHUNK).min(needed);
             let r = read_at_least(
-                &self.buffered,
+                buffered,
                 &mut dst[done..end],
                 offset + done as u64,
                 end - done,
             );
-            drop_read(&self.buffered, offset + done as u64, offset + end as u64);
+            drop_read(buffered, offset + done as u64, offset + end as u64);
             r.map_err(|(got, e)| (done as u64 + got, e))?;
             done = end;
         }
-        self.read_end = Some(offset + needed as u64);
-        if let Some(range) = stale {
+        self.read_end = Some((shard, offset + needed as u64));
+        if let Some((stale_shard, range)) = stale {
             // Dropped only now: at the jump the readahead there was still in flight, and
             // pages under I/O are not dropped.
             advise(
-                &self.buffered,
+                &self.buffered[stale_shard],
                 range.start,
                 range.end - range.start,
                 libc::POSIX_FADV_DONTNEED,
@@ -252,21 +288,24 @@ impl StreamFile {
         Ok(done as u64)
     }
 
-    /// What the kernel read ahead past the last read, when a read at `offset` does not
-    /// continue it (the stream skips pinned layers, or starts the next pass): that will not
-    /// be read next, and would sit in the page cache until reclaimed.
-    fn stale_readahead(&self, offset: u64) -> Option<std::ops::Range<u64>> {
-        let end = self.read_end.filter(|&end| end != offset)?;
-        // The folio holding `end` was read up to there; a read further on stops the range
-        // at its own folio.
+    /// What the kernel read ahead past the last read (in its shard), when a read at `offset`
+    /// of `shard` does not continue it (the stream skips pinned layers, moves to another
+    /// shard, or starts the next pass): that will not be read next, and would sit in the page
+    /// cache until reclaimed.
+    fn stale_readahead(&self, shard: usize, offset: u64) -> Option<(usize, std::ops::Range<u64>)> {
+        let (last, end) = self
+            .read_end
+            .filter(|&(last, end)| (last, end) != (shard, offset))?;
+        // The folio holding `end` was read up to there; a read further on in the same file
+        // stops the range at its own folio.
         let start = end / FOLIO * FOLIO;
-        let stop = if offset > end {
+        let stop = if last == shard && offset > end {
             offset / FOLIO * FOLIO
         } else {
             u64::MAX
         };
         let range = start..(end + READAHEAD_TAIL).min(stop);
-        (range.end > range.start).then_some(range)
+        (range.end > range.start).then_some((last, range))
     }
 }
 
@@ -326,7 +365,7 @@ mod tests {
     #[test]
     fn aligned_layer_reads_hold_every_matrix_and_fall_back_to_buffered_reads() {
         let m = crate::Model::open(real_model()).unwrap();
-        let data_offset = m.file.header().data_offset;
+        let data_offsets = m.file.data_offsets();
         let budget = MemoryBudget::unlimited();
         let bound = m
             .tensors
@@ -336,12 +375,12 @@ mod tests {
             .max()
             .unwrap();
         let mut buf = AlignedBuf::new(&budget, "test buffer", bound as usize + 1).unwrap();
-        let mut file = StreamFile::open(m.file.path(), m.file.file(), ReadMode::Direct).unwrap();
+        let mut file = StreamFile::of_model(&m.file, ReadMode::Direct).unwrap();
         // The fixture lives on a disk file system here; where it does not (tmpfs), the first read
         // already falls back, which the rest of the test still checks.
         let started_direct = file.is_direct();
         for (i, layer) in m.tensors.layers.iter().enumerate() {
-            let layout = LayerLayout::new(layer, data_offset);
+            let layout = LayerLayout::new(layer, &data_offsets);
             assert!(layout.buffer_len() as u64 <= LayerLayout::bound(layer));
             let matrix_bytes = layer.matrix_bytes();
             assert!(
@@ -402,7 +441,7 @@ mod tests {
     /// A stream on `path` that reads buffered, dropping what it read from the page cache.
     fn buffered_stream(path: &Path) -> StreamFile {
         let file = File::open(path).unwrap();
-        let mut stream = StreamFile::open(path, &file, ReadMode::Direct).unwrap();
+        let mut stream = StreamFile::open(&[(path, &file)], ReadMode::Direct).unwrap();
         stream.use_direct = false;
         stream
     }
@@ -439,7 +478,7 @@ mod tests {
         let needed = len - offset as usize;
         let mut dst = vec![0u8; round_up(len as u64) as usize];
         let got = buffered_stream(&path)
-            .read_segment(offset, &mut dst, needed)
+            .read_segment(0, offset, &mut dst, needed)
             .unwrap();
         assert_eq!(got, needed as u64);
         assert!(dst[..needed] == bytes[offset as usize..]);
@@ -448,7 +487,7 @@ mod tests {
         let cut = DROP_CHUNK + 5000;
         std::fs::write(&path, &bytes[..cut]).unwrap();
         let (got, err) = buffered_stream(&path)
-            .read_segment(0, &mut dst, len)
+            .read_segment(0, 0, &mut dst, len)
             .unwrap_err();
         assert_eq!(got, cut as u64);
         assert!(err.is_none(), "the end of the file is not an I/O error");
@@ -469,7 +508,7 @@ mod tests {
         for (start, end) in [first, second] {
             let needed = (end - start) as usize;
             stream
-                .read_segment(start, &mut dst[..needed], needed)
+                .read_segment(0, start, &mut dst[..needed], needed)
                 .unwrap();
         }
         // Everything read, from the first folio to the last one the reads finished.
@@ -490,7 +529,7 @@ mod tests {
         let mut read = |(start, end): (u64, u64)| {
             let needed = (end - start) as usize;
             stream
-                .read_segment(start, &mut dst[..needed], needed)
+                .read_segment(0, start, &mut dst[..needed], needed)
                 .unwrap();
             std::thread::sleep(std::time::Duration::from_millis(200));
         };

@@ -13,8 +13,8 @@ use crate::error::EngineError;
 use crate::model::{LayerTensors, ModelTensors};
 use crate::plan::MemoryPlan;
 use crate::stream::{
-    drop_read, AlignedBuf, LayerLayout, Prefetcher, ReadMode, ResidencyStats, StreamFile,
-    WARM_FRACTION,
+    drop_read, model_handles, AlignedBuf, LayerLayout, Prefetcher, ReadMode, ResidencyStats,
+    StreamFile, WARM_FRACTION,
 };
 use ramforge_gguf::{GgufFile, TensorInfo};
 use std::time::Instant;
@@ -77,12 +77,19 @@ fn read_layer(
         let n = t.n_bytes as usize;
         file.read_tensor_into(t, &mut buf[at..at + n])?;
         if drop_cached {
-            let offset = file.absolute_offset(t);
-            drop_read(file.file(), offset, offset + t.n_bytes);
+            drop_tensor(file, t);
         }
         at += n;
     }
     Ok(at as u64)
+}
+
+/// Drops tensor `t`, just read, from the page cache (its shard's file).
+fn drop_tensor(file: &GgufFile, t: &TensorInfo) {
+    if let Ok(shard) = file.shard_of(t) {
+        let offset = file.absolute_offset(t);
+        drop_read(shard.file(), offset, offset.saturating_add(t.n_bytes));
+    }
 }
 
 /// The view of a layer laid out back to back in `buf` by [`read_layer`].
@@ -144,8 +151,7 @@ impl Weights {
                 ChargedVec::zeroed(budget, "output projection", plan.output_bytes as usize)?;
             file.read_tensor_into(&tensors.output, &mut buf)?;
             if mode == ReadMode::Direct {
-                let offset = file.absolute_offset(&tensors.output);
-                drop_read(file.file(), offset, offset + tensors.output.n_bytes);
+                drop_tensor(file, &tensors.output);
             }
             stats.load_bytes += plan.output_bytes;
             progress(stats.load_bytes, to_load);
@@ -234,11 +240,11 @@ fn start_prefetch(
     budget: &MemoryBudget,
     mode: ReadMode,
 ) -> Result<Prefetcher, EngineError> {
-    let data_offset = file.header().data_offset;
+    let data_offsets = file.data_offsets();
     let layouts: Vec<Option<LayerLayout>> = layers
         .iter()
         .zip(&plan.pinned)
-        .map(|(l, &pinned)| (!pinned).then(|| LayerLayout::new(l, data_offset)))
+        .map(|(l, &pinned)| (!pinned).then(|| LayerLayout::new(l, &data_offsets)))
         .collect();
     if let Some(l) = layouts
         .iter()
@@ -260,13 +266,8 @@ fn start_prefetch(
             )
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let io = |source| ramforge_gguf::GgufError::Io {
-        path: file.path().display().to_string(),
-        source,
-    };
-    let stream_file = StreamFile::open(file.path(), file.file(), mode).map_err(io)?;
-    let model_file = file.file().try_clone().map_err(io)?;
-    Prefetcher::start(stream_file, model_file, layouts, buffers)
+    let stream_file = StreamFile::of_model(file, mode)?;
+    Prefetcher::start(stream_file, model_handles(file)?, layouts, buffers)
 }
 
 /// [`ReadMode::Cached`] when the page cache already holds the streamed layers and experts (at

@@ -1,4 +1,5 @@
-//! `ramforge-tools inspect MODEL.gguf`: header, metadata and tensor table of a GGUF file.
+//! `ramforge-tools inspect MODEL.gguf`: header, metadata and tensor table of a GGUF file (of
+//! a split model, given its first shard: every shard, and which one holds each tensor).
 //!
 //! Only the header is read. Text output uses human sizes and summarizes long arrays and
 //! strings; `--json` gives the same facts as one object with exact numbers (metadata in file
@@ -31,7 +32,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> CmdResult {
     let file = GgufFile::open(&args.model)?;
-    let report = Report::new(&args.model, file.header());
+    let report = Report::new(&args.model, &file);
     let mut out = std::io::stdout().lock();
     if args.json {
         serde_json::to_writer_pretty(&mut out, &report)?;
@@ -49,7 +50,10 @@ struct Report<'a> {
     file: String,
     version: u32,
     alignment: u64,
+    /// The first shard's, for a split model.
     data_offset: u64,
+    /// The model's files: one, or each shard of a split in order.
+    shards: Vec<ShardRow>,
     tensor_count: usize,
     metadata_count: usize,
     /// Bytes of the chat template (`tokenizer.chat_template`), `None` when the file has none:
@@ -58,11 +62,20 @@ struct Report<'a> {
     /// The mixture-of-experts layers, `None` for a dense model.
     experts: Option<Experts>,
     metadata: MetadataJson<'a>,
-    /// In file order; `offset` is relative to the data section, `file_offset` absolute.
+    /// In file order (shard by shard); `offset` is relative to its shard's data section,
+    /// `file_offset` absolute in its shard's file.
     tensors: Vec<TensorRow<'a>>,
     /// One row per tensor type, by descending bytes.
     types: Vec<TypeRow>,
     totals: Totals,
+}
+
+#[derive(Serialize)]
+struct ShardRow {
+    file: String,
+    bytes: u64,
+    data_offset: u64,
+    tensors: usize,
 }
 
 #[derive(Serialize)]
@@ -71,6 +84,8 @@ struct TensorRow<'a> {
     #[serde(rename = "type")]
     ty: &'static str,
     shape: &'a [u64],
+    /// Index of the shard (file) that holds its data: 0 in a file of its own.
+    shard: usize,
     offset: u64,
     file_offset: u64,
     bytes: u64,
@@ -160,8 +175,20 @@ struct Totals {
 }
 
 impl<'a> Report<'a> {
-    fn new(path: &std::path::Path, h: &'a GgufHeader) -> Report<'a> {
-        let tensors = h.tensors.iter().map(|t| tensor_row(h, t)).collect();
+    fn new(path: &std::path::Path, file: &'a GgufFile) -> Report<'a> {
+        let h = file.header();
+        let tensors = h.tensors.iter().map(|t| tensor_row(file, t)).collect();
+        let shards = file
+            .shards()
+            .iter()
+            .enumerate()
+            .map(|(i, s)| ShardRow {
+                file: s.path().display().to_string(),
+                bytes: s.len(),
+                data_offset: s.data_offset(),
+                tensors: h.tensors.iter().filter(|t| t.shard == i).count(),
+            })
+            .collect();
         let weight_bytes: u64 = h.tensors.iter().map(|t| t.n_bytes).sum();
         let elements: u64 = h.tensors.iter().map(|t| t.n_elements).sum();
         Report {
@@ -169,6 +196,7 @@ impl<'a> Report<'a> {
             version: h.version,
             alignment: h.alignment,
             data_offset: h.data_offset,
+            shards,
             tensor_count: h.tensors.len(),
             metadata_count: h.metadata.len(),
             chat_template_bytes: h
@@ -181,7 +209,7 @@ impl<'a> Report<'a> {
             tensors,
             types: type_rows(&h.tensors, weight_bytes),
             totals: Totals {
-                file_bytes: h.file_len,
+                file_bytes: file.total_len(),
                 weight_bytes,
                 f32_bytes: elements * 4,
                 elements,
@@ -224,6 +252,20 @@ impl<'a> Report<'a> {
             self.data_offset,
             human_bytes(self.data_offset)
         )?;
+        let split = self.shards.len() > 1;
+        if split {
+            writeln!(out, "  shards         {}", self.shards.len())?;
+            for (i, s) in self.shards.iter().enumerate() {
+                writeln!(
+                    out,
+                    "    {i:>3}  {}  {}, {} tensors, data at {}",
+                    s.file,
+                    human_bytes(s.bytes),
+                    s.tensors,
+                    s.data_offset
+                )?;
+            }
+        }
 
         writeln!(out, "\nmetadata:")?;
         let key_width = self
@@ -244,15 +286,21 @@ impl<'a> Report<'a> {
 
         writeln!(out, "\ntensors:")?;
         let name_width = self.tensors.iter().map(|t| t.name.len()).max().unwrap_or(4);
+        let shard_head = if split { "shard " } else { "" };
         writeln!(
             out,
-            "  {:name_width$}  {:<7} {:<22} {:>12} {:>10}",
+            "  {:name_width$}  {:<7} {:<22} {shard_head}{:>12} {:>10}",
             "name", "type", "shape", "offset", "size"
         )?;
         for t in &self.tensors {
+            let shard = if split {
+                format!("{:>5} ", t.shard)
+            } else {
+                String::new()
+            };
             writeln!(
                 out,
-                "  {:name_width$}  {:<7} {:<22} {:>12} {:>10}",
+                "  {:name_width$}  {:<7} {:<22} {shard}{:>12} {:>10}",
                 t.name,
                 t.ty,
                 format!("{:?}", t.shape),
@@ -292,13 +340,14 @@ impl<'a> Report<'a> {
     }
 }
 
-fn tensor_row<'a>(h: &GgufHeader, t: &'a TensorInfo) -> TensorRow<'a> {
+fn tensor_row<'a>(file: &GgufFile, t: &'a TensorInfo) -> TensorRow<'a> {
     TensorRow {
         name: &t.name,
         ty: t.ggml_type.name(),
         shape: &t.shape,
+        shard: t.shard,
         offset: t.offset,
-        file_offset: h.data_offset + t.offset,
+        file_offset: file.absolute_offset(t),
         bytes: t.n_bytes,
     }
 }

@@ -105,6 +105,11 @@ pub struct Args {
     /// RoPE frequency base.
     #[arg(long, default_value_t = 10000.0)]
     pub rope_base: f32,
+    /// Write the model split in shards as llama.cpp's `gguf-split --split-max-size SIZE` does:
+    /// at most SIZE of tensor data per shard (500M, 3G: 10^6 or 10^9 bytes), files named
+    /// `OUTPUT-00001-of-0000n.gguf` (OUTPUT without its `.gguf`); open the first.
+    #[arg(long, value_name = "SIZE", value_parser = ramforge_gguf::split::parse_split_size)]
+    pub split_max_size: Option<u64>,
 }
 
 /// The architectures `synth` writes.
@@ -429,17 +434,35 @@ pub fn run(args: Args) -> CmdResult {
         Fill::fan_in(e),
     )?;
 
-    let bytes = w.write_file(&args.output);
+    let written = match args.split_max_size {
+        None => w
+            .write_file(&args.output)
+            .map(|n| vec![(args.output.clone(), n)]),
+        Some(max) => w.write_split(split_prefix(&args.output), max),
+    };
     bar.finish_and_clear();
-    let bytes = bytes?;
+    let written = written?;
+    let bytes = written.iter().map(|w| w.1).sum();
+    let shards = match written.len() {
+        1 => String::new(),
+        n => format!(" in {n} shards"),
+    };
     crate::note!(
-        "wrote {} ({}, {} layers, {} parameters)",
-        args.output.display(),
+        "wrote {}{shards} ({}, {} layers, {} parameters)",
+        written[0].0.display(),
         human_bytes(bytes),
         args.layers,
         parameters
     );
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// The prefix of a split's shard names: the output path without its `.gguf`.
+fn split_prefix(output: &std::path::Path) -> PathBuf {
+    match output.to_str().and_then(|s| s.strip_suffix(".gguf")) {
+        Some(prefix) => PathBuf::from(prefix),
+        None => output.to_path_buf(),
+    }
 }
 
 /// GGUF dimensions of a `rows x cols` matrix (a vector when `rows` is 1).

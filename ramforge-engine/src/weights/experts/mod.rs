@@ -36,10 +36,11 @@ pub struct ExpertStore {
     stacks: Vec<[TensorInfo; 3]>,
     /// The MoE layer each model layer is (`None`: a dense layer, e.g. a leading one).
     moe_index: Vec<Option<usize>>,
-    data_offset: u64,
+    /// Where each shard's tensor data starts.
+    data_offsets: Vec<u64>,
     reader: ExpertReader,
-    /// The model file, to tell where it ends when a mapped expert faulted.
-    file: std::fs::File,
+    /// The model's files (by shard), to tell where they end when a mapped expert faulted.
+    files: Vec<std::fs::File>,
     /// Windows of experts used in place, unmapped by the reader with its next request.
     retiring: Vec<MappedLayer>,
     use_: ExpertUse,
@@ -79,11 +80,7 @@ impl ExpertStore {
         let staging = (0..ExpertPlan::STAGING_BUFFERS)
             .map(|i| AlignedBuf::new(budget, &format!("expert staging buffer {i}"), len))
             .collect::<Result<Vec<_>, _>>()?;
-        let io = |source| ramforge_gguf::GgufError::Io {
-            path: file.path().display().to_string(),
-            source,
-        };
-        let stream_file = StreamFile::open(file.path(), file.file(), mode).map_err(io)?;
+        let stream_file = StreamFile::of_model(file, mode)?;
         Ok(ExpertStore {
             n_expert: plan.n_expert,
             per_layer: plan.per_layer,
@@ -92,9 +89,9 @@ impl ExpertStore {
             staging,
             stacks,
             moe_index,
-            data_offset: file.header().data_offset,
+            data_offsets: file.data_offsets(),
             reader: ExpertReader::start(stream_file)?,
-            file: file.file().try_clone().map_err(io)?,
+            files: crate::stream::model_handles(file)?,
             retiring: Vec::new(),
             use_: ExpertUse::new(plan.layers, plan.n_expert),
             pending: ResidencyStats::default(),
@@ -256,7 +253,7 @@ impl ExpertStore {
             Some(m) => {
                 p.experts_mapped += 1;
                 f(x, self.views(l, |i| layout.mapped_matrix(m, i)))
-                    .and_then(|()| layout.check(m, &self.file).map_err(EngineError::from))
+                    .and_then(|()| layout.check(m, &self.files).map_err(EngineError::from))
             }
             None => f(x, self.views(l, |i| layout.buffered_matrix(buf.bytes(), i))),
         };
@@ -297,7 +294,7 @@ impl ExpertStore {
 
     /// Where expert `x` of layer `l` lies in the file and in a buffer.
     fn layout(&self, l: usize, x: usize) -> LayerLayout {
-        LayerLayout::of_expert(&self.stacks[l], x, self.n_expert, self.data_offset)
+        LayerLayout::of_expert(&self.stacks[l], x, self.n_expert, &self.data_offsets)
     }
 
     /// The three matrices of an expert of layer `l`, whose bytes `matrix(i)` gives.
