@@ -225,7 +225,16 @@ fn file_body(st: &mut State, repo: &str, file: &str, range: Option<&str>) -> Res
             let head = bytes[start..start + n].to_vec();
             let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
                 vec![Ok(head), Err(std::io::Error::other("cut by the fake hub"))];
-            Body::from_stream(futures_util::stream::iter(chunks))
+            // The error waits a moment, so the head has been sent when the connection drops
+            // (an error at once would abort before the response, which a client retries).
+            let paced =
+                futures_util::StreamExt::then(futures_util::stream::iter(chunks), |c| async {
+                    if c.is_err() {
+                        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                    }
+                    c
+                });
+            Body::from_stream(paced)
         }
         _ => Body::from(bytes[start..].to_vec()),
     };

@@ -228,6 +228,11 @@ fn a_cut_download_resumes_where_it_stopped() {
     let hub = FakeHub::start(vec![("org/cut", r)]);
     let cache = tempfile::tempdir().unwrap();
     let o = tool(cache.path(), &hub.endpoint, &["fetch", "--hf", "org/cut"]);
+    assert!(
+        !o.status.success(),
+        "the cut download succeeded: {:?}",
+        hub.seen()
+    );
     let err = one_line_error(&o);
     assert!(err.contains("run the command again to resume"), "{err}");
     let dest = cached(cache.path(), "org/cut", "m-Q4_K_M.gguf");
