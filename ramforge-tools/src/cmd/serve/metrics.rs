@@ -47,13 +47,17 @@ pub struct Telemetry {
 }
 
 impl Telemetry {
-    /// Figures for an engine with this `budget` (a clone shares its ledger) and plan minimum.
-    pub fn new(budget: MemoryBudget, minimum_budget: u64) -> Telemetry {
+    /// Figures for `engine` as loaded: its budget (a clone shares the ledger), its plan's
+    /// minimum and its layout, before any request.
+    pub fn new(engine: &Engine) -> Telemetry {
         Telemetry {
-            budget,
-            minimum_budget,
+            budget: engine.budget().clone(),
+            minimum_budget: engine.plan().minimum,
             started: Instant::now(),
-            engine: Mutex::new(EngineFigures::default()),
+            engine: Mutex::new(EngineFigures {
+                residency: *engine.residency(),
+                ..EngineFigures::default()
+            }),
             requests: Mutex::new(BTreeMap::new()),
         }
     }

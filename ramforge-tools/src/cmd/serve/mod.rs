@@ -91,10 +91,7 @@ pub fn run(args: Args) -> CmdResult {
     let parallel = engine.max_sequences();
     let tokenizer = Arc::clone(&engine.model().tokenizer);
     let ctx = engine.context_size();
-    let telemetry = Arc::new(metrics::Telemetry::new(
-        engine.budget().clone(),
-        engine.plan().minimum,
-    ));
+    let telemetry = Arc::new(metrics::Telemetry::new(&engine));
     let (queue, busiest, engine_thread) =
         worker::start(engine, args.queue, Arc::clone(&telemetry))?;
     let state = Arc::new(state::State {

@@ -130,6 +130,7 @@ pub fn serve_jobs(
             Err(e) => {
                 // Nothing grew; the requests of this step fail with the engine's error.
                 let message = e.to_string();
+                telemetry.set_active(0);
                 for a in active.drain(..) {
                     let slot = &mut slots[a.slot];
                     (slot.busy, slot.last_used) = (false, clock);
@@ -159,9 +160,10 @@ pub fn serve_jobs(
             let a = active.remove(i);
             let slot = &mut slots[a.slot];
             (slot.busy, slot.last_used) = (false, clock);
+            // Before the answer goes out, so a client that reads /metrics next sees it done.
+            telemetry.set_active(active.len());
             finish(a.job, a.decoding, reason, a.usage, telemetry);
         }
-        telemetry.set_active(active.len());
     }
 }
 
