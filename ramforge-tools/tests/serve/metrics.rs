@@ -121,7 +121,7 @@ fn metrics_parse_and_move_with_a_request() {
     assert_eq!(moved("ramforge_finished_requests_total"), 1.0);
     // Greedy to 6 tokens: the first comes from the prefill, each later one from a pass of one row.
     let passes = moved("ramforge_decode_passes_total");
-    assert!(passes >= 1.0 && passes <= 6.0, "{passes} passes");
+    assert!((1.0..=6.0).contains(&passes), "{passes} passes");
     assert_eq!(
         moved("ramforge_decode_pass_tokens_total"),
         passes,
