@@ -57,6 +57,14 @@ need_models() { # the model files and the reference python every test needs; wit
   export RAMFORGE_REFERENCE_PY
 }
 
+need_chromium() { # the chat page's test (tests/serve/page.rs) drives headless Chromium, Debian's package
+  command -v chromium >/dev/null && return 0
+  command -v apt-get >/dev/null || { echo "error: chromium is missing and there is no apt-get to install it" >&2; return 1; }
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium >/dev/null \
+    && command -v chromium >/dev/null
+}
+export -f need_chromium
 
 [ $list -eq 1 ] || need_models
 
@@ -64,6 +72,7 @@ need_models() { # the model files and the reference python every test needs; wit
 step fmt      2  cargo fmt --all --check -- --color never
 step cycles   2  python3 scripts/import_cycles.py
 step clippy   15 cargo clippy --workspace --all-targets -- -D warnings
+step chromium 10 need_chromium
 step test     35 cargo test --workspace --no-fail-fast
 step fuzz     20 bash scripts/fuzz.sh "$fuzz_seconds"
 

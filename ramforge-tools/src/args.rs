@@ -4,6 +4,7 @@
 //! same everywhere; one a single command has, or documents its own way, stays in that command.
 
 use crate::error::CmdError;
+use crate::hf::HfSpec;
 use ramforge_engine::{KvType, SamplingParams};
 use std::path::{Path, PathBuf};
 
@@ -12,8 +13,8 @@ pub fn parse_ram(text: &str) -> Result<u64, String> {
     ramforge_engine::parse_memory_size(text).map_err(|e| e.to_string())
 }
 
-/// The model of `run` and `chat`: a path, positional or as `--model`, else the default model
-/// (fetched on first use).
+/// The model of `run`, `chat` and `serve`: a path, positional or as `--model`, or a Hugging
+/// Face repository as `--hf`, else the default model (fetched on first use).
 #[derive(clap::Args)]
 pub struct ModelChoice {
     /// The GGUF model (default: SmolLM2-135M-Instruct Q4_1, fetched on first use).
@@ -21,12 +22,26 @@ pub struct ModelChoice {
     /// The model, as an option (same as the positional MODEL).
     #[arg(long = "model", value_name = "MODEL", conflicts_with = "model")]
     model_opt: Option<PathBuf>,
+    /// A model from the Hugging Face Hub, ORG/REPO[:QUANT or :FILE.gguf], fetched into the
+    /// cache and sha256-checked on first use (see `fetch --hf`).
+    #[arg(long, value_name = "ORG/REPO[:QUANT]", value_parser = HfSpec::parse,
+          conflicts_with_all = ["model", "model_opt"])]
+    hf: Option<HfSpec>,
 }
 
 impl ModelChoice {
-    /// The path to load: the one given, else the default model's (fetched now if needed,
-    /// with progress on stderr unless `quiet`).
+    /// The path to load: the one given, the `--hf` model's (its first part, for a split
+    /// model), else the default model's (fetched now if needed, with progress on stderr
+    /// unless `quiet`).
     pub fn path(&self, quiet: bool) -> Result<PathBuf, CmdError> {
+        if let Some(spec) = &self.hf {
+            let files = crate::hf::ensure(spec, crate::hf::offline_from_env(), quiet)?;
+            return files
+                .into_iter()
+                .next()
+                .map(|f| f.path)
+                .ok_or_else(|| format!("{} gave no files", spec.repo).into());
+        }
         crate::default_model::or_default(self.model.clone().or(self.model_opt.clone()), quiet)
     }
 }

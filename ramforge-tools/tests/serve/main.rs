@@ -1,6 +1,7 @@
 //! `ramforge-tools serve` end to end, over loopback HTTP on an ephemeral port: routes and
 //! errors (`errors`), generation against the CLI's own output and streamed against plain
-//! (`generation`), hang-ups and SIGTERM (`lifecycle`), several requests decoded together (`parallel`), and the real `openai` python
+//! (`generation`), hang-ups and SIGTERM (`lifecycle`), `/metrics` and `/status` (`metrics`), the
+//! chat page in headless Chromium (`page`), several requests decoded together (`parallel`), and the real `openai` python
 //! client (`openai_client`).
 
 #[path = "../common/mod.rs"]
@@ -8,6 +9,8 @@ mod common;
 mod errors;
 mod generation;
 mod lifecycle;
+mod metrics;
 mod openai_client;
+mod page;
 mod parallel;
 mod server;

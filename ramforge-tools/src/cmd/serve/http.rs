@@ -1,10 +1,12 @@
-//! The routes: `/health`, `/v1/models`, `/v1/chat/completions`, `/v1/completions`; the API-key
+//! The routes: `/` (the chat page), `/metrics`, `/status`, `/health`, `/v1/models`, `/v1/chat/completions`, `/v1/completions`; the API-key
 //! check on `/v1/*`, the body limit, and OpenAI-style errors for everything that goes wrong
 //! (404 and 405 included).
 
 use super::answer::answer;
 use super::api::{chat_request, completion_request, GenRequest};
 use super::errors::ApiError;
+use super::metrics::count_requests;
+use super::observe;
 use super::state::State;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -28,12 +30,17 @@ pub fn router(state: Arc<State>) -> Router {
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(completions))
         .route_layer(from_fn_with_state(Arc::clone(&state), check_key));
+    let counted = Arc::clone(&state.telemetry);
     Router::new()
+        .route("/", get(observe::page))
+        .route("/metrics", get(observe::metrics))
+        .route("/status", get(observe::status))
         .route("/health", get(health))
         .merge(v1)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(from_fn_with_state(counted, count_requests))
         .with_state(state)
 }
 

@@ -4,12 +4,15 @@
 //! One engine runs on its own thread (`scheduler`), decoding up to `--parallel` queued
 //! requests together (`worker` is the queue to it); the HTTP side (tokio + axum, `http`) reads
 //! requests strictly (`api`, the library's `ramforge_tools::openai`), answers with OpenAI's
-//! shapes (`reply`, `answer`) and errors (`errors`). SIGINT or SIGTERM stops accepting
+//! shapes (`reply`, `answer`) and errors (`errors`). `observe` serves the chat page at `/`,
+//! `/metrics` (Prometheus) and `/status` (JSON) from the figures in `metrics`. SIGINT or SIGTERM stops accepting
 //! connections, lets the requests in flight finish, and exits 0.
 
 mod answer;
 mod http;
 mod job;
+mod metrics;
+mod observe;
 mod reply;
 mod scheduler;
 mod state;
@@ -88,7 +91,9 @@ pub fn run(args: Args) -> CmdResult {
     let parallel = engine.max_sequences();
     let tokenizer = Arc::clone(&engine.model().tokenizer);
     let ctx = engine.context_size();
-    let (queue, busiest, engine_thread) = worker::start(engine, args.queue)?;
+    let telemetry = Arc::new(metrics::Telemetry::new(&engine));
+    let (queue, busiest, engine_thread) =
+        worker::start(engine, args.queue, Arc::clone(&telemetry))?;
     let state = Arc::new(state::State {
         model_id: model_id(&path),
         loaded: reply::unix_now(),
@@ -99,6 +104,7 @@ pub fn run(args: Args) -> CmdResult {
         parallel,
         busiest,
         api_key: args.api_key.clone(),
+        telemetry,
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

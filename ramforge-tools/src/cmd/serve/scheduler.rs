@@ -10,6 +10,7 @@
 //! every slot), to be reused or dropped by the next request the slot takes.
 
 use super::job::Job;
+use super::metrics::Telemetry;
 use super::reply::Usage;
 use ramforge_engine::text::Tokenizer;
 use ramforge_engine::{Decoding, Engine, EngineError, Next, Sequence, StopReason};
@@ -51,7 +52,12 @@ struct Active<'t> {
 }
 
 /// Runs jobs from `jobs` until every sender is gone and nothing is left.
-pub fn serve_jobs(mut engine: Engine, jobs: Receiver<Job>, busiest: &Busiest) {
+pub fn serve_jobs(
+    mut engine: Engine,
+    jobs: Receiver<Job>,
+    busiest: &Busiest,
+    telemetry: &Telemetry,
+) {
     // Only the slots hold contexts: the engine's own is one of the caches the plan booked.
     engine.reset();
     let tokenizer = Arc::clone(&engine.model().tokenizer);
@@ -86,9 +92,10 @@ pub fn serve_jobs(mut engine: Engine, jobs: Receiver<Job>, busiest: &Busiest) {
                 continue; // its client left while it waited
             }
             clock += 1;
-            if let Some(a) = admit(&mut engine, &mut slots, job, &tokenizer, clock) {
+            if let Some(a) = admit(&mut engine, &mut slots, job, &tokenizer, clock, telemetry) {
                 active.push(a);
             }
+            telemetry.set_active(active.len());
         }
         if active.is_empty() {
             if open {
@@ -115,11 +122,15 @@ pub fn serve_jobs(mut engine: Engine, jobs: Receiver<Job>, busiest: &Busiest) {
                 .collect();
             result = engine.decode_batch(&mut seqs, &tokens).map(|_| ());
         }
+        if result.is_ok() {
+            telemetry.stepped(&engine, tokens.len());
+        }
         let logits = match result {
             Ok(()) => engine.batch_logits(tokens.len()),
             Err(e) => {
                 // Nothing grew; the requests of this step fail with the engine's error.
                 let message = e.to_string();
+                telemetry.set_active(0);
                 for a in active.drain(..) {
                     let slot = &mut slots[a.slot];
                     (slot.busy, slot.last_used) = (false, clock);
@@ -149,7 +160,9 @@ pub fn serve_jobs(mut engine: Engine, jobs: Receiver<Job>, busiest: &Busiest) {
             let a = active.remove(i);
             let slot = &mut slots[a.slot];
             (slot.busy, slot.last_used) = (false, clock);
-            finish(a.job, a.decoding, reason, a.usage);
+            // Before the answer goes out, so a client that reads /metrics next sees it done.
+            telemetry.set_active(active.len());
+            finish(a.job, a.decoding, reason, a.usage, telemetry);
         }
     }
 }
@@ -163,6 +176,7 @@ fn admit<'t>(
     job: Job,
     tokenizer: &'t Tokenizer,
     clock: u64,
+    telemetry: &Telemetry,
 ) -> Option<Active<'t>> {
     let prompt = &job.prompt;
     if let Err(e) = job.params.validate() {
@@ -206,6 +220,7 @@ fn admit<'t>(
             return None;
         }
     };
+    telemetry.prefilled(engine, prompt.len(), cached);
     let slot = &mut slots[index];
     slot.last_used = clock;
     let usage = Usage {
@@ -235,7 +250,7 @@ fn admit<'t>(
             })
         }
         Next::Stop(reason) => {
-            finish(job, decoding, reason, usage);
+            finish(job, decoding, reason, usage, telemetry);
             None
         }
     }
@@ -255,8 +270,15 @@ fn evict_idle(slots: &mut [Slot], except: usize) -> bool {
 }
 
 /// Shows what the generation held back and ends the job.
-fn finish(job: Job, decoding: Decoding<'_>, reason: StopReason, mut usage: Usage) {
+fn finish(
+    job: Job,
+    decoding: Decoding<'_>,
+    reason: StopReason,
+    mut usage: Usage,
+    telemetry: &Telemetry,
+) {
     let (tokens, _) = decoding.finish(reason, &mut |_, t| job.text(t));
     usage.completion_tokens = tokens.len();
+    telemetry.finished(tokens.len());
     job.done(Ok((reason, usage)));
 }

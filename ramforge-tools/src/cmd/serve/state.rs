@@ -1,6 +1,7 @@
 //! What every request handler shares: the model's name and tokenizer, the chat template, the
-//! context size, the engine's queue and the API key.
+//! context size, the engine's queue, the API key and the figures `/metrics` reports.
 
+use super::metrics::Telemetry;
 use super::scheduler::Busiest;
 use super::worker::Queue;
 use ramforge_engine::text::{ChatPrompt, Tokenizer};
@@ -24,6 +25,8 @@ pub struct State {
     /// The most requests one decoding step has served so far.
     pub busiest: Arc<Busiest>,
     pub api_key: Option<String>,
+    /// What `/metrics` and `/status` report.
+    pub telemetry: Arc<Telemetry>,
 }
 
 impl State {

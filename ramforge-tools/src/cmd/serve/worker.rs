@@ -4,6 +4,7 @@
 use super::errors::ApiError;
 pub use super::job::Event;
 use super::job::{Job, Place};
+use super::metrics::{QueueFigures, Telemetry};
 use super::scheduler::{serve_jobs, Busiest};
 use ramforge_engine::{Engine, SamplingParams};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -61,6 +62,15 @@ impl Queue {
             Err(_) => Err(ApiError::busy("the server is shutting down")),
         }
     }
+
+    /// How full it is, for `/metrics`; `parallel` is what the engine decodes together.
+    pub fn figures(&self, parallel: usize) -> QueueFigures {
+        QueueFigures {
+            held: self.held.load(Ordering::Acquire),
+            capacity: self.limit,
+            parallel,
+        }
+    }
 }
 
 /// Starts the engine thread with room for `waiting` queued requests besides those running
@@ -69,6 +79,7 @@ impl Queue {
 pub fn start(
     engine: Engine,
     waiting: usize,
+    telemetry: Arc<Telemetry>,
 ) -> std::io::Result<(Queue, Arc<Busiest>, JoinHandle<()>)> {
     let limit = waiting.saturating_add(engine.max_sequences());
     let (sender, jobs) = channel();
@@ -76,7 +87,7 @@ pub fn start(
     let seen = Arc::clone(&busiest);
     let thread = std::thread::Builder::new()
         .name("engine".into())
-        .spawn(move || serve_jobs(engine, jobs, &seen))?;
+        .spawn(move || serve_jobs(engine, jobs, &seen, &telemetry))?;
     let queue = Queue {
         sender,
         held: Arc::new(AtomicUsize::new(0)),
