@@ -88,6 +88,13 @@ pub fn run(args: Args) -> CmdResult {
     let parallel = engine.max_sequences();
     let tokenizer = Arc::clone(&engine.model().tokenizer);
     let ctx = engine.context_size();
+    let grammars = match ramforge_engine::GrammarCompiler::new(Arc::clone(&tokenizer)) {
+        Ok(g) => Some(Arc::new(g)),
+        Err(e) => {
+            note!("note: response_format is off: {e}");
+            None
+        }
+    };
     let (queue, busiest, engine_thread) = worker::start(engine, args.queue)?;
     let state = Arc::new(state::State {
         model_id: model_id(&path),
@@ -99,6 +106,7 @@ pub fn run(args: Args) -> CmdResult {
         parallel,
         busiest,
         api_key: args.api_key.clone(),
+        grammars,
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -24,6 +24,9 @@ pub struct State {
     /// The most requests one decoding step has served so far.
     pub busiest: Arc<Busiest>,
     pub api_key: Option<String>,
+    /// Compiles `response_format` grammars for the model's vocabulary (`None`: the model has
+    /// no end-of-generation token, and a grammar could not end).
+    pub grammars: Option<Arc<ramforge_engine::GrammarCompiler>>,
 }
 
 impl State {

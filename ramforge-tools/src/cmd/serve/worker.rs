@@ -5,7 +5,7 @@ use super::errors::ApiError;
 pub use super::job::Event;
 use super::job::{Job, Place};
 use super::scheduler::{serve_jobs, Busiest};
-use ramforge_engine::{Engine, SamplingParams};
+use ramforge_engine::{Constraint, Engine, SamplingParams};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::Arc;
@@ -39,6 +39,7 @@ impl Queue {
         &self,
         prompt: Vec<u32>,
         params: SamplingParams,
+        constraint: Option<Constraint>,
     ) -> Result<(UnboundedReceiver<Event>, CancelOnDrop), ApiError> {
         let full = || ApiError::busy("the server is busy: its request queue is full; retry later");
         self.held
@@ -52,6 +53,7 @@ impl Queue {
         let job = Job {
             prompt,
             params,
+            constraint,
             cancel: Arc::clone(&cancel),
             events,
             _place: place,
