@@ -3,7 +3,8 @@
 //! server's scheduler) both step it, so a sequence decoded with others stops and shows text
 //! by exactly the same rules as one decoded alone.
 
-use crate::sampling::{Sampler, SamplingParams, StopMatcher};
+use crate::constraint::Constraint;
+use crate::sampling::{Logprobs, Sampler, SamplingParams, StopMatcher};
 use crate::text::tokenizer::StreamDecoder;
 use crate::text::Tokenizer;
 
@@ -21,6 +22,9 @@ pub enum StopReason {
     ContextFull,
     /// The cancel flag was raised.
     Cancelled,
+    /// The grammar constraint failed (a limit broken mid-generation): see
+    /// [`Decoding::error`].
+    ConstraintFailed,
 }
 
 /// What [`Decoding::next`] decided.
@@ -42,6 +46,8 @@ pub struct Decoding<'t> {
     ignore_eos: bool,
     tokens: Vec<u32>,
     text: String,
+    constraint: Option<Constraint>,
+    error: Option<String>,
 }
 
 impl<'t> Decoding<'t> {
@@ -56,7 +62,18 @@ impl<'t> Decoding<'t> {
             ignore_eos: params.ignore_eos,
             tokens: Vec::new(),
             text: String::new(),
+            constraint: None,
+            error: None,
         }
+    }
+
+    /// The same generation, sampling only what `constraint` allows: each step's logits are
+    /// masked before the sampler sees them, and the generation ends when the grammar is
+    /// complete. Constrained and free sequences decode side by side in one batched step; only
+    /// their sampling differs.
+    pub fn constrained(mut self, constraint: Constraint) -> Decoding<'t> {
+        self.constraint = Some(constraint);
+        self
     }
 
     /// Samples the next token from `logits` (those that follow `history`, the sequence's whole
@@ -76,9 +93,24 @@ impl<'t> Decoding<'t> {
         if self.tokens.len() >= self.max_tokens {
             return Next::Stop(StopReason::MaxTokens);
         }
+        if let Some(c) = &mut self.constraint {
+            if c.is_stopped() {
+                return Next::Stop(StopReason::EndOfGeneration);
+            }
+            if let Err(e) = c.mask(logits) {
+                self.error = Some(e);
+                return Next::Stop(StopReason::ConstraintFailed);
+            }
+        }
         let id = self.sampler.sample(logits, history);
         if !self.ignore_eos && self.tokenizer.is_eog(id) {
             return Next::Stop(StopReason::EndOfGeneration);
+        }
+        if let Some(c) = &mut self.constraint {
+            if let Err(e) = c.commit(id) {
+                self.error = Some(e);
+                return Next::Stop(StopReason::ConstraintFailed);
+            }
         }
         self.tokens.push(id);
         let (shown, hit) = self.stops.push(&self.decoder.push(id));
@@ -91,6 +123,16 @@ impl<'t> Decoding<'t> {
             return Next::Stop(StopReason::ContextFull);
         }
         Next::Eval(id)
+    }
+
+    /// The log-probabilities of the last sampled token, when the parameters asked for them.
+    pub fn logprobs(&self) -> Option<&Logprobs> {
+        self.sampler.last_logprobs()
+    }
+
+    /// Why the constraint failed, after [`StopReason::ConstraintFailed`].
+    pub fn error(&self) -> Option<&str> {
+        self.error.as_deref()
     }
 
     /// Tokens generated so far.

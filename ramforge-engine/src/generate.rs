@@ -2,6 +2,7 @@
 //! streamed as text, stopped by end-of-generation tokens, stop strings, the token limit, the
 //! context size or a cancel flag.
 
+use crate::constraint::Constraint;
 use crate::decoding::{Decoding, Next, StopReason};
 use crate::engine::Engine;
 use crate::error::EngineError;
@@ -75,7 +76,21 @@ impl Engine {
         cancel: &AtomicBool,
     ) -> Result<GenerationStats, EngineError> {
         self.reset();
-        self.generate_from(0, prompt, params, on_token, cancel)
+        self.generate_from(0, prompt, params, None, on_token, cancel)
+    }
+
+    /// [`Engine::generate`] whose output `constraint` (a compiled grammar, see
+    /// [`crate::constraint`]) keeps inside its grammar.
+    pub fn generate_constrained(
+        &mut self,
+        prompt: &[u32],
+        params: &SamplingParams,
+        constraint: Constraint,
+        on_token: &mut dyn FnMut(u32, &str),
+        cancel: &AtomicBool,
+    ) -> Result<GenerationStats, EngineError> {
+        self.reset();
+        self.generate_from(0, prompt, params, Some(constraint), on_token, cancel)
     }
 
     /// [`Engine::generate`] that keeps the longest prefix the context already holds (the
@@ -98,7 +113,7 @@ impl Engine {
             .count();
         let keep = common.min(prompt.len().saturating_sub(1));
         self.truncate_context(keep);
-        self.generate_from(keep, prompt, params, on_token, cancel)
+        self.generate_from(keep, prompt, params, None, on_token, cancel)
     }
 
     /// Generates after `prompt`, whose first `cached` tokens the context already holds.
@@ -107,6 +122,7 @@ impl Engine {
         cached: usize,
         prompt: &[u32],
         params: &SamplingParams,
+        constraint: Option<Constraint>,
         on_token: &mut dyn FnMut(u32, &str),
         cancel: &AtomicBool,
     ) -> Result<GenerationStats, EngineError> {
@@ -150,10 +166,17 @@ impl Engine {
         let mut logits = self.logits().to_vec();
         let tokenizer = Arc::clone(&self.model().tokenizer);
         let mut decoding = Decoding::new(&tokenizer, params);
+        if let Some(c) = constraint {
+            decoding = decoding.constrained(c);
+        }
         let stop_reason = loop {
             let cancelled = cancel.load(Ordering::Relaxed);
             let ctx = self.context_size();
             match decoding.next(&mut logits, self.history(), ctx, cancelled, on_token) {
+                Next::Stop(StopReason::ConstraintFailed) => {
+                    let why = decoding.error().unwrap_or("the grammar failed");
+                    return Err(EngineError::Invalid(format!("grammar: {why}")));
+                }
                 Next::Stop(reason) => break reason,
                 Next::Eval(id) => logits.copy_from_slice(self.eval(&[id])?),
             }

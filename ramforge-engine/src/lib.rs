@@ -42,6 +42,7 @@
 
 mod batch;
 pub mod budget;
+pub mod constraint;
 mod decoding;
 mod engine;
 mod error;
@@ -66,6 +67,7 @@ mod weights;
 pub struct ReadmeDoctest;
 
 pub use budget::{parse_memory_size, process_memory, MemoryBudget, ProcessMemory};
+pub use constraint::{Constraint, Grammar, GrammarCompiler};
 pub use decoding::{Decoding, Next, StopReason};
 pub use engine::{Engine, PromptProgress};
 pub use error::EngineError;
@@ -74,6 +76,6 @@ pub use kv::KvType;
 pub use model::{Architecture, Model, ModelConfig};
 pub use options::{EngineOptions, DEFAULT_BATCH, DEFAULT_CTX};
 pub use plan::MemoryPlan;
-pub use sampling::SamplingParams;
+pub use sampling::{Logprobs, SamplingParams, TokenLogprob};
 pub use sequence::Sequence;
 pub use stream::ResidencyStats;

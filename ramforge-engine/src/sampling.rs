@@ -1,8 +1,11 @@
 //! Choosing the next token from logits: greedy, or temperature sampling narrowed by top-k,
-//! top-p and min-p, after a windowed repetition penalty, from a seeded RNG.
+//! top-p and min-p, after a windowed repetition penalty and OpenAI's additive presence and
+//! frequency penalties, from a seeded RNG; optionally with the log-probabilities of the
+//! distribution it chose from.
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use std::collections::HashMap;
 
 /// How to pick tokens and when to stop.
 #[derive(Clone, Debug, PartialEq)]
@@ -19,6 +22,15 @@ pub struct SamplingParams {
     pub repeat_penalty: f32,
     /// How many recent tokens (prompt included) the penalty looks at.
     pub repeat_last_n: usize,
+    /// OpenAI's `presence_penalty`: subtracted once from the logit of every token generated so
+    /// far (0 = off; the prompt does not count).
+    pub presence_penalty: f32,
+    /// OpenAI's `frequency_penalty`: subtracted from a token's logit once per time it was
+    /// generated so far (0 = off).
+    pub frequency_penalty: f32,
+    /// Report the log-probability of each chosen token and of this many most likely ones
+    /// (`None` = off).
+    pub logprobs: Option<usize>,
     /// Seed of the sampling RNG (same seed, same tokens).
     pub seed: u64,
     /// Most tokens to generate.
@@ -38,6 +50,9 @@ impl Default for SamplingParams {
             min_p: 0.05,
             repeat_penalty: 1.0,
             repeat_last_n: 64,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            logprobs: None,
             seed: 0,
             max_tokens: 128,
             stop: Vec::new(),
@@ -72,7 +87,92 @@ impl SamplingParams {
                 self.repeat_penalty
             ));
         }
+        for (name, v) in [
+            ("presence penalty", self.presence_penalty),
+            ("frequency penalty", self.frequency_penalty),
+        ] {
+            if !(-2.0..=2.0).contains(&v) {
+                return Err(format!("{name} {v} must lie in [-2, 2]"));
+            }
+        }
+        if self.logprobs.is_some_and(|n| n > MAX_TOP_LOGPROBS) {
+            return Err(format!(
+                "at most {MAX_TOP_LOGPROBS} top log-probabilities are reported"
+            ));
+        }
         Ok(())
+    }
+}
+
+/// Most alternatives [`SamplingParams::logprobs`] may ask for (OpenAI's limit).
+pub const MAX_TOP_LOGPROBS: usize = 20;
+
+/// A token and its log-probability.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TokenLogprob {
+    /// The token id.
+    pub id: u32,
+    /// Natural log of its probability.
+    pub logprob: f32,
+}
+
+/// The log-probabilities of one sampling step: of the chosen token and the most likely ones,
+/// most likely first. They are those of the distribution the sampler chose from: the logits
+/// after the penalties and any constraint's mask, at temperature 1 (as OpenAI reports them),
+/// so the first of `top` is the token greedy decoding takes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Logprobs {
+    /// The token sampled.
+    pub chosen: TokenLogprob,
+    /// The most likely tokens, as many as asked for.
+    pub top: Vec<TokenLogprob>,
+}
+
+/// Log-probabilities of `logits` (`-inf` for masked tokens): `chosen`'s and the `n` most
+/// likely (ties by lower id).
+pub fn logprobs_of(logits: &[f32], chosen: u32, n: usize) -> Logprobs {
+    let max = logits
+        .iter()
+        .copied()
+        .filter(|v| !v.is_nan())
+        .fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = logits
+        .iter()
+        .filter(|v| !v.is_nan())
+        .map(|&v| ((v - max) as f64).exp())
+        .sum();
+    let log_z = max as f64 + sum.ln();
+    let lp = |id: u32| {
+        let v = logits
+            .get(id as usize)
+            .copied()
+            .unwrap_or(f32::NEG_INFINITY);
+        TokenLogprob {
+            id,
+            logprob: if v.is_nan() {
+                f32::NEG_INFINITY
+            } else {
+                (v as f64 - log_z) as f32
+            },
+        }
+    };
+    let mut ids: Vec<u32> = (0..logits.len() as u32)
+        .filter(|&i| logits[i as usize] > f32::NEG_INFINITY)
+        .collect();
+    let by_logit = |a: &u32, b: &u32| {
+        logits[*b as usize]
+            .total_cmp(&logits[*a as usize])
+            .then(a.cmp(b))
+    };
+    let n = n.min(ids.len());
+    if n > 0 && n < ids.len() {
+        ids.select_nth_unstable_by(n - 1, by_logit);
+    }
+    ids.truncate(n);
+    ids.sort_unstable_by(by_logit);
+    Logprobs {
+        chosen: lp(chosen),
+        top: ids.into_iter().map(lp).collect(),
     }
 }
 
@@ -94,6 +194,10 @@ pub struct Sampler {
     params: SamplingParams,
     rng: StdRng,
     candidates: Vec<(u32, f32)>,
+    /// How often each token was sampled (for the presence and frequency penalties).
+    counts: HashMap<u32, u32>,
+    /// The log-probabilities of the last step, when asked for.
+    last_logprobs: Option<Logprobs>,
 }
 
 impl Sampler {
@@ -103,15 +207,39 @@ impl Sampler {
             params: params.clone(),
             rng: StdRng::seed_from_u64(params.seed),
             candidates: Vec::new(),
+            counts: HashMap::new(),
+            last_logprobs: None,
         }
     }
 
-    /// Picks the next token. `logits` is modified by the repetition penalty; `history` is every
-    /// token in the context so far.
+    /// Picks the next token. `logits` is modified by the penalties; `history` is every token in
+    /// the context so far. Tokens whose logit is `-inf` (masked) are never picked, unless all
+    /// are.
     pub fn sample(&mut self, logits: &mut [f32], history: &[u32]) -> u32 {
+        let id = self.pick(logits, history);
+        *self.counts.entry(id).or_insert(0) += 1;
+        self.last_logprobs = self.params.logprobs.map(|n| logprobs_of(logits, id, n));
+        id
+    }
+
+    /// The log-probabilities of the last [`Sampler::sample`], when
+    /// [`SamplingParams::logprobs`] asked for them.
+    pub fn last_logprobs(&self) -> Option<&Logprobs> {
+        self.last_logprobs.as_ref()
+    }
+
+    fn pick(&mut self, logits: &mut [f32], history: &[u32]) -> u32 {
         let p = &self.params;
         if p.repeat_penalty != 1.0 && p.repeat_last_n > 0 {
             apply_repeat_penalty(logits, history, p.repeat_last_n, p.repeat_penalty);
+        }
+        if p.presence_penalty != 0.0 || p.frequency_penalty != 0.0 {
+            apply_openai_penalties(
+                logits,
+                &self.counts,
+                p.presence_penalty,
+                p.frequency_penalty,
+            );
         }
         if p.temperature <= 0.0 {
             return argmax(logits) as u32;
@@ -122,11 +250,11 @@ impl Sampler {
             logits
                 .iter()
                 .enumerate()
-                .filter(|(_, v)| !v.is_nan())
+                .filter(|(_, v)| **v > f32::NEG_INFINITY)
                 .map(|(i, &v)| (i as u32, v)),
         );
         if c.is_empty() {
-            return 0;
+            return argmax(logits) as u32;
         }
         // Most likely first; ties by id, so the order is deterministic.
         let by_logit = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
@@ -188,6 +316,21 @@ pub fn apply_repeat_penalty(logits: &mut [f32], history: &[u32], window: usize, 
     for id in seen {
         if let Some(l) = logits.get_mut(id as usize) {
             *l = if *l > 0.0 { *l / penalty } else { *l * penalty };
+        }
+    }
+}
+
+/// OpenAI's penalties: `logit -= count * frequency + (count > 0) * presence` for every token
+/// sampled so far, `counts` of them.
+pub fn apply_openai_penalties(
+    logits: &mut [f32],
+    counts: &HashMap<u32, u32>,
+    presence: f32,
+    frequency: f32,
+) {
+    for (&id, &n) in counts {
+        if let Some(l) = logits.get_mut(id as usize) {
+            *l -= n as f32 * frequency + if n > 0 { presence } else { 0.0 };
         }
     }
 }
@@ -329,6 +472,72 @@ mod tests {
             ..params(0.0)
         });
         assert_eq!(s.sample(&mut [3.0, 2.0], &[0]), 1);
+    }
+
+    #[test]
+    fn presence_and_frequency_penalties_are_additive_over_generated_tokens() {
+        let mut l = vec![1.0f32, 1.0, 1.0, -1.0];
+        let counts = HashMap::from([(0, 3), (3, 1)]);
+        apply_openai_penalties(&mut l, &counts, 0.5, 0.25);
+        // token 0: 1 - 3 * 0.25 - 0.5; token 3: -1 - 0.25 - 0.5.
+        assert_eq!(l, vec![-0.25, 1.0, 1.0, -1.75]);
+        // Greedy with a strong presence penalty never repeats a token it generated, and the
+        // prompt (history) does not count.
+        let mut s = Sampler::new(&SamplingParams {
+            presence_penalty: 2.0,
+            ..params(0.0)
+        });
+        let logits = [3.0f32, 2.0, 1.5, 0.0];
+        let picks: Vec<u32> = (0..3)
+            .map(|_| s.sample(&mut logits.to_vec(), &[0, 0, 0]))
+            .collect();
+        assert_eq!(picks, vec![0, 1, 2]);
+        // Frequency alone: each use costs 1, so token 0 (3.0) is taken twice before 1 (2.0).
+        let mut s = Sampler::new(&SamplingParams {
+            frequency_penalty: 0.75,
+            ..params(0.0)
+        });
+        let picks: Vec<u32> = (0..4)
+            .map(|_| s.sample(&mut logits.to_vec(), &[]))
+            .collect();
+        // 3.0 -> 0; 2.25 vs 2.0 -> 0; 1.5 vs 2.0 -> 1; 1.5 vs 1.25 -> 0.
+        assert_eq!(picks, vec![0, 0, 1, 0]);
+    }
+
+    #[test]
+    fn logprobs_are_the_log_softmax_and_the_top_entry_is_the_greedy_token() {
+        let logits = [1.0f32, 3.0, f32::NEG_INFINITY, 2.0, 3.0];
+        let lp = logprobs_of(&logits, 3, 3);
+        let z: f64 = [1.0f64, 3.0, 2.0, 3.0].iter().map(|v| v.exp()).sum();
+        let want = |v: f64| (v - z.ln()) as f32;
+        assert_eq!(lp.chosen.id, 3);
+        assert!((lp.chosen.logprob - want(2.0)).abs() < 1e-6);
+        let ids: Vec<u32> = lp.top.iter().map(|t| t.id).collect();
+        assert_eq!(ids, vec![1, 4, 3], "ties by lower id, masked never listed");
+        assert!((lp.top[0].logprob - want(3.0)).abs() < 1e-6);
+        let total: f64 = [1.0f64, 3.0, 2.0, 3.0]
+            .iter()
+            .map(|&v| (want(v) as f64).exp())
+            .sum();
+        assert!((total - 1.0).abs() < 1e-5);
+        // The sampler reports them for what it chose, after the penalties.
+        let mut s = Sampler::new(&SamplingParams {
+            logprobs: Some(2),
+            ..params(0.0)
+        });
+        let id = s.sample(&mut logits.to_vec(), &[]);
+        let got = s.last_logprobs().unwrap();
+        assert_eq!((id, got.chosen.id, got.top[0].id), (1, 1, 1));
+        assert_eq!(got.top.len(), 2);
+    }
+
+    #[test]
+    fn masked_tokens_are_never_sampled() {
+        let mut s = Sampler::new(&params(1.0));
+        for _ in 0..200 {
+            let mut l = [5.0f32, f32::NEG_INFINITY, 0.0, f32::NEG_INFINITY];
+            assert!(matches!(s.sample(&mut l, &[]), 0 | 2));
+        }
     }
 
     #[test]

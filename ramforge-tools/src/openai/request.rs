@@ -7,7 +7,7 @@ use super::errors::ApiError;
 use super::fields::{is_off, is_one, Fields};
 use ramforge_engine::text::prompt::message;
 use ramforge_engine::text::ChatMessage;
-use ramforge_engine::SamplingParams;
+use ramforge_engine::{Grammar, SamplingParams};
 use serde_json::Value;
 
 /// Which endpoint a request came to (the shapes of its answer differ).
@@ -37,7 +37,11 @@ pub struct GenRequest {
     pub stream: bool,
     /// `stream_options.include_usage`: a last chunk with the usage.
     pub include_usage: bool,
+    /// `response_format` (`json_object`, `json_schema`): the grammar the output must match.
+    pub grammar: Option<Grammar>,
 }
+
+use ramforge_engine::sampling::MAX_TOP_LOGPROBS;
 
 /// Most stop strings, as OpenAI allows.
 const MAX_STOPS: usize = 4;
@@ -58,8 +62,21 @@ pub fn chat_request(body: Value) -> Result<GenRequest, ApiError> {
         }
         (a, b) => a.or(b),
     };
-    f.unsupported("logprobs", is_off, "log-probabilities are not reported")?;
-    f.unsupported("top_logprobs", is_off, "log-probabilities are not reported")?;
+    let logprobs = f.bool("logprobs")?.unwrap_or(false);
+    let top = f.uint("top_logprobs", 0)?;
+    if top.is_some_and(|n| n > MAX_TOP_LOGPROBS as u64) {
+        return Err(ApiError::invalid(
+            Some("top_logprobs"),
+            format!("'top_logprobs' must be at most {MAX_TOP_LOGPROBS}"),
+        ));
+    }
+    if top.is_some() && !logprobs {
+        return Err(ApiError::invalid(
+            Some("top_logprobs"),
+            "'top_logprobs' needs 'logprobs': true",
+        ));
+    }
+    let logprobs = logprobs.then(|| top.unwrap_or(0) as usize);
     f.unsupported("tools", is_off, "tool calls are not implemented")?;
     f.unsupported("functions", is_off, "function calls are not implemented")?;
     let none = |v: &Value| v == "none";
@@ -67,16 +84,12 @@ pub fn chat_request(body: Value) -> Result<GenRequest, ApiError> {
     f.unsupported("function_call", none, "function calls are not implemented")?;
     // Says how tools may be called; there are none, so either value asks for nothing.
     f.bool("parallel_tool_calls")?;
-    let text_format = |v: &Value| {
-        v.get("type").is_some_and(|t| t == "text") && v.as_object().is_some_and(|o| o.len() == 1)
-    };
-    f.unsupported(
-        "response_format",
-        text_format,
-        "only {\"type\": \"text\"} is produced",
-    )?;
+    let grammar = response_format(&mut f)?;
     let max_tokens = max_tokens.map(|n| n as usize);
-    common(f, Endpoint::Chat, Prompt::Chat(messages), max_tokens)
+    let mut request = common(f, Endpoint::Chat, Prompt::Chat(messages), max_tokens)?;
+    request.params.logprobs = logprobs;
+    request.grammar = grammar;
+    Ok(request)
 }
 
 /// Reads a `/v1/completions` body.
@@ -98,7 +111,13 @@ pub fn completion_request(body: Value) -> Result<GenRequest, ApiError> {
     };
     // OpenAI's default for this endpoint.
     let max_tokens = Some(f.uint("max_tokens", 1)?.unwrap_or(16) as usize);
-    f.unsupported("logprobs", is_off, "log-probabilities are not reported")?;
+    let logprobs = f.uint("logprobs", 0)?;
+    if logprobs.is_some_and(|n| n > MAX_TOP_LOGPROBS as u64) {
+        return Err(ApiError::invalid(
+            Some("logprobs"),
+            format!("'logprobs' must be at most {MAX_TOP_LOGPROBS}"),
+        ));
+    }
     f.unsupported("echo", is_off, "the prompt is not echoed")?;
     let empty = |v: &Value| v == "";
     f.unsupported(
@@ -107,7 +126,53 @@ pub fn completion_request(body: Value) -> Result<GenRequest, ApiError> {
         "insertion after a suffix is not implemented",
     )?;
     f.unsupported("best_of", is_one, "one completion is generated per request")?;
-    common(f, Endpoint::Completion, Prompt::Text(prompt), max_tokens)
+    let mut request = common(f, Endpoint::Completion, Prompt::Text(prompt), max_tokens)?;
+    request.params.logprobs = logprobs.map(|n| n as usize);
+    Ok(request)
+}
+
+/// `response_format`: `text` (nothing to do), `json_object`, or `json_schema` with its
+/// `schema` (always held to strictly).
+fn response_format(f: &mut Fields) -> Result<Option<Grammar>, ApiError> {
+    let Some(value) = f.take("response_format") else {
+        return Ok(None);
+    };
+    let mut r = Fields::of(value, "response_format", "response_format.".into())?;
+    let kind = r.required_string("type")?;
+    let grammar = match kind.as_str() {
+        "text" => None,
+        "json_object" => Some(Grammar::JsonObject),
+        "json_schema" => {
+            let Some(spec) = r.take("json_schema") else {
+                return Err(r.missing("json_schema"));
+            };
+            let mut j = Fields::of(
+                spec,
+                "response_format.json_schema",
+                "response_format.json_schema.".into(),
+            )?;
+            j.required_string("name")?;
+            j.string("description")?;
+            j.bool("strict")?;
+            let schema = j.take("schema").unwrap_or(serde_json::json!({}));
+            if !schema.is_object() && !schema.is_boolean() {
+                return Err(ApiError::invalid(
+                    Some("response_format.json_schema.schema"),
+                    "'response_format.json_schema.schema' must be a JSON schema object",
+                ));
+            }
+            j.finish()?;
+            Some(Grammar::JsonSchema(schema))
+        }
+        _ => {
+            return Err(ApiError::invalid(
+                Some("response_format.type"),
+                "'response_format.type' must be text, json_object or json_schema",
+            ))
+        }
+    };
+    r.finish()?;
+    Ok(grammar)
 }
 
 /// The fields both endpoints share, then the end of the body.
@@ -134,6 +199,7 @@ fn common(
         params,
         stream,
         include_usage,
+        grammar: None,
     })
 }
 
@@ -169,14 +235,9 @@ fn sampling(f: &mut Fields) -> Result<SamplingParams, ApiError> {
         .unwrap_or(1.0) as f32;
     // Any integer; a negative one keeps its bits.
     let seed = f.int("seed")?.map_or_else(rand::random, |s| s as u64);
-    for name in ["presence_penalty", "frequency_penalty"] {
-        if f.number(name, -2.0, 2.0)?.is_some_and(|x| x != 0.0) {
-            return Err(ApiError::unsupported(
-                name,
-                "the sampler has a multiplicative repeat_penalty, not additive presence or frequency penalties; send 0 or use repeat_penalty",
-            ));
-        }
-    }
+    // OpenAI's additive penalties (repeat_penalty, llama.cpp's multiplicative one, stays).
+    let presence_penalty = f.number("presence_penalty", -2.0, 2.0)?.unwrap_or(0.0) as f32;
+    let frequency_penalty = f.number("frequency_penalty", -2.0, 2.0)?.unwrap_or(0.0) as f32;
     let stop = stops(f)?;
     Ok(SamplingParams {
         temperature,
@@ -184,6 +245,8 @@ fn sampling(f: &mut Fields) -> Result<SamplingParams, ApiError> {
         top_p,
         min_p,
         repeat_penalty,
+        presence_penalty,
+        frequency_penalty,
         seed,
         stop,
         ..SamplingParams::default()

@@ -44,10 +44,14 @@ fn bad_requests_are_400_naming_the_field() {
         ),
         (
             chat,
-            chat_body("hi", 4, r#""response_format": {"type": "json_object"}"#),
-            "response_format",
+            chat_body("hi", 4, r#""response_format": {"type": "xml"}"#),
+            "response_format.type",
         ),
-        (chat, chat_body("hi", 4, r#""logprobs": true"#), "logprobs"),
+        (
+            chat,
+            chat_body("hi", 4, r#""logprobs": true, "top_logprobs": 21"#),
+            "top_logprobs",
+        ),
         (
             chat,
             chat_body("hi", 4, r#""logit_bias": {"50": 10}"#),
@@ -55,12 +59,12 @@ fn bad_requests_are_400_naming_the_field() {
         ),
         (
             chat,
-            chat_body("hi", 4, r#""presence_penalty": 0.5"#),
+            chat_body("hi", 4, r#""presence_penalty": 2.5"#),
             "presence_penalty",
         ),
         (
             chat,
-            chat_body("hi", 4, r#""frequency_penalty": 1"#),
+            chat_body("hi", 4, r#""frequency_penalty": -3"#),
             "frequency_penalty",
         ),
         (

@@ -89,8 +89,8 @@ def fails(error, call, param=None):
 
 
 fails(openai.BadRequestError, lambda: chat(question, n=2), "n")
-fails(openai.BadRequestError, lambda: chat(question, presence_penalty=1.0), "presence_penalty")
-fails(openai.BadRequestError, lambda: chat(question, logprobs=True), "logprobs")
+fails(openai.BadRequestError, lambda: chat(question, presence_penalty=3.0), "presence_penalty")
+fails(openai.BadRequestError, lambda: chat(question, logprobs=True, top_logprobs=21), "top_logprobs")
 fails(openai.BadRequestError, lambda: chat(question, tools=[{"type": "function", "function": {"name": "f"}}]), "tools")
 fails(openai.BadRequestError, lambda: chat(question, extra_body={"mystery": 1}), "mystery")
 fails(openai.BadRequestError, lambda: chat([{"role": "user", "content": "word " * 1100}]), "messages")

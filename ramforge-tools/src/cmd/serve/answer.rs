@@ -10,7 +10,7 @@ use super::worker::{CancelOnDrop, Event};
 use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use ramforge_engine::StopReason;
+use ramforge_engine::{Constraint, Grammar, StopReason};
 use serde_json::Value;
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -27,7 +27,12 @@ pub async fn answer(state: Arc<State>, request: GenRequest) -> Result<Response, 
         mut params,
         stream,
         include_usage,
+        grammar,
     } = request;
+    let constraint = match grammar {
+        None => None,
+        Some(g) => Some(compile(&state, g).await?),
+    };
     let tokens = prompt_tokens(Arc::clone(&state), prompt).await?;
     let room = state.ctx.saturating_sub(tokens.len());
     if room == 0 {
@@ -43,13 +48,33 @@ pub async fn answer(state: Arc<State>, request: GenRequest) -> Result<Response, 
     }
     // A longer ask is cut to the room left (and says so: finish_reason "length").
     params.max_tokens = max_tokens.map_or(room, |n| n.min(room));
-    let (events, guard) = state.queue.submit(tokens, params)?;
-    let reply = Reply::new(endpoint, &model);
+    let wants_logprobs = params.logprobs.is_some();
+    let (events, guard) = state.queue.submit(tokens, params, constraint)?;
+    let mut reply = Reply::new(endpoint, &model);
+    reply.wants_logprobs = wants_logprobs;
     if stream {
         Ok(streamed(reply, events, guard, include_usage).into_response())
     } else {
         whole(reply, events, guard).await
     }
+}
+
+/// Compiles a `response_format` off the async threads, under the grammar limits (a 400 names
+/// the limit a grammar broke).
+async fn compile(state: &Arc<State>, grammar: Grammar) -> Result<Constraint, ApiError> {
+    let compiler = state.grammars.clone().ok_or_else(|| {
+        ApiError::unsupported(
+            "response_format",
+            "the model has no end-of-generation token, so constrained output could not end",
+        )
+    })?;
+    tokio::task::spawn_blocking(move || compiler.compile(&grammar))
+        .await
+        .map_err(|e| ApiError::internal(format!("compiling the grammar failed: {e}")))?
+        .map_err(|e| {
+            ApiError::invalid(Some("response_format"), format!("response_format: {e}"))
+                .with_code("invalid_grammar")
+        })
 }
 
 fn prompt_param(endpoint: super::api::Endpoint) -> &'static str {
@@ -90,11 +115,14 @@ async fn whole(
     _guard: CancelOnDrop,
 ) -> Result<Response, ApiError> {
     let mut text = String::new();
+    let mut logprobs = Vec::new();
     while let Some(event) = events.recv().await {
         match event {
             Event::Text(t) => text.push_str(&t),
+            Event::Logprob(lp, bytes, top) => logprobs.push((lp, bytes, top)),
             Event::Done(Ok((reason, usage))) => {
-                return Ok(Json(reply.whole(&text, reason, usage)).into_response())
+                let lps = reply.wants_logprobs.then_some(logprobs.as_slice());
+                return Ok(Json(reply.whole(&text, lps, reason, usage)).into_response());
             }
             Event::Done(Err(e)) => return Err(ApiError::internal(e)),
         }
@@ -120,6 +148,9 @@ impl Streaming {
     fn take(&mut self, event: Option<Event>) {
         match event {
             Some(Event::Text(t)) => self.push(self.reply.text_chunk(&t)),
+            Some(Event::Logprob(lp, bytes, top)) => {
+                self.push(self.reply.logprob_chunk(&[(lp, bytes, top)]))
+            }
             Some(Event::Done(Ok((reason, usage)))) => self.close(reason, usage),
             Some(Event::Done(Err(e))) => {
                 self.push(ApiError::internal(e).body());

@@ -3,7 +3,7 @@
 //! produced, then the end). A leaf shared by the queue (`worker`) and the `scheduler`.
 
 use super::reply::Usage;
-use ramforge_engine::{SamplingParams, StopReason};
+use ramforge_engine::{Constraint, Logprobs, SamplingParams, StopReason};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use tokio::sync::mpsc::UnboundedSender;
@@ -12,6 +12,9 @@ use tokio::sync::mpsc::UnboundedSender;
 pub enum Event {
     /// Text that became visible.
     Text(String),
+    /// The log-probabilities of a generated token (when asked for), with the token's bytes
+    /// and those of the top tokens.
+    Logprob(Logprobs, Vec<u8>, Vec<Vec<u8>>),
     /// The generation ended: why and what it used, or the engine's error.
     Done(Result<(StopReason, Usage), String>),
 }
@@ -20,6 +23,8 @@ pub enum Event {
 pub(super) struct Job {
     pub prompt: Vec<u32>,
     pub params: SamplingParams,
+    /// The compiled `response_format`, if any.
+    pub constraint: Option<Constraint>,
     pub cancel: Arc<AtomicBool>,
     pub events: UnboundedSender<Event>,
     /// Its place among the jobs the server holds, waiting or running; held for its `Drop`.
@@ -47,6 +52,11 @@ impl Job {
         if !text.is_empty() && self.events.send(Event::Text(text.to_string())).is_err() {
             self.cancel.store(true, Ordering::Relaxed);
         }
+    }
+
+    /// Sends a token's log-probabilities.
+    pub fn logprob(&self, lp: Logprobs, bytes: Vec<u8>, top: Vec<Vec<u8>>) {
+        let _ = self.events.send(Event::Logprob(lp, bytes, top));
     }
 
     /// Ends the job with its result.

@@ -91,6 +91,13 @@ pub fn run(args: Args) -> CmdResult {
     let parallel = engine.max_sequences();
     let tokenizer = Arc::clone(&engine.model().tokenizer);
     let ctx = engine.context_size();
+    let grammars = match ramforge_engine::GrammarCompiler::new(Arc::clone(&tokenizer)) {
+        Ok(g) => Some(Arc::new(g)),
+        Err(e) => {
+            note!("note: response_format is off: {e}");
+            None
+        }
+    };
     let telemetry = Arc::new(metrics::Telemetry::new(&engine));
     let (queue, busiest, engine_thread) =
         worker::start(engine, args.queue, Arc::clone(&telemetry))?;
@@ -105,6 +112,7 @@ pub fn run(args: Args) -> CmdResult {
         busiest,
         api_key: args.api_key.clone(),
         telemetry,
+        grammars,
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

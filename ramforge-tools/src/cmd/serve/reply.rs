@@ -2,7 +2,7 @@
 //! streamed one (`chat.completion.chunk`, or `text_completion` pieces), with `usage`.
 
 use super::api::Endpoint;
-use ramforge_engine::StopReason;
+use ramforge_engine::{Logprobs, StopReason};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -31,7 +31,10 @@ impl Usage {
 pub fn finish_reason(reason: StopReason) -> &'static str {
     match reason {
         StopReason::MaxTokens | StopReason::ContextFull => "length",
-        StopReason::EndOfGeneration | StopReason::StopString | StopReason::Cancelled => "stop",
+        StopReason::EndOfGeneration
+        | StopReason::StopString
+        | StopReason::Cancelled
+        | StopReason::ConstraintFailed => "stop",
     }
 }
 
@@ -48,6 +51,65 @@ pub struct Reply {
     created: u64,
     model: String,
     endpoint: Endpoint,
+    /// The request asked for log-probabilities.
+    pub wants_logprobs: bool,
+}
+
+/// One generated token's log-probabilities with its bytes and the top tokens' bytes.
+pub type TokenLogprobs = (Logprobs, Vec<u8>, Vec<Vec<u8>>);
+
+/// The `logprobs` of a choice in OpenAI's shape: chat's `{content: [{token, logprob, bytes,
+/// top_logprobs}]}`, or completions' `{tokens, token_logprobs, top_logprobs, text_offset}`.
+pub fn logprobs_json(endpoint: Endpoint, list: &[TokenLogprobs]) -> Value {
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    match endpoint {
+        Endpoint::Chat => {
+            let content: Vec<Value> = list
+                .iter()
+                .map(|(lp, bytes, top)| {
+                    let tops: Vec<Value> = lp
+                        .top
+                        .iter()
+                        .zip(top)
+                        .map(|(t, b)| json!({"token": text(b), "logprob": t.logprob, "bytes": b}))
+                        .collect();
+                    json!({
+                        "token": text(bytes),
+                        "logprob": lp.chosen.logprob,
+                        "bytes": bytes,
+                        "top_logprobs": tops,
+                    })
+                })
+                .collect();
+            json!({"content": content, "refusal": null})
+        }
+        Endpoint::Completion => {
+            let mut offset = 0;
+            let mut offsets = Vec::new();
+            for (_, bytes, _) in list {
+                offsets.push(offset);
+                offset += text(bytes).len();
+            }
+            let tops: Vec<Value> = list
+                .iter()
+                .map(|(lp, _, top)| {
+                    let m: serde_json::Map<String, Value> = lp
+                        .top
+                        .iter()
+                        .zip(top)
+                        .map(|(t, b)| (text(b), json!(t.logprob)))
+                        .collect();
+                    Value::Object(m)
+                })
+                .collect();
+            json!({
+                "tokens": list.iter().map(|(_, b, _)| text(b)).collect::<Vec<_>>(),
+                "token_logprobs": list.iter().map(|(lp, _, _)| lp.chosen.logprob).collect::<Vec<_>>(),
+                "top_logprobs": tops,
+                "text_offset": offsets,
+            })
+        }
+    }
 }
 
 impl Reply {
@@ -64,6 +126,7 @@ impl Reply {
             created: unix_now(),
             model: model.to_string(),
             endpoint,
+            wants_logprobs: false,
         }
     }
 
@@ -87,18 +150,25 @@ impl Reply {
     }
 
     /// The whole answer of a request that was not streamed.
-    pub fn whole(&self, text: &str, reason: StopReason, usage: Usage) -> Value {
+    pub fn whole(
+        &self,
+        text: &str,
+        logprobs: Option<&[TokenLogprobs]>,
+        reason: StopReason,
+        usage: Usage,
+    ) -> Value {
+        let lps = logprobs.map_or(Value::Null, |l| logprobs_json(self.endpoint, l));
         let choice = match self.endpoint {
             Endpoint::Chat => json!({
                 "index": 0,
                 "message": {"role": "assistant", "content": text, "refusal": null},
-                "logprobs": null,
+                "logprobs": lps,
                 "finish_reason": finish_reason(reason),
             }),
             Endpoint::Completion => json!({
                 "index": 0,
                 "text": text,
-                "logprobs": null,
+                "logprobs": lps,
                 "finish_reason": finish_reason(reason),
             }),
         };
@@ -140,6 +210,16 @@ impl Reply {
     /// A chunk of generated text.
     pub fn text_chunk(&self, text: &str) -> Value {
         self.chunk(Some(text), false, None)
+    }
+
+    /// A chunk carrying the log-probabilities of tokens whose text went before.
+    pub fn logprob_chunk(&self, list: &[TokenLogprobs]) -> Value {
+        let mut v = self.chunk(None, false, None);
+        v["choices"][0]["logprobs"] = logprobs_json(self.endpoint, list);
+        if self.endpoint == Endpoint::Completion {
+            v["choices"][0]["text"] = "".into();
+        }
+        v
     }
 
     /// The chunk that ends the choice.

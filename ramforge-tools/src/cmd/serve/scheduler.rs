@@ -148,10 +148,12 @@ pub fn serve_jobs(
             let history = slots[a.slot].seq.tokens();
             let cancelled = a.job.cancel.load(Ordering::Relaxed);
             let job = &a.job;
-            match a
+            let before = a.decoding.tokens().len();
+            let next = a
                 .decoding
-                .next(&mut row, history, ctx, cancelled, &mut |_, t| job.text(t))
-            {
+                .next(&mut row, history, ctx, cancelled, &mut |_, t| job.text(t));
+            send_logprob(job, &a.decoding, before, &tokenizer);
+            match next {
                 Next::Eval(t) => a.next = t,
                 Next::Stop(reason) => finished.push((i, reason)),
             }
@@ -173,7 +175,7 @@ pub fn serve_jobs(
 fn admit<'t>(
     engine: &mut Engine,
     slots: &mut [Slot],
-    job: Job,
+    mut job: Job,
     tokenizer: &'t Tokenizer,
     clock: u64,
     telemetry: &Telemetry,
@@ -229,6 +231,9 @@ fn admit<'t>(
         completion_tokens: 0,
     };
     let mut decoding = Decoding::new(tokenizer, &job.params);
+    if let Some(c) = job.constraint.take() {
+        decoding = decoding.constrained(c);
+    }
     let mut logits = engine.logits().to_vec();
     let cancelled = job.cancel.load(Ordering::Relaxed);
     let first = decoding.next(
@@ -238,6 +243,7 @@ fn admit<'t>(
         cancelled,
         &mut |_, t| job.text(t),
     );
+    send_logprob(&job, &decoding, 0, tokenizer);
     match first {
         Next::Eval(next) => {
             slot.busy = true;
@@ -269,6 +275,19 @@ fn evict_idle(slots: &mut [Slot], except: usize) -> bool {
     any
 }
 
+/// Sends the log-probabilities of the token the last step generated, if it generated one and
+/// they were asked for.
+fn send_logprob(job: &Job, decoding: &Decoding<'_>, before: usize, tokenizer: &Tokenizer) {
+    if decoding.tokens().len() == before {
+        return;
+    }
+    if let Some(lp) = decoding.logprobs() {
+        let bytes = tokenizer.token_bytes(lp.chosen.id);
+        let top = lp.top.iter().map(|t| tokenizer.token_bytes(t.id)).collect();
+        job.logprob(lp.clone(), bytes, top);
+    }
+}
+
 /// Shows what the generation held back and ends the job.
 fn finish(
     job: Job,
@@ -277,6 +296,11 @@ fn finish(
     mut usage: Usage,
     telemetry: &Telemetry,
 ) {
+    if reason == StopReason::ConstraintFailed {
+        let why = decoding.error().unwrap_or("the grammar failed").to_string();
+        job.done(Err(format!("response_format: {why}")));
+        return;
+    }
     let (tokens, _) = decoding.finish(reason, &mut |_, t| job.text(t));
     usage.completion_tokens = tokens.len();
     telemetry.finished(tokens.len());

@@ -27,6 +27,9 @@ pub struct State {
     pub api_key: Option<String>,
     /// What `/metrics` and `/status` report.
     pub telemetry: Arc<Telemetry>,
+    /// Compiles `response_format` grammars for the model's vocabulary (`None`: the model has
+    /// no end-of-generation token, and a grammar could not end).
+    pub grammars: Option<Arc<ramforge_engine::GrammarCompiler>>,
 }
 
 impl State {

@@ -6,7 +6,7 @@ pub use super::job::Event;
 use super::job::{Job, Place};
 use super::metrics::{QueueFigures, Telemetry};
 use super::scheduler::{serve_jobs, Busiest};
-use ramforge_engine::{Engine, SamplingParams};
+use ramforge_engine::{Constraint, Engine, SamplingParams};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::Arc;
@@ -40,6 +40,7 @@ impl Queue {
         &self,
         prompt: Vec<u32>,
         params: SamplingParams,
+        constraint: Option<Constraint>,
     ) -> Result<(UnboundedReceiver<Event>, CancelOnDrop), ApiError> {
         let full = || ApiError::busy("the server is busy: its request queue is full; retry later");
         self.held
@@ -53,6 +54,7 @@ impl Queue {
         let job = Job {
             prompt,
             params,
+            constraint,
             cancel: Arc::clone(&cancel),
             events,
             _place: place,
