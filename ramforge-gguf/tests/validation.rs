@@ -320,7 +320,7 @@ fn offsets_aligned_in_bounds_and_disjoint() {
 
 #[test]
 fn unknown_types_are_reported_by_id() {
-    for id in [4u32, 5, 31, 36, 40, 1000, u32::MAX] {
+    for id in [4u32, 5, 31, 36, 41, 1000, u32::MAX] {
         let raw = Raw::header(3, 1, 0).tensor("w", &[32], id, 0).data(32, 128);
         match err(&raw) {
             GgufError::UnknownTensorType {

@@ -140,6 +140,8 @@ fn readme_support_section_matches_the_code() {
 #[test]
 fn readme_names_the_two_commands() {
     let readme = std::fs::read_to_string(readme_path()).unwrap();
+    // One screen: at most 250 lines, the two commands near the top.
+    assert!(readme.lines().count() <= 250, "README.md is over 250 lines");
     let top: String = readme.lines().take(30).collect::<Vec<_>>().join("\n");
     assert!(
         top.contains("cargo run --release -p ramforge-tools -- run --prompt"),

@@ -1,7 +1,8 @@
 //! `ramforge-tools serve` end to end, over loopback HTTP on an ephemeral port: routes and
 //! errors (`errors`), generation against the CLI's own output and streamed against plain
 //! (`generation`), hang-ups and SIGTERM (`lifecycle`), `/metrics` and `/status` (`metrics`), the
-//! chat page in headless Chromium (`page`), several requests decoded together (`parallel`), and the real `openai` python
+//! chat page in headless Chromium (`page`), several requests decoded together (`parallel`), logprobs, penalties and structured output
+//! (`sampling`), and the real `openai` python
 //! client (`openai_client`).
 
 #[path = "../common/mod.rs"]
@@ -13,4 +14,5 @@ mod metrics;
 mod openai_client;
 mod page;
 mod parallel;
+mod sampling;
 mod server;

@@ -62,19 +62,23 @@ pub async fn answer(state: Arc<State>, request: GenRequest) -> Result<Response, 
 /// Compiles a `response_format` off the async threads, under the grammar limits (a 400 names
 /// the limit a grammar broke).
 async fn compile(state: &Arc<State>, grammar: Grammar) -> Result<Constraint, ApiError> {
-    let compiler = state.grammars.clone().ok_or_else(|| {
-        ApiError::unsupported(
-            "response_format",
-            "the model has no end-of-generation token, so constrained output could not end",
-        )
-    })?;
-    tokio::task::spawn_blocking(move || compiler.compile(&grammar))
-        .await
-        .map_err(|e| ApiError::internal(format!("compiling the grammar failed: {e}")))?
-        .map_err(|e| {
-            ApiError::invalid(Some("response_format"), format!("response_format: {e}"))
-                .with_code("invalid_grammar")
-        })
+    let state = Arc::clone(state);
+    tokio::task::spawn_blocking(move || {
+        let compiler = state
+            .grammars
+            .get_or_init(|| {
+                ramforge_engine::GrammarCompiler::new(Arc::clone(&state.tokenizer)).map(Arc::new)
+            })
+            .clone()
+            .map_err(|e| format!("constrained output is off for this model: {e}"))?;
+        compiler.compile(&grammar)
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("compiling the grammar failed: {e}")))?
+    .map_err(|e| {
+        ApiError::invalid(Some("response_format"), format!("response_format: {e}"))
+            .with_code("invalid_grammar")
+    })
 }
 
 fn prompt_param(endpoint: super::api::Endpoint) -> &'static str {

@@ -91,13 +91,9 @@ pub fn run(args: Args) -> CmdResult {
     let parallel = engine.max_sequences();
     let tokenizer = Arc::clone(&engine.model().tokenizer);
     let ctx = engine.context_size();
-    let grammars = match ramforge_engine::GrammarCompiler::new(Arc::clone(&tokenizer)) {
-        Ok(g) => Some(Arc::new(g)),
-        Err(e) => {
-            note!("note: response_format is off: {e}");
-            None
-        }
-    };
+    // Made on the first `response_format` request: its vocabulary index is not charged to the
+    // budget, so a server that never constrains output keeps the budget's promise.
+    let grammars = std::sync::OnceLock::new();
     let telemetry = Arc::new(metrics::Telemetry::new(&engine));
     let (queue, busiest, engine_thread) =
         worker::start(engine, args.queue, Arc::clone(&telemetry))?;

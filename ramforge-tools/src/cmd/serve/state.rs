@@ -27,9 +27,9 @@ pub struct State {
     pub api_key: Option<String>,
     /// What `/metrics` and `/status` report.
     pub telemetry: Arc<Telemetry>,
-    /// Compiles `response_format` grammars for the model's vocabulary (`None`: the model has
-    /// no end-of-generation token, and a grammar could not end).
-    pub grammars: Option<Arc<ramforge_engine::GrammarCompiler>>,
+    /// Compiles `response_format` grammars for the model's vocabulary, made on first use (an
+    /// error: e.g. the model has no end-of-generation token, so a grammar could not end).
+    pub grammars: std::sync::OnceLock<Result<Arc<ramforge_engine::GrammarCompiler>, String>>,
 }
 
 impl State {
