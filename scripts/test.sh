@@ -45,13 +45,33 @@ step() { # step NAME MINUTES COMMAND [ARGS...]: run one step under a time limit,
   else failed+=("$name"); echo "== $name: FAILED (exit $rc, ${took}s)"; fi
 }
 
+verify_models() { # every file the tests need is present, and every listed file present has its sha256
+  local f sum name missing=0
+  for f in SmolLM2-135M-Instruct.Q4_1.gguf gemma-3-270m-q4_k_m.gguf qwen2ish-Q4_1.gguf qwen2ish-Q8_0.gguf \
+           smollm2-{F16,BF16,Q4_0,Q5_0,Q5_1,Q8_0,Q2_K-pure,Q3_K_S-pure,Q3_K_M,Q4_K_M,Q5_K_M,Q6_K,IQ4_NL,IQ4_XS}.gguf; do
+    [ -f "$RAMFORGE_MODELS/$f" ] || { echo "error: $RAMFORGE_MODELS/$f is missing" >&2; missing=1; }
+  done
+  [ $missing -eq 0 ] || return 1
+  while read -r sum name; do
+    [ -f "$RAMFORGE_MODELS/$name" ] || continue
+    echo "$sum  $RAMFORGE_MODELS/$name" | sha256sum -c --quiet - || { echo "error: $name: sha256 differs from golden/README.md" >&2; return 1; }
+  done < <(grep -E '^\| [A-Za-z0-9_.-]+\.gguf \| [0-9a-f]{64}' "$shared/golden/README.md" \
+             | awk -F'|' '{gsub(/ /,"",$2); gsub(/ /,"",$3); print $3" "$2}')
+}
+
 need_models() { # the model files and the reference python every test needs; without them nothing else can pass
   if [ ! -x "$shared/reference/fetch_models.sh" ] && [ ! -f "$shared/reference/fetch_models.sh" ]; then
     echo "error: $shared/reference/fetch_models.sh not found; put shared/ beside the checkout or set RAMFORGE_SHARED" >&2
     exit 1
   fi
   echo "== models into $RAMFORGE_MODELS"
-  bash "$shared/reference/fetch_models.sh" "$RAMFORGE_MODELS" --all || { echo "error: fetching models failed" >&2; exit 1; }
+  # fetch_models.sh ends with the exit status of its checksum loop's last test, which is 1 whenever
+  # the last file listed in golden/README.md (the optional qwen pair) is absent; so its status alone
+  # does not say whether the fetch worked: check the files and their checksums here.
+  local fetch_rc=0
+  bash "$shared/reference/fetch_models.sh" "$RAMFORGE_MODELS" --all || fetch_rc=$?
+  verify_models || { echo "error: fetching models failed (fetch_models.sh exit $fetch_rc)" >&2; exit 1; }
+  [ $fetch_rc -eq 0 ] || echo "== models: fetch_models.sh exited $fetch_rc, but every file the tests need is present with its listed sha256"
   RAMFORGE_REFERENCE_PY="$(bash "$shared/reference/setup.sh" "$RAMFORGE_MODELS/.venv-reference")" \
     || { echo "error: making the reference venv failed" >&2; exit 1; }
   export RAMFORGE_REFERENCE_PY
