@@ -4,34 +4,10 @@
 
 mod common;
 
+use common::judge::fails_cleanly;
 use common::model_path;
 use ramforge_gguf::{GgufFile, GgufWriter, Value};
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::{Duration, Instant};
-
-/// Runs the tool with `args` under `ulimit -v` 1 GiB and checks a clean failure whose one
-/// stderr line contains `expect`.
-fn fails_cleanly(args: &[&str], expect: &str) {
-    let started = Instant::now();
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg("ulimit -v 1048576 && exec \"$0\" \"$@\"")
-        .arg(env!("CARGO_BIN_EXE_ramforge-tools"))
-        .args(args)
-        .output()
-        .unwrap();
-    let took = started.elapsed();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
-    assert_eq!(stderr.trim_end().lines().count(), 1, "one line: {stderr}");
-    assert!(
-        stderr.starts_with("error: ") && stderr.contains(expect),
-        "{args:?}: {stderr}"
-    );
-    assert!(!stderr.contains("panicked"), "{stderr}");
-    assert!(took < Duration::from_secs(10), "{args:?} took {took:?}");
-}
 
 fn scratch(tag: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("ramforge-hostile-{}-{tag}", std::process::id()));

@@ -8,12 +8,9 @@
 
 mod common;
 
-use common::{golden_dir, reference_python, root};
-use ramforge_engine::{EngineError, EngineOptions, Model};
+use common::judge::{self, fails_cleanly, near_minimum, verify};
 use ramforge_gguf::{parse_header, GgmlType, GgufWriter, Metadata, Value};
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::{Duration, Instant};
 
 fn scratch(tag: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("ramforge-split-{}-{tag}", std::process::id()));
@@ -52,116 +49,6 @@ fn tool_json(args: &[&str]) -> serde_json::Value {
 const PROMPTS: &str = "The quick brown fox jumps over the lazy dog and keeps running through the forest until night falls\n\
 Hello\n\
 Une phrase en français, pour changer un peu de langue et de tokens.\n";
-
-/// llama.cpp's teacher-forced golden for `model` (given its first shard).
-fn record_golden(model: &Path, dir: &Path) -> PathBuf {
-    let prompts = dir.join("prompts.txt");
-    std::fs::write(&prompts, PROMPTS).unwrap();
-    let script = golden_dir().join("../reference/golden.py");
-    let script = if script.is_file() {
-        script
-    } else {
-        root().join("../shared/reference/golden.py")
-    };
-    let o = Command::new(reference_python())
-        .arg(&script)
-        .arg("gen")
-        .arg(model)
-        .arg(&prompts)
-        .arg("16")
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "llama.cpp on {}: {}",
-        model.display(),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let golden = dir.join("golden.jsonl");
-    std::fs::write(&golden, &o.stdout).unwrap();
-    golden
-}
-
-/// `verify --golden --json` under `ram`: its summary, the steps whose golden margin is at least
-/// 0.2 where our argmax differs, and every step's line.
-fn verify(
-    model: &Path,
-    golden: &Path,
-    ram: Option<u64>,
-) -> (serde_json::Value, usize, Vec<serde_json::Value>) {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ramforge-tools"));
-    cmd.args(["verify", "--threads", "2", "--json", "--golden"])
-        .arg(golden)
-        .arg(model);
-    if let Some(r) = ram {
-        cmd.args(["--ram", &r.to_string()]);
-    }
-    let o = cmd.output().unwrap();
-    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
-    let summary = lines
-        .iter()
-        .find_map(|v| v.get("summary").cloned())
-        .unwrap_or_else(|| panic!("no summary: {}", String::from_utf8_lossy(&o.stderr)));
-    let records: Vec<serde_json::Value> = std::fs::read_to_string(golden)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    let steps: Vec<serde_json::Value> = lines
-        .into_iter()
-        .filter(|v| v.get("step").is_some())
-        .collect();
-    let mismatches = steps
-        .iter()
-        .filter(|step| {
-            let top = &records[step["prompt"].as_u64().unwrap() as usize]["top"]
-                [step["step"].as_u64().unwrap() as usize];
-            let margin = top[0][1].as_f64().unwrap() - top[1][1].as_f64().unwrap();
-            margin >= 0.2 && step["argmax"] != top[0][0]
-        })
-        .count();
-    (summary, mismatches, steps)
-}
-
-/// The smallest budget `model` plans under for `golden`'s context, plus 64 KiB: layers
-/// streamed whole, or an MoE model's experts one by one.
-fn near_minimum(model: &Path, golden: &Path) -> u64 {
-    let ctx = std::fs::read_to_string(golden)
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).unwrap();
-            v["tokens"].as_array().unwrap().len() + v["generated"].as_array().unwrap().len()
-        })
-        .max()
-        .unwrap();
-    let m = Model::open(model).unwrap();
-    let o = EngineOptions {
-        ram: Some(1),
-        ctx: Some(ctx),
-        ..EngineOptions::default()
-    };
-    match m.plan(&o) {
-        Err(EngineError::BudgetTooSmall { minimum, .. }) => {
-            let ram = minimum + (64 << 10);
-            let plan = m
-                .plan(&EngineOptions {
-                    ram: Some(ram),
-                    ..o
-                })
-                .unwrap();
-            assert!(
-                plan.streamed_layers() > 0 || plan.experts.is_some(),
-                "{plan:?}"
-            );
-            ram
-        }
-        other => panic!("a 1-byte budget: {other:?}"),
-    }
-}
 
 fn tokens(report: &serde_json::Value) -> Vec<u64> {
     report["tokens"]
@@ -244,7 +131,7 @@ fn check(tag: &str, args: &[&str]) {
     );
 
     // verify against llama.cpp, which loads the split by its first shard.
-    let golden = record_golden(first, &dir);
+    let golden = judge::record_golden(first, PROMPTS, 16, &dir.join("golden.jsonl"));
     // The same golden for the whole file: without the (first shard's) checksum.
     let unchecked = dir.join("golden-unchecked.jsonl");
     let lines: Vec<String> = std::fs::read_to_string(&golden)
@@ -257,14 +144,21 @@ fn check(tag: &str, args: &[&str]) {
         })
         .collect();
     std::fs::write(&unchecked, lines.join("\n") + "\n").unwrap();
-    let (_, _, whole_steps) = verify(&whole, &unchecked, None);
+    let whole_steps = verify(&whole, &unchecked, None, 2).steps;
     assert!(!whole_steps.is_empty());
     for (what, ram) in [
         ("all resident", None),
         ("ram 40% of the files", Some(total * 40 / 100)),
-        ("ram near the minimum", Some(near_minimum(first, &golden))),
+        (
+            "ram near the minimum",
+            Some(near_minimum(first, &golden, 64 << 10)),
+        ),
     ] {
-        let (s, mismatches, steps) = verify(first, &golden, ram);
+        let judge::Verified {
+            summary: s,
+            mismatches,
+            steps,
+        } = verify(first, &golden, ram, 2);
         assert_eq!(
             steps, whole_steps,
             "{tag}, {what}: logits differ from whole"
@@ -301,7 +195,7 @@ fn check(tag: &str, args: &[&str]) {
     let resident = run(first, None);
     assert_eq!(tokens(&resident), tokens(&run(&whole, None)));
     assert_eq!(tokens(&run(first, Some(&forty))), tokens(&resident));
-    let least = near_minimum(first, &golden).to_string();
+    let least = near_minimum(first, &golden, 64 << 10).to_string();
     let streamed = run(first, Some(&least));
     assert_eq!(tokens(&streamed), tokens(&resident));
     assert!(
@@ -360,28 +254,6 @@ fn a_split_dense_qwen3_matches_llama_cpp_and_its_unsplit_file() {
             "Q8_0",
         ],
     );
-}
-
-/// Runs the tool under a 1 GiB address-space limit: it must fail within 10 s with status 1
-/// and one stderr line containing `expect`, never a panic.
-fn fails_cleanly(args: &[&str], expect: &str) {
-    let started = Instant::now();
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg("ulimit -v 1048576 && exec \"$0\" \"$@\"")
-        .arg(env!("CARGO_BIN_EXE_ramforge-tools"))
-        .args(args)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
-    assert_eq!(stderr.trim_end().lines().count(), 1, "one line: {stderr}");
-    assert!(
-        stderr.starts_with("error: ") && stderr.contains(expect),
-        "{args:?}: {stderr}"
-    );
-    assert!(!stderr.contains("panicked"), "{stderr}");
-    assert!(started.elapsed() < Duration::from_secs(10), "{args:?}");
 }
 
 /// Rewrites shard `path` (read whole: these are small) with `edit` applied to its metadata and

@@ -10,9 +10,8 @@
 
 mod common;
 
-use common::{golden_dir, reference_python, root};
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use common::judge::{self, verify};
+use std::path::PathBuf;
 
 fn tmp(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("ramforge-synth-formats-{}", std::process::id()));
@@ -36,80 +35,6 @@ const FORMATS: &[(&str, &str)] = &[
     ("NVFP4", "NVFP4"),
     ("MXFP4", "MXFP4"),
 ];
-
-fn record(model: &Path, name: &str) -> PathBuf {
-    let prompts = tmp(&format!("{name}.prompts.txt"));
-    std::fs::write(&prompts, PROMPTS).unwrap();
-    let script = golden_dir().join("../reference/golden.py");
-    let script = if script.is_file() {
-        script
-    } else {
-        root().join("../shared/reference/golden.py")
-    };
-    let o = Command::new(reference_python())
-        .arg(&script)
-        .arg("gen")
-        .arg(model)
-        .arg(&prompts)
-        .arg("8")
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "llama.cpp on {name}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let golden = tmp(&format!("gen-{name}.jsonl"));
-    std::fs::write(&golden, &o.stdout).unwrap();
-    golden
-}
-
-/// `verify --golden --json` under `ram`: the summary, the per-step lines, and the steps whose
-/// golden margin is at least 0.2 where our argmax differs from llama.cpp's.
-fn verify(
-    model: &Path,
-    golden: &Path,
-    ram: Option<u64>,
-) -> (serde_json::Value, Vec<serde_json::Value>, usize) {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ramforge-tools"));
-    cmd.args(["verify", "--threads", "2", "--json", "--golden"])
-        .arg(golden)
-        .arg(model);
-    if let Some(r) = ram {
-        cmd.args(["--ram", &r.to_string()]);
-    }
-    let o = cmd.output().unwrap();
-    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
-    let summary = lines
-        .iter()
-        .find_map(|v| v.get("summary").cloned())
-        .unwrap_or_else(|| panic!("no summary: {}", String::from_utf8_lossy(&o.stderr)));
-    let records: Vec<serde_json::Value> = std::fs::read_to_string(golden)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    let steps: Vec<serde_json::Value> = lines
-        .into_iter()
-        .filter(|v| v.get("step").is_some())
-        .collect();
-    let mismatches = steps
-        .iter()
-        .filter(|step| {
-            let (p, s) = (
-                step["prompt"].as_u64().unwrap() as usize,
-                step["step"].as_u64().unwrap() as usize,
-            );
-            let top = &records[p]["top"][s];
-            let margin = top[0][1].as_f64().unwrap() - top[1][1].as_f64().unwrap();
-            margin >= 0.2 && step["argmax"] != top[0][0]
-        })
-        .count();
-    (summary, steps, mismatches)
-}
 
 #[test]
 fn llama_files_in_every_low_bit_format_match_llama_cpp() {
@@ -137,14 +62,18 @@ fn llama_files_in_every_low_bit_format_match_llama_cpp() {
                 embd_ty,
             ],
         );
-        let golden = record(&model, &name);
+        let golden = judge::record_golden(&model, PROMPTS, 8, &tmp(&format!("gen-{name}.jsonl")));
         let size = std::fs::metadata(&model).unwrap().len();
-        let (_, resident, _) = verify(&model, &golden, None);
+        let resident = verify(&model, &golden, None, 2).steps;
         for (what, ram) in [
             ("all resident", None),
             ("ram 40% of the file", Some(size * 40 / 100)),
         ] {
-            let (s, steps, mismatches) = verify(&model, &golden, ram);
+            let judge::Verified {
+                summary: s,
+                mismatches,
+                steps,
+            } = verify(&model, &golden, ram, 2);
             assert_eq!(
                 steps, resident,
                 "{name}, {what}: logits differ from all resident"

@@ -15,10 +15,8 @@
 
 mod common;
 
-use common::{golden_dir, reference_python, root};
-use ramforge_engine::{EngineError, EngineOptions, Model};
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use common::judge::{self, near_minimum, verify};
+use std::path::PathBuf;
 
 fn tmp(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("ramforge-synth-goldens-{}", std::process::id()));
@@ -49,127 +47,8 @@ fn synth_and_record(name: &str, args: &[&str]) -> (PathBuf, PathBuf) {
             });
         first.unwrap_or_else(|| panic!("synth wrote neither {out:?} nor its first shard"))
     };
-    let prompts = tmp(&format!("{name}.prompts.txt"));
-    std::fs::write(&prompts, PROMPTS).unwrap();
-    let script = golden_dir().join("../reference/golden.py");
-    let script = if script.is_file() {
-        script
-    } else {
-        root().join("../shared/reference/golden.py")
-    };
-    let o = Command::new(reference_python())
-        .arg(&script)
-        .args(["gen"])
-        .arg(&model)
-        .arg(&prompts)
-        .arg("16")
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "llama.cpp on {name}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let golden = tmp(&format!("gen-{name}.jsonl"));
-    std::fs::write(&golden, &o.stdout).unwrap();
+    let golden = judge::record_golden(&model, PROMPTS, 16, &tmp(&format!("gen-{name}.jsonl")));
     (model, golden)
-}
-
-/// What `verify --golden --json` says under `ram` on `threads` threads.
-struct Verified {
-    summary: serde_json::Value,
-    /// Steps whose golden margin is at least 0.2 where our argmax differs from llama.cpp's.
-    mismatches: usize,
-    /// Every step's line: our argmax and our logits for the golden top-5 ids.
-    steps: Vec<serde_json::Value>,
-}
-
-fn verify(model: &Path, golden: &Path, ram: Option<u64>, threads: usize) -> Verified {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ramforge-tools"));
-    cmd.args([
-        "verify",
-        "--threads",
-        &threads.to_string(),
-        "--json",
-        "--golden",
-    ])
-    .arg(golden)
-    .arg(model);
-    if let Some(r) = ram {
-        cmd.args(["--ram", &r.to_string()]);
-    }
-    let o = cmd.output().unwrap();
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    let lines: Vec<serde_json::Value> = stdout
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
-    let summary = lines
-        .iter()
-        .find_map(|v| v.get("summary").cloned())
-        .unwrap_or_else(|| panic!("no summary: {}", String::from_utf8_lossy(&o.stderr)));
-    let records: Vec<serde_json::Value> = std::fs::read_to_string(golden)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    let mut mismatches = 0;
-    for step in lines.iter().filter(|v| v.get("step").is_some()) {
-        let (p, s) = (
-            step["prompt"].as_u64().unwrap(),
-            step["step"].as_u64().unwrap(),
-        );
-        let top = &records[p as usize]["top"][s as usize];
-        let margin = top[0][1].as_f64().unwrap() - top[1][1].as_f64().unwrap();
-        if margin >= 0.2 && step["argmax"] != top[0][0] {
-            mismatches += 1;
-        }
-    }
-    let steps = lines
-        .into_iter()
-        .filter(|v| v.get("step").is_some())
-        .collect();
-    Verified {
-        summary,
-        mismatches,
-        steps,
-    }
-}
-
-/// The smallest budget `model` runs under for `golden`'s context, plus `extra`.
-fn near_minimum(model: &Path, golden: &Path, extra: u64) -> u64 {
-    let ctx = std::fs::read_to_string(golden)
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).unwrap();
-            v["tokens"].as_array().unwrap().len() + v["generated"].as_array().unwrap().len()
-        })
-        .max()
-        .unwrap();
-    let m = Model::open(model).unwrap();
-    let o = EngineOptions {
-        ram: Some(1),
-        ctx: Some(ctx),
-        ..EngineOptions::default()
-    };
-    match m.plan(&o) {
-        Err(EngineError::BudgetTooSmall { minimum, .. }) => {
-            let plan = m
-                .plan(&EngineOptions {
-                    ram: Some(minimum + extra),
-                    ..o
-                })
-                .unwrap();
-            // Layers streamed whole, or an MoE model's experts one by one.
-            assert!(
-                plan.streamed_layers() > 0 || plan.experts.is_some(),
-                "{plan:?}"
-            );
-            minimum + extra
-        }
-        other => panic!("a 1-byte budget: {other:?}"),
-    }
 }
 
 fn check(name: &str, args: &[&str]) {
@@ -180,17 +59,7 @@ fn check(name: &str, args: &[&str]) {
 fn check_within(name: &str, args: &[&str], mean_limit: f64) {
     let (model, golden) = synth_and_record(name, args);
     // Every shard of a split model counts toward "40% of the file".
-    let size: u64 = std::fs::read_dir(model.parent().unwrap())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| {
-            let n = p.file_name().unwrap().to_string_lossy().to_string();
-            let stem = name.to_string();
-            n == format!("{stem}.gguf")
-                || (n.starts_with(&format!("{stem}-000")) && n.ends_with(".gguf"))
-        })
-        .map(|p| std::fs::metadata(p).unwrap().len())
-        .sum();
+    let size = ramforge_gguf::GgufFile::open(&model).unwrap().total_len();
     let streamed = near_minimum(&model, &golden, 64 << 10);
     let resident = verify(&model, &golden, None, 2);
     for (what, ram, threads) in [

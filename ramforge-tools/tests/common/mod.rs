@@ -2,6 +2,8 @@
 //! the goldens are, and how to run the binary. A missing model fails the test with what to do.
 #![allow(dead_code)] // each test file uses only some of these
 
+pub mod judge;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
