@@ -1,6 +1,8 @@
 #![no_main]
-//! Model loading fuzzing: a tiny llama or qwen2 file written by `GgufWriter`, with arbitrary
-//! values for its `<arch>.*` hyperparameters and arbitrary tensor shapes. `Model::open` must
+//! Model loading fuzzing: a tiny llama, qwen2 or glm4moe file (two layers, the first dense, the
+//! second routed experts beside a shared expert) written by `GgufWriter`, with arbitrary values
+//! for its `<arch>.*` hyperparameters (the router's, YaRN's and the window pattern's among them)
+//! and arbitrary tensor shapes. `Model::open` must
 //! return an error (one line) or a model that loads under a 64 MiB budget and evaluates a
 //! token; never a panic or an oversize allocation (the script runs it with -rss_limit_mb).
 
@@ -10,7 +12,7 @@ use ramforge_engine::{Engine, EngineOptions, Model};
 use ramforge_gguf::{GgmlType, GgufWriter, Metadata, Value, ValueType};
 
 /// The hyperparameter keys (after `<arch>.`) the input may set.
-const KEYS: [&str; 15] = [
+const KEYS: [&str; 34] = [
     "block_count",
     "embedding_length",
     "feed_forward_length",
@@ -26,9 +28,29 @@ const KEYS: [&str; 15] = [
     "rope.scaling.factor",
     "expert_count",
     "expert_used_count",
+    "expert_feed_forward_length",
+    "expert_shared_count",
+    "expert_shared_feed_forward_length",
+    "expert_gating_func",
+    "expert_weights_norm",
+    "expert_weights_scale",
+    "expert_group_count",
+    "expert_group_used_count",
+    "leading_dense_block_count",
+    "nextn_predict_layers",
+    "rope.scaling.original_context_length",
+    "rope.scaling.attn_factor",
+    "rope.scaling.yarn_beta_fast",
+    "rope.scaling.yarn_beta_slow",
+    "attention.sliding_window",
+    "attention.sliding_window_pattern",
+    "rope.freq_base_swa",
+    "rope.scaling.yarn_log_multiplier",
+    "attention.key_length_mla",
 ];
 
-/// The tiny model's tensors and shapes: width 8, 2 heads of 4, 1 KV head, FFN 16, 8 tokens.
+/// The tiny dense model's tensors and shapes: width 8, 2 heads of 4, 1 KV head, FFN 16, 8
+/// tokens.
 const TENSORS: [(&str, &[u64]); 15] = [
     ("token_embd.weight", &[8, 8]),
     ("output_norm.weight", &[8]),
@@ -47,6 +69,43 @@ const TENSORS: [(&str, &[u64]); 15] = [
     ("blk.0.ffn_down.weight", &[16, 8]),
 ];
 
+/// The glm4moe model's tensors: layer 0 dense, layer 1 four experts of width 16 (two used)
+/// with a selection bias and one shared expert.
+const MOE_TENSORS: [(&str, &[u64]); 32] = [
+    ("token_embd.weight", &[8, 8]),
+    ("output_norm.weight", &[8]),
+    ("output.weight", &[8, 8]),
+    ("blk.0.attn_norm.weight", &[8]),
+    ("blk.0.attn_q.weight", &[8, 8]),
+    ("blk.0.attn_k.weight", &[8, 4]),
+    ("blk.0.attn_v.weight", &[8, 4]),
+    ("blk.0.attn_q.bias", &[8]),
+    ("blk.0.attn_k.bias", &[4]),
+    ("blk.0.attn_v.bias", &[4]),
+    ("blk.0.attn_output.weight", &[8, 8]),
+    ("blk.0.post_attention_norm.weight", &[8]),
+    ("blk.0.ffn_gate.weight", &[8, 16]),
+    ("blk.0.ffn_up.weight", &[8, 16]),
+    ("blk.0.ffn_down.weight", &[16, 8]),
+    ("blk.1.attn_norm.weight", &[8]),
+    ("blk.1.attn_q.weight", &[8, 8]),
+    ("blk.1.attn_k.weight", &[8, 4]),
+    ("blk.1.attn_v.weight", &[8, 4]),
+    ("blk.1.attn_q.bias", &[8]),
+    ("blk.1.attn_k.bias", &[4]),
+    ("blk.1.attn_v.bias", &[4]),
+    ("blk.1.attn_output.weight", &[8, 8]),
+    ("blk.1.post_attention_norm.weight", &[8]),
+    ("blk.1.ffn_gate_inp.weight", &[8, 4]),
+    ("blk.1.exp_probs_b.bias", &[4]),
+    ("blk.1.ffn_gate_exps.weight", &[8, 16, 4]),
+    ("blk.1.ffn_up_exps.weight", &[8, 16, 4]),
+    ("blk.1.ffn_down_exps.weight", &[16, 8, 4]),
+    ("blk.1.ffn_gate_shexp.weight", &[8, 16]),
+    ("blk.1.ffn_up_shexp.weight", &[8, 16]),
+    ("blk.1.ffn_down_shexp.weight", &[16, 8]),
+];
+
 #[derive(Arbitrary, Debug)]
 enum Num {
     U32(u32),
@@ -59,7 +118,8 @@ enum Num {
 
 #[derive(Arbitrary, Debug)]
 struct Input {
-    qwen2: bool,
+    /// 0: llama, 1: qwen2, 2: glm4moe (taken modulo 3).
+    arch: u8,
     /// (index into KEYS, value) overrides.
     values: Vec<(u8, Num)>,
     /// (index into TENSORS, new shape) overrides; dims are small so the data stays small.
@@ -81,7 +141,7 @@ fn value(n: &Num) -> Value {
     }
 }
 
-fn metadata(arch: &str, input: &Input) -> Metadata {
+fn metadata(arch: &str, moe: bool, input: &Input) -> Metadata {
     let mut md = Metadata::new();
     let mut set = |k: String, v: Value| {
         md.remove(&k);
@@ -99,6 +159,23 @@ fn metadata(arch: &str, input: &Input) -> Metadata {
     ];
     for (k, v) in base {
         set(format!("{arch}.{k}"), v);
+    }
+    if moe {
+        let experts = [
+            ("block_count", Value::U32(2)),
+            ("leading_dense_block_count", Value::U32(1)),
+            ("expert_count", Value::U32(4)),
+            ("expert_used_count", Value::U32(2)),
+            ("expert_feed_forward_length", Value::U32(16)),
+            ("expert_shared_count", Value::U32(1)),
+            ("expert_gating_func", Value::U32(2)),
+            ("expert_weights_norm", Value::Bool(true)),
+            ("expert_weights_scale", Value::F32(2.5)),
+            ("rope.dimension_count", Value::U32(2)),
+        ];
+        for (k, v) in experts {
+            set(format!("{arch}.{k}"), v);
+        }
     }
     for (i, n) in &input.values {
         set(
@@ -139,35 +216,46 @@ fn metadata(arch: &str, input: &Input) -> Metadata {
 }
 
 /// Process-lifetime state (rayon's global pool) is made once, before inputs are tracked for
-/// leaks, by loading the unchanged tiny model.
+/// leaks, by loading the unchanged tiny models; each must load and evaluate a token, or the
+/// fuzzer would only ever reach their errors.
 fn warm_up() {
-    load(&Input {
-        qwen2: false,
-        values: Vec::new(),
-        shapes: Vec::new(),
-        dropped: Vec::new(),
-        fill: 0,
-    });
+    for arch in 0..3 {
+        let evaluated = load(&Input {
+            arch,
+            values: Vec::new(),
+            shapes: Vec::new(),
+            dropped: Vec::new(),
+            fill: 0,
+        });
+        assert!(evaluated, "the unchanged model {arch} does not evaluate");
+    }
 }
 
-fuzz_target!(init: warm_up(), |input: Input| load(&input));
+fuzz_target!(init: warm_up(), |input: Input| {
+    load(&input);
+});
 
-fn load(input: &Input) {
-    let arch = if input.qwen2 { "qwen2" } else { "llama" };
-    let mut w = GgufWriter::new(metadata(arch, input));
-    for (i, (name, shape)) in TENSORS.iter().enumerate() {
+/// Writes the input's model, opens it and evaluates a token; whether it got that far.
+fn load(input: &Input) -> bool {
+    let (arch, tensors): (&str, &[(&str, &[u64])]) = match input.arch % 3 {
+        0 => ("llama", &TENSORS),
+        1 => ("qwen2", &TENSORS),
+        _ => ("glm4moe", &MOE_TENSORS),
+    };
+    let mut w = GgufWriter::new(metadata(arch, arch == "glm4moe", input));
+    for (i, (name, shape)) in tensors.iter().enumerate() {
         if input
             .dropped
             .iter()
-            .any(|&d| d as usize % TENSORS.len() == i)
-            || (!input.qwen2 && name.ends_with(".bias"))
+            .any(|&d| d as usize % tensors.len() == i)
+            || (arch == "llama" && name.ends_with(".bias"))
         {
             continue;
         }
         let shape: Vec<u64> = match input
             .shapes
             .iter()
-            .find(|(t, _)| *t as usize % TENSORS.len() == i)
+            .find(|(t, _)| *t as usize % tensors.len() == i)
         {
             Some((_, dims)) if !dims.is_empty() && dims.len() <= 4 => {
                 dims.iter().map(|&d| u64::from(d % 64) + 1).collect()
@@ -185,7 +273,10 @@ fn load(input: &Input) {
         std::env::temp_dir().join(format!("ramforge-fuzz-model-{}.gguf", std::process::id()));
     w.write_file(&path).unwrap();
     match Model::open(&path) {
-        Err(e) => assert!(!e.to_string().contains('\n'), "multi-line error: {e}"),
+        Err(e) => {
+            assert!(!e.to_string().contains('\n'), "multi-line error: {e}");
+            false
+        }
         Ok(model) => {
             let n_vocab = model.tensors.n_vocab;
             let options = EngineOptions {
@@ -194,10 +285,14 @@ fn load(input: &Input) {
                 ..EngineOptions::default()
             };
             match Engine::new(model, &options) {
-                Err(e) => assert!(!e.to_string().contains('\n'), "multi-line error: {e}"),
+                Err(e) => {
+                    assert!(!e.to_string().contains('\n'), "multi-line error: {e}");
+                    false
+                }
                 Ok(mut engine) => {
                     let logits = engine.eval(&[1]).expect("a loaded model evaluates a token");
                     assert_eq!(logits.len(), n_vocab);
+                    true
                 }
             }
         }
