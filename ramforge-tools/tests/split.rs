@@ -3,14 +3,17 @@
 //! `verify` open the same first shard: logits within the synth goldens' tolerance of
 //! llama.cpp's, all resident, at 40% of the files and just above the minimum budget (layers or
 //! experts streamed from several shards, a layer in two of them), each bit for bit the unsplit
-//! file's, and greedy tokens the same at every budget and as the unsplit file's. A set of shards that is wrong in any way fails with one
+//! file's, and greedy tokens the same at every budget and as the unsplit file's, and through `serve`. A set of shards that is wrong in any way fails with one
 //! line naming the shard, never a panic.
 
 mod common;
 
 use common::judge::{self, fails_cleanly, near_minimum, verify};
 use ramforge_gguf::{parse_header, GgmlType, GgufWriter, Metadata, Value};
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 fn scratch(tag: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("ramforge-split-{}-{tag}", std::process::id()));
@@ -203,7 +206,64 @@ fn check(tag: &str, args: &[&str]) {
             || streamed["experts"]["misses"].as_u64().unwrap_or(0) > 0,
         "{tag}: near the minimum, layers or experts stream: {streamed}"
     );
+
+    // serve: the first shard at 40% of the files answers a greedy completion as `run` does.
+    let text = serve_completion(first, &forty, "Once upon a time", 12);
+    assert_eq!(text, resident["text"].as_str().unwrap(), "{tag}: serve");
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `serve MODEL --ram RAM` on an ephemeral loopback port: one greedy `/v1/completions` request,
+/// its text; the server is stopped after it (killed if the test fails first).
+fn serve_completion(model: &Path, ram: &str, prompt: &str, max_tokens: usize) -> String {
+    struct Stop(std::process::Child);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ramforge-tools"))
+        .arg("serve")
+        .arg(model)
+        .args(["--port", "0", "--threads", "2", "--ram", ram])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let server = Stop(child);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            eprintln!("[serve] {line}");
+            if let Some(rest) = line.split("listening on http://").nth(1) {
+                let _ = tx.send(rest.split_whitespace().next().unwrap_or("").to_string());
+            }
+        }
+    });
+    let addr = rx
+        .recv_timeout(Duration::from_secs(120))
+        .expect("serve printed no 'listening on' line within 120 s");
+    assert!(addr.starts_with("127.0.0.1:"), "{addr}");
+    // The model is named without its shard numbers: `model`, not `model-00001-of-0000n`.
+    let body = serde_json::json!({
+        "model": "model", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0
+    });
+    let response = match ureq::post(&format!("http://{addr}/v1/completions"))
+        .timeout(Duration::from_secs(120))
+        .send_json(body)
+    {
+        Ok(r) => r,
+        Err(ureq::Error::Status(code, r)) => {
+            panic!("status {code}: {}", r.into_string().unwrap_or_default())
+        }
+        Err(e) => panic!("{e}"),
+    };
+    let v: serde_json::Value = serde_json::from_str(&response.into_string().unwrap()).unwrap();
+    drop(server);
+    v["choices"][0]["text"].as_str().unwrap().to_string()
 }
 
 #[test]

@@ -153,8 +153,32 @@ async fn listen(
         .await
 }
 
-/// The model's id in the API: its file name without `.gguf`.
+/// The model's id in the API: its file name without `.gguf`, and for a split model's first
+/// shard without `-00001-of-0000n` (the model, not the shard).
 fn model_id(path: &std::path::Path) -> String {
+    let name = path.file_name().map(|s| s.to_string_lossy().into_owned());
+    if let Some((prefix, _, _)) = name
+        .as_deref()
+        .and_then(ramforge_gguf::split::parse_shard_name)
+    {
+        return prefix.to_string();
+    }
     path.file_stem()
         .map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::model_id;
+    use std::path::Path;
+
+    #[test]
+    fn a_split_model_is_named_without_its_shard_numbers() {
+        assert_eq!(
+            model_id(Path::new("/m/GLM-4.6-Q2_K-00001-of-00003.gguf")),
+            "GLM-4.6-Q2_K"
+        );
+        assert_eq!(model_id(Path::new("/m/SmolLM2.Q4_1.gguf")), "SmolLM2.Q4_1");
+        assert_eq!(model_id(Path::new("/m/x-1-of-3.gguf")), "x-1-of-3");
+    }
 }
