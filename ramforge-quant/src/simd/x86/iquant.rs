@@ -1,5 +1,5 @@
 //! AVX2 kernels for the low-bit super-block formats (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S,
-//! IQ1_S, IQ1_M, TQ2_0) against Q8_K activations.
+//! IQ1_S, IQ1_M, TQ2_0, TQ1_0) against Q8_K activations.
 //!
 //! Every format is a [`common::Codebook`]: per 32-element chunk of a block it builds the 32
 //! signed weight quants (grid rows looked up into 64- or 32-bit words of a vector, signs
@@ -33,4 +33,5 @@ fast_kernels! {
     iq1_s: block(iq1::iq1_s);
     iq1_m: block(iq1::iq1_m);
     tq2_0: block(tq::tq2_0);
+    tq1_0: block(tq::tq1_0);
 }

@@ -2,7 +2,8 @@
 //! bit spreads its formats build their quants from.
 
 pub(super) use crate::simd::x86::kquant::common::{
-    act_blocks, entry_points, f16_at, hsum256, load256, u32_at, weight_blocks, Q8K_BYTES, Q8K_QS,
+    act_blocks, entry_points, f16_at, hsum256, load128, load256, u32_at, weight_blocks, Q8K_BYTES,
+    Q8K_QS,
 };
 use crate::simd::x86::prefetch::group_after_next;
 use std::arch::x86_64::*;

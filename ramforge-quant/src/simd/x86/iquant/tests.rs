@@ -133,7 +133,7 @@ macro_rules! abs_terms {
     };
 }
 
-const FORMATS: [Format; 8] = [
+const FORMATS: [Format; 9] = [
     format_entry!(IQ2_XXS, iq2_xxs, d at 0),
     format_entry!(IQ3_XXS, iq3_xxs, d at 0),
     format_entry!(IQ2_XS, iq2_xs, d at 0),
@@ -142,6 +142,7 @@ const FORMATS: [Format; 8] = [
     format_entry!(IQ1_S, iq1_s, d at 0),
     format_entry!(IQ1_M, iq1_m, fix iq1m_fix, set iq1m_set),
     format_entry!(TQ2_0, tq2_0, d at 64),
+    format_entry!(TQ1_0, tq1_0, d at 52),
 ];
 
 /// `blocks` random raw blocks of `f` with a finite scale.
@@ -395,7 +396,7 @@ proptest! {
         blocks in 1usize..5,
         seed in any::<u64>(),
         raw in any::<bool>(),
-        // TQ2_0's scale is the block maximum: past 2^15 the quantizer's f16 overflows to an
+        // The TQ formats' scale is the block maximum: past 2^15 the quantizer's f16 overflows to an
         // infinite scale, which is not a valid block.
         wexp in -20i32..15,
         xexp in -20i32..20,
