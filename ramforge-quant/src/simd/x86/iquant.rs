@@ -1,7 +1,8 @@
 //! AVX2 kernels for the low-bit super-block formats (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S,
-//! IQ1_S, IQ1_M, TQ2_0, TQ1_0) against Q8_K activations.
+//! IQ1_S, IQ1_M, TQ2_0, TQ1_0) against Q8_K activations, and for NVFP4 against Q8_0
+//! ([`nvfp4`], on its own).
 //!
-//! Every format is a [`common::Codebook`]: per 32-element chunk of a block it builds the 32
+//! Every Q8_K format is a [`common::Codebook`]: per 32-element chunk of a block it builds the 32
 //! signed weight quants (grid rows looked up into 64- or 32-bit words of a vector, signs
 //! from the ksigns table or the sign bits applied with `sign_epi8`, IQ1's delta added) and
 //! the chunk's integer scales; one driver ([`common::dot`]) dots them with the activations
@@ -18,6 +19,7 @@ mod common;
 mod iq1;
 mod iq2;
 mod iq3;
+mod nvfp4;
 #[cfg(test)]
 mod tests;
 mod tq;
@@ -34,4 +36,5 @@ fast_kernels! {
     iq1_m: block(iq1::iq1_m);
     tq2_0: block(tq::tq2_0);
     tq1_0: block(tq::tq1_0);
+    nvfp4: block(nvfp4);
 }

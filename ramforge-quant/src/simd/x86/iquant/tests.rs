@@ -223,12 +223,12 @@ fn assert_dot_matches(f: &Format, w: &[u8], a: &[u8], what: &str) {
 
 #[test]
 fn every_low_bit_format_has_avx2_kernels_which_the_vnni_sets_use() {
-    for f in &FORMATS {
-        let k = avx2(f.ty);
-        assert!(k.rows.is_some() && k.tile.is_some(), "{}", f.ty);
+    for ty in FORMATS.iter().map(|f| f.ty).chain([GgmlType::NVFP4]) {
+        let k = avx2(ty);
+        assert!(k.rows.is_some() && k.tile.is_some(), "{ty}");
         for isa in [Isa::AvxVnni, Isa::Avx512Vnni] {
-            let v = crate::simd::kernels(isa, f.ty).expect("a fallback to the AVX2 kernels");
-            assert!(std::ptr::eq(v, k), "{isa} {}", f.ty);
+            let v = crate::simd::kernels(isa, ty).expect("a fallback to the AVX2 kernels");
+            assert!(std::ptr::eq(v, k), "{isa} {ty}");
         }
     }
 }
@@ -410,5 +410,176 @@ proptest! {
         };
         let a = activations(blocks, 2f32.powi(xexp), &mut rng);
         assert_dot_matches(f, &w, &a, "proptest");
+    }
+}
+
+// NVFP4, against Q8_0 activations.
+
+fn nvfp4_vec_dot(k: &Kernels) -> fn(&[u8], &[u8]) -> f32 {
+    match k.dot {
+        Dot::Quant { act, vec_dot } => {
+            assert_eq!(act, GgmlType::Q8_0);
+            vec_dot
+        }
+        Dot::Float(_) => panic!("a quantized type dots with quantized activations"),
+    }
+}
+
+fn nvfp4_quantized(blocks: usize, scale: f32, rng: &mut Rng) -> Vec<u8> {
+    let x = rng.floats(blocks * 64, scale);
+    let mut w = vec![0u8; blocks * formats::nvfp4::BYTES];
+    formats::nvfp4::quantize_row(&x, &mut w);
+    w
+}
+
+/// A Q8_0 row for `blocks` NVFP4 blocks: quantized from random values, or with scale `d` and
+/// quants `q(j)` (any i8, -128 included).
+fn q8_0_acts(blocks: usize, scale: f32, rng: &mut Rng) -> Vec<u8> {
+    let x = rng.floats(blocks * 64, scale);
+    let mut a = vec![0u8; 2 * blocks * formats::q8_0::BYTES];
+    formats::q8_0::quantize_row(&x, &mut a);
+    a
+}
+
+fn q8_0_row(blocks: usize, d: f32, q: &dyn Fn(usize) -> i8) -> Vec<u8> {
+    let bytes = formats::q8_0::BYTES;
+    let mut out = vec![0u8; 2 * blocks * bytes];
+    for (b, block) in out.chunks_exact_mut(bytes).enumerate() {
+        let at = formats::q8_0::OFFSET_D;
+        block[at..at + 2].copy_from_slice(&half::f16::from_f32(d).to_le_bytes());
+        for l in 0..32 {
+            block[formats::q8_0::OFFSET_QS + l] = q(32 * b + l) as u8;
+        }
+    }
+    out
+}
+
+/// `sum |scale * q * a|` of an NVFP4 row with a Q8_0 row.
+fn nvfp4_abs_terms(w: &[u8], a: &[u8]) -> f64 {
+    let n = w.len() / formats::nvfp4::BYTES * 64;
+    let (mut wd, mut ad) = (vec![0f32; n], vec![0f32; n]);
+    formats::nvfp4::dequantize_row(w, &mut wd);
+    formats::q8_0::dequantize_row(a, &mut ad);
+    wd.iter()
+        .zip(&ad)
+        .map(|(x, y)| (*x as f64 * *y as f64).abs())
+        .sum()
+}
+
+fn assert_nvfp4_dot_matches(w: &[u8], a: &[u8], what: &str) {
+    let fast = nvfp4_vec_dot(avx2(GgmlType::NVFP4))(w, a);
+    let slow = formats::nvfp4::vec_dot(w, a);
+    let n = w.len() / formats::nvfp4::BYTES * 64;
+    let (mut wd, mut ad) = (vec![0f32; n], vec![0f32; n]);
+    formats::nvfp4::dequantize_row(w, &mut wd);
+    formats::q8_0::dequantize_row(a, &mut ad);
+    let exact: f64 = wd.iter().zip(&ad).map(|(x, y)| *x as f64 * *y as f64).sum();
+    let tol = 1e-5 * nvfp4_abs_terms(w, a) + 1e-30;
+    for (name, want) in [("reference", slow as f64), ("exact", exact)] {
+        assert!(
+            (fast as f64 - want).abs() <= tol,
+            "NVFP4 {what}: AVX2 {fast} vs {name} {want} (tolerance {tol})"
+        );
+    }
+}
+
+#[test]
+fn nvfp4_scale_table_equals_the_reference() {
+    for x in 0..=255u8 {
+        let want = crate::spec_support::ue4m3_half(x);
+        assert_eq!(
+            super::nvfp4::UE4M3_HALF[x as usize].to_bits(),
+            want.to_bits(),
+            "{x:#x}"
+        );
+    }
+}
+
+#[test]
+fn nvfp4_dots_match_the_reference() {
+    let mut rng = Rng(11);
+    for blocks in [1, 2, 7, 16] {
+        for (ws, xs) in [(1.0, 1.0), (1e-3, 50.0), (300.0, 1e-4)] {
+            let w = nvfp4_quantized(blocks, ws, &mut rng);
+            let a = q8_0_acts(blocks, xs, &mut rng);
+            assert_nvfp4_dot_matches(&w, &a, &format!("{blocks} blocks, {ws} / {xs}"));
+        }
+        for round in 0..20 {
+            // Raw blocks: every scale byte and nibble is valid.
+            let w = rng.bytes(blocks * formats::nvfp4::BYTES);
+            let a = q8_0_acts(blocks, 1.0, &mut rng);
+            assert_nvfp4_dot_matches(&w, &a, &format!("raw, {blocks} blocks, round {round}"));
+            let q = rng.bytes(2 * blocks * 32);
+            let a = q8_0_row(blocks, 0.01, &|j| {
+                if j % 2 == 0 {
+                    -128
+                } else {
+                    q[j] as i8
+                }
+            });
+            assert_nvfp4_dot_matches(&w, &a, &format!("raw, -128, {blocks} blocks, {round}"));
+        }
+    }
+}
+
+#[test]
+fn nvfp4_tiles_and_rows_equal_their_vec_dot() {
+    let mut rng = Rng(12);
+    let k = avx2(GgmlType::NVFP4);
+    for blocks in [1, 3, 6] {
+        let rows: Vec<Vec<u8>> = (0..ROWS.max(TILE_ROWS))
+            .map(|r| {
+                if r % 2 == 0 {
+                    rng.bytes(blocks * formats::nvfp4::BYTES)
+                } else {
+                    nvfp4_quantized(blocks, 1.0 + r as f32, &mut rng)
+                }
+            })
+            .collect();
+        let mut acts: Vec<Vec<u8>> = (0..TILE)
+            .map(|t| q8_0_acts(blocks, 0.5 + t as f32, &mut rng))
+            .collect();
+        acts[TILE - 1] = q8_0_row(blocks, 0.25, &|j| if j % 3 == 0 { -128 } else { 127 });
+        let out = tile_rows_of(k, &rows[..TILE_ROWS], std::array::from_fn(|t| &acts[t][..]));
+        for (t, a) in acts.iter().enumerate() {
+            let by_rows = k.rows.unwrap()(&rows[..ROWS].concat(), a);
+            for (r, w) in rows.iter().enumerate() {
+                let want = nvfp4_vec_dot(k)(w, a);
+                assert_eq!(out[r][t].to_bits(), want.to_bits(), "tile {r} {t}");
+                assert_eq!(by_rows[r].to_bits(), want.to_bits(), "rows {r} {t}");
+                assert_nvfp4_dot_matches(w, a, &format!("row {r} token {t}"));
+            }
+        }
+    }
+}
+
+#[test]
+fn nvfp4_matvec_and_matmul_match_the_reference() {
+    let mut rng = Rng(13);
+    let (rows, cols, n) = (2 * ROWS + 3, 256, TILE + 2);
+    let w = nvfp4_quantized(rows * cols / 64, 1.0, &mut rng);
+    let x = rng.floats(n * cols, 2.0);
+    let mut y = vec![0f32; rows * n];
+    crate::drivers::matmul(GgmlType::NVFP4, &w, rows, cols, &x, n, &mut y).unwrap();
+    let mut y1 = vec![0f32; rows];
+    crate::drivers::matvec(GgmlType::NVFP4, &w, rows, cols, &x[..cols], &mut y1).unwrap();
+    let row = cols / 64 * formats::nvfp4::BYTES;
+    for t in 0..n {
+        let mut a = vec![0u8; cols / 32 * formats::q8_0::BYTES];
+        formats::q8_0::quantize_row(&x[t * cols..(t + 1) * cols], &mut a);
+        for o in 0..rows {
+            let wr = &w[o * row..(o + 1) * row];
+            let fast = nvfp4_vec_dot(avx2(GgmlType::NVFP4))(wr, &a);
+            if t == 0 {
+                assert_eq!(y1[o].to_bits(), fast.to_bits(), "matvec row {o}");
+            }
+            let slow = formats::nvfp4::vec_dot(wr, &a);
+            let tol = 1e-5 * nvfp4_abs_terms(wr, &a) + 1e-30;
+            let got = y[t * rows + o];
+            assert!(
+                ((got - slow) as f64).abs() <= tol,
+                "token {t} row {o}: {got} vs {slow}"
+            );
+        }
     }
 }
