@@ -8,7 +8,10 @@ pub(super) use crate::simd::x86::kquant::common::{
 use crate::simd::x86::prefetch::group_after_next;
 use std::arch::x86_64::*;
 
-/// A super-block format of 256 elements dotted with Q8_K, as eight chunks of 32.
+/// A super-block format of 256 elements dotted with Q8_K, as eight chunks of 32. The
+/// implementations are `#[inline(always)]` and only ever inlined into [`dot`]'s
+/// `#[target_feature(enable = "avx2,fma,f16c")]` body, which is what makes their intrinsics
+/// valid; they read within the block they are given.
 pub(super) trait Codebook {
     /// Bytes of one block.
     const BYTES: usize;
