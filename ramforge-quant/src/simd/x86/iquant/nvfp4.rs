@@ -88,7 +88,7 @@ unsafe fn dot<const R: usize, const T: usize>(w: &[u8], a: [&[u8]; T]) -> [[f32;
 }
 
 fn check(w: &[u8], a: &[u8]) {
-    assert!(w.len() % BYTES == 0 && a.len() == w.len() / BYTES * 2 * Q8_BYTES);
+    assert!(w.len().is_multiple_of(BYTES) && a.len() == w.len() / BYTES * 2 * Q8_BYTES);
 }
 
 /// The dot of a row of NVFP4 blocks with a row of Q8_0 blocks.
@@ -104,7 +104,7 @@ pub(super) fn vec_dot(w: &[u8], a: &[u8]) -> f32 {
 pub(super) fn rows(w: &[u8], a: &[u8]) -> [f32; crate::kernel_table::ROWS] {
     const ROWS: usize = crate::kernel_table::ROWS;
     const GROUP: usize = 4;
-    assert!(w.len() % ROWS == 0);
+    assert!(w.len().is_multiple_of(ROWS));
     let row = w.len() / ROWS;
     check(&w[..row], a);
     let mut out = [0f32; ROWS];
