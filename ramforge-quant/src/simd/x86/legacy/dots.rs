@@ -10,8 +10,9 @@
 //!
 //! where `isum` is the exact integer dot of the block's quants, `asum` the exact sum of the
 //! activation quants (not Q8_1's `s`, which is rounded to f16), and `dw * da` is exact in
-//! f32 (11-bit by 11-bit significands). So the drivers agree bit for bit (decode equals
-//! single-row equals batched results, however the rows are grouped); without a min they
+//! f32 (11-bit by 11-bit significands; MXFP4's `dw` is a power of two). So the drivers agree
+//! bit for bit (decode equals single-row equals batched results, however the rows are
+//! grouped); without a min they
 //! differ from the generated scalar reference (which reduces each block, then adds blocks
 //! in order) by f32 rounding order only.
 
