@@ -12,9 +12,8 @@
 //! activation quants (not Q8_1's `s`, which is rounded to f16), and `dw * da` is exact in
 //! f32 (11-bit by 11-bit significands; MXFP4's `dw` is a power of two). So the drivers agree
 //! bit for bit (decode equals single-row equals batched results, however the rows are
-//! grouped); without a min they
-//! differ from the generated scalar reference (which reduces each block, then adds blocks
-//! in order) by f32 rounding order only.
+//! grouped); without a min they differ from the generated scalar reference (which reduces
+//! each block, then adds blocks in order) by f32 rounding order only.
 
 use super::blocks::{Weights, LANES};
 use super::common::{f16_to_f32, f16x8, read_u16};
