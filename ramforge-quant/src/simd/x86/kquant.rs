@@ -10,7 +10,7 @@
 //! (every activation block loaded once for all rows), so all three agree bit for bit.
 //! Dequantization stays the generated reference (it only serves embedding rows).
 
-mod common;
+pub(super) mod common;
 mod iq4xs;
 mod q2k;
 mod q3k;

@@ -1,4 +1,4 @@
-//! AVX2 kernels for the 32-element formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, IQ4_NL),
+//! AVX2 kernels for the 32-element formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, IQ4_NL, MXFP4),
 //! their activation quantizers (Q8_0, Q8_1) and the float weights (F32, F16, BF16).
 //!
 //! The quantizers are bit-identical to the generated scalar reference. Every block format
@@ -87,6 +87,7 @@ entry_points!(q5_1, Q5_1, tile one_row);
 entry_points!(q8_0, Q8_0, tile tile_signed);
 entry_points!(q8_1, Q8_1, tile tile_signed);
 entry_points!(iq4_nl, Iq4Nl, tile tile_signed);
+entry_points!(mxfp4, Mxfp4, tile tile_signed);
 
 /// A module `$module` of the VNNI entry points of `blocks::$format` in encoding `vnni::$enc`,
 /// as [`entry_points`]'s: `vec_dot`, `rows` and the one-row tile are [`dots`]' drivers
@@ -149,6 +150,7 @@ macro_rules! vnni_table {
             vnni_entry_points!($enc [$vec_dot, $rows, $one_row] q8_0, Q8_0, tile $biased);
             vnni_entry_points!($enc [$vec_dot, $rows, $one_row] q8_1, Q8_1, tile $biased);
             vnni_entry_points!($enc [$vec_dot, $rows, $one_row] iq4_nl, Iq4Nl, tile $biased);
+            vnni_entry_points!($enc [$vec_dot, $rows, $one_row] mxfp4, Mxfp4, tile $biased);
 
             fast_kernels! {
                 q4_0: block(q4_0);
@@ -158,6 +160,7 @@ macro_rules! vnni_table {
                 q8_0: block(q8_0), quantize: quantize_q8_0;
                 q8_1: block(q8_1), quantize: quantize_q8_1;
                 iq4_nl: block(iq4_nl);
+                mxfp4: block(mxfp4);
             }
         }
     };
@@ -224,6 +227,7 @@ fast_kernels! {
     q8_0: block(q8_0), quantize: quantize_q8_0;
     q8_1: block(q8_1), quantize: quantize_q8_1;
     iq4_nl: block(iq4_nl);
+    mxfp4: block(mxfp4);
     F32: float(f32_dots);
     F16: float(f16_dots), dequantize: f16_dots::dequantize;
     BF16: float(bf16_dots);

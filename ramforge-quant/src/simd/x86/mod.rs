@@ -4,6 +4,7 @@
 //! VNNI entries); the
 //! `#[target_feature]` bodies are entered through safe wrappers that rely on that.
 
+mod iquant;
 mod kquant;
 mod legacy;
 mod prefetch;
@@ -25,7 +26,9 @@ pub(crate) fn vnni_tile_is_exact(ty: GgmlType) -> bool {
 
 /// The AVX2 kernels for `ty`, if written.
 pub(crate) fn kernels(ty: GgmlType) -> Option<&'static Kernels> {
-    legacy::kernels(ty).or_else(|| kquant::kernels(ty))
+    legacy::kernels(ty)
+        .or_else(|| kquant::kernels(ty))
+        .or_else(|| iquant::kernels(ty))
 }
 
 /// The AVX-VNNI kernels for `ty`: the VNNI ones where written (each returns bit for bit what

@@ -4,32 +4,32 @@ use crate::formats::q8_k;
 use std::arch::x86_64::*;
 
 /// Bytes of one Q8_K activation block: f32 `d`, 256 `qs`, 16 i16 `bsums`.
-pub(super) const Q8K_BYTES: usize = q8_k::BYTES;
+pub(in crate::simd::x86) const Q8K_BYTES: usize = q8_k::BYTES;
 /// Offset of the f32 scale in a Q8_K block.
-pub(super) const Q8K_D: usize = q8_k::OFFSET_D;
+pub(in crate::simd::x86) const Q8K_D: usize = q8_k::OFFSET_D;
 /// Offset of the quants in a Q8_K block.
-pub(super) const Q8K_QS: usize = q8_k::OFFSET_QS;
+pub(in crate::simd::x86) const Q8K_QS: usize = q8_k::OFFSET_QS;
 /// Offset of the 16-element sums in a Q8_K block.
-pub(super) const Q8K_BSUMS: usize = q8_k::OFFSET_BSUMS;
+pub(in crate::simd::x86) const Q8K_BSUMS: usize = q8_k::OFFSET_BSUMS;
 
 /// 32 unaligned bytes.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn load256(p: *const u8) -> __m256i {
+pub(in crate::simd::x86) unsafe fn load256(p: *const u8) -> __m256i {
     _mm256_loadu_si256(p.cast::<__m256i>())
 }
 
 /// 16 unaligned bytes.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn load128(p: *const u8) -> __m128i {
+pub(in crate::simd::x86) unsafe fn load128(p: *const u8) -> __m128i {
     _mm_loadu_si128(p.cast::<__m128i>())
 }
 
 /// The little-endian f16 at `p`, widened.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn f16_at(p: *const u8) -> f32 {
+pub(in crate::simd::x86) unsafe fn f16_at(p: *const u8) -> f32 {
     let bits = u16::from_le_bytes(p.cast::<[u8; 2]>().read_unaligned());
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
 }
@@ -37,21 +37,21 @@ pub(super) unsafe fn f16_at(p: *const u8) -> f32 {
 /// The little-endian f32 at `p`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn f32_at(p: *const u8) -> f32 {
+pub(in crate::simd::x86) unsafe fn f32_at(p: *const u8) -> f32 {
     f32::from_le_bytes(p.cast::<[u8; 4]>().read_unaligned())
 }
 
 /// The little-endian u32 at `p`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn u32_at(p: *const u8) -> u32 {
+pub(in crate::simd::x86) unsafe fn u32_at(p: *const u8) -> u32 {
     u32::from_le_bytes(p.cast::<[u8; 4]>().read_unaligned())
 }
 
 /// Sum of the 4 lanes.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn hsum128(v: __m128) -> f32 {
+pub(in crate::simd::x86) unsafe fn hsum128(v: __m128) -> f32 {
     let v = _mm_add_ps(v, _mm_movehl_ps(v, v));
     let v = _mm_add_ss(v, _mm_movehdup_ps(v));
     _mm_cvtss_f32(v)
@@ -60,7 +60,7 @@ pub(super) unsafe fn hsum128(v: __m128) -> f32 {
 /// Sum of the 8 lanes.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn hsum256(v: __m256) -> f32 {
+pub(in crate::simd::x86) unsafe fn hsum256(v: __m256) -> f32 {
     hsum128(_mm_add_ps(
         _mm256_castps256_ps128(v),
         _mm256_extractf128_ps::<1>(v),
@@ -70,7 +70,7 @@ pub(super) unsafe fn hsum256(v: __m256) -> f32 {
 /// The 16 bsums of a Q8_K block as i16.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn bsums(ab: *const u8) -> __m256i {
+pub(in crate::simd::x86) unsafe fn bsums(ab: *const u8) -> __m256i {
     load256(ab.add(Q8K_BSUMS))
 }
 
@@ -114,14 +114,14 @@ static BCAST16_CTRL: [[u8; 32]; 8] = {
 /// (Equally, for `half_scales` holding 8 scales in both lanes, scales `2k` and `2k + 1`.)
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn chunk_scales(half_scales: __m256i, k: usize) -> __m256i {
+pub(in crate::simd::x86) unsafe fn chunk_scales(half_scales: __m256i, k: usize) -> __m256i {
     _mm256_shuffle_epi8(half_scales, load256(CHUNK_CTRL[k].as_ptr()))
 }
 
 /// The scales of half `h` (`sc16`'s low lane for 0, high for 1) in both lanes.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn half_scales(sc16: __m256i, h: usize) -> __m256i {
+pub(in crate::simd::x86) unsafe fn half_scales(sc16: __m256i, h: usize) -> __m256i {
     if h == 0 {
         _mm256_permute2x128_si256::<0x00>(sc16, sc16)
     } else {
@@ -132,7 +132,7 @@ pub(super) unsafe fn half_scales(sc16: __m256i, h: usize) -> __m256i {
 /// Copies i16 number `k` of each lane of `v` to every i16 of that lane.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn bcast16(v: __m256i, k: usize) -> __m256i {
+pub(in crate::simd::x86) unsafe fn bcast16(v: __m256i, k: usize) -> __m256i {
     _mm256_shuffle_epi8(v, load256(BCAST16_CTRL[k].as_ptr()))
 }
 
@@ -140,7 +140,7 @@ pub(super) unsafe fn bcast16(v: __m256i, k: usize) -> __m256i {
 /// scales `d`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn act_blocks<const T: usize>(
+pub(in crate::simd::x86) unsafe fn act_blocks<const T: usize>(
     a: &[&[u8]; T],
     i: usize,
 ) -> ([*const u8; T], [f32; T]) {
@@ -153,7 +153,7 @@ pub(super) unsafe fn act_blocks<const T: usize>(
 /// group scales `sc` (i16), against every token's Q8_K block: `sumi[t] += sc . (q x a_t)`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn add_scaled_chunk<const T: usize>(
+pub(in crate::simd::x86) unsafe fn add_scaled_chunk<const T: usize>(
     sumi: &mut [__m256i; T],
     q: __m256i,
     sc: __m256i,
@@ -170,7 +170,7 @@ pub(super) unsafe fn add_scaled_chunk<const T: usize>(
 /// A weight block's integer sums into its row's f32 lanes: `acc[t] += (d * da[t]) * sumi[t]`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn add_block<const T: usize>(
+pub(in crate::simd::x86) unsafe fn add_block<const T: usize>(
     acc: &mut [__m256; T],
     d: f32,
     da: &[f32; T],
@@ -188,7 +188,7 @@ pub(super) unsafe fn add_block<const T: usize>(
 /// Super-block number `i` of each of `R` weight rows of `row` bytes, back to back in `w`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn weight_blocks<const R: usize>(
+pub(in crate::simd::x86) unsafe fn weight_blocks<const R: usize>(
     w: &[u8],
     row: usize,
     bytes: usize,
@@ -216,7 +216,7 @@ macro_rules! entry_points {
         entry_points!(@common $format, $group);
 
         #[doc = concat!("One row of ", $format, " blocks dotted with 4 tokens' Q8_K rows, each weight block unpacked once.")]
-        pub(super) fn tile(
+        pub(in crate::simd::x86) fn tile(
             w: &[u8],
             a: [&[u8]; crate::kernel_table::TILE],
         ) -> [f32; crate::kernel_table::TILE] {
@@ -228,11 +228,11 @@ macro_rules! entry_points {
         }
 
         /// The prefill kernel the kernel table registers.
-        pub(super) const PREFILL: crate::kernel_table::Tile = crate::kernel_table::Tile::Quant(tile);
+        pub(in crate::simd::x86) const PREFILL: crate::kernel_table::Tile = crate::kernel_table::Tile::Quant(tile);
     };
     (@common $format:literal, $group:literal) => {
         #[doc = concat!("The dot of a row of ", $format, " blocks with a row of Q8_K blocks.")]
-        pub(super) fn vec_dot(w: &[u8], a: &[u8]) -> f32 {
+        pub(in crate::simd::x86) fn vec_dot(w: &[u8], a: &[u8]) -> f32 {
             check(w, a);
             // SAFETY: reachable only through the AVX2 kernel table, handed out only when the
             // CPU has AVX2, FMA and F16C; `check` has confirmed whole, matching blocks.
@@ -240,7 +240,7 @@ macro_rules! entry_points {
         }
 
         #[doc = concat!("8 rows of ", $format, " blocks, back to back, dotted with one token's Q8_K row.")]
-        pub(super) fn rows(w: &[u8], a: &[u8]) -> [f32; crate::kernel_table::ROWS] {
+        pub(in crate::simd::x86) fn rows(w: &[u8], a: &[u8]) -> [f32; crate::kernel_table::ROWS] {
             const ROWS: usize = crate::kernel_table::ROWS;
             const GROUP: usize = $group;
             const _: () = assert!(GROUP > 0 && ROWS / GROUP * GROUP == ROWS);
@@ -270,7 +270,7 @@ macro_rules! entry_points {
             " blocks, back to back, dotted with 4 tokens' Q8_K rows, run as calls of ",
             stringify!($tile_group), " rows (each activation block loaded once for them)."
         )]
-        pub(super) fn tile_rows(
+        pub(in crate::simd::x86) fn tile_rows(
             w: &[u8],
             a: [&[u8]; crate::kernel_table::TILE],
         ) -> [[f32; crate::kernel_table::TILE]; crate::kernel_table::TILE_ROWS] {
@@ -292,8 +292,8 @@ macro_rules! entry_points {
         }
 
         /// The prefill kernel the kernel table registers.
-        pub(super) const PREFILL: crate::kernel_table::Tile =
+        pub(in crate::simd::x86) const PREFILL: crate::kernel_table::Tile =
             crate::kernel_table::Tile::QuantRows(tile_rows);
     };
 }
-pub(super) use entry_points;
+pub(in crate::simd::x86) use entry_points;

@@ -20,8 +20,8 @@
 //! Activation quants are at most 127 in magnitude (the quantizers never produce -128); the
 //! sign trick and the i16 bounds below rely on it, as ggml's kernels do.
 
-use super::common::read_u32;
-use crate::formats::{iq4_nl, q4_0, q4_1, q5_0, q5_1, q8_0, q8_1};
+use super::common::{e8m0_half_x8, f16x8, read_u32};
+use crate::formats::{iq4_nl, mxfp4, q4_0, q4_1, q5_0, q5_1, q8_0, q8_1};
 use crate::GgmlType;
 use std::arch::x86_64::*;
 
@@ -56,8 +56,8 @@ const fn act_layout(ty: GgmlType) -> Act {
     }
 }
 
-/// One 32-element weight format: its f16 scale `d` at `OFFSET_D`, and for formats with a
-/// min, the f16 min at `MIN_AT`.
+/// One 32-element weight format: its scale at `OFFSET_D` (an f16, unless [`Weights::scales`]
+/// reads it otherwise), and for formats with a min, the f16 min at `MIN_AT`.
 pub(super) trait Weights {
     const BYTES: usize;
     const OFFSET_D: usize;
@@ -69,6 +69,12 @@ pub(super) trait Weights {
     /// (first), and for formats with a min the exact sum of `a[k]`'s quants (second; zero
     /// otherwise). Lanes may repeat a pointer; repeated loads are merged by the compiler.
     unsafe fn isums(w: [*const u8; LANES], a: [*const u8; LANES]) -> (__m256i, __m256i);
+    /// Lane k: weight block `w[k]`'s scale as f32 (exactly: the drivers' `dw * da` relies on
+    /// it). The f16 at `OFFSET_D` unless a format stores it otherwise.
+    #[inline(always)]
+    unsafe fn scales(w: [*const u8; LANES]) -> __m256 {
+        f16x8(w, Self::OFFSET_D)
+    }
 }
 
 #[inline(always)]
@@ -319,26 +325,41 @@ impl<const BYTES: usize, const D: usize, const QS: usize> Bytes for Q8<BYTES, D,
     }
 }
 
-/// IQ4_NL: nibbles index a fixed table of int8 levels.
-pub(super) struct Iq4Nl;
-impl Weights for Iq4Nl {
-    const BYTES: usize = iq4_nl::BYTES;
-    const OFFSET_D: usize = iq4_nl::OFFSET_D;
-    const MIN_AT: Option<usize> = None;
-    const ACT: Act = act_layout(iq4_nl::ACT);
-    #[inline(always)]
-    unsafe fn isums(w: [*const u8; LANES], a: [*const u8; LANES]) -> (__m256i, __m256i) {
-        byte_isums::<Self>(w, a)
-    }
+/// A format whose 32 nibbles index a fixed table of 16 int8 levels (`$m::KVALUES`), element
+/// j < 16 the low nibble of byte j at `$m::OFFSET_QS`, element j >= 16 the high one: IQ4_NL
+/// (f16 scale `d`) and MXFP4 (its levels doubled, an E8M0 scale byte `e`, `scales e8m0`).
+macro_rules! nibble_levels {
+    ($name:ident, $m:ident, $d:ident, scales $scales:ident) => {
+        pub(super) struct $name;
+        impl Weights for $name {
+            const BYTES: usize = $m::BYTES;
+            const OFFSET_D: usize = $m::$d;
+            const MIN_AT: Option<usize> = None;
+            const ACT: Act = act_layout($m::ACT);
+            #[inline(always)]
+            unsafe fn isums(w: [*const u8; LANES], a: [*const u8; LANES]) -> (__m256i, __m256i) {
+                byte_isums::<Self>(w, a)
+            }
+            #[inline(always)]
+            unsafe fn scales(w: [*const u8; LANES]) -> __m256 {
+                nibble_levels!(@scales $scales w)
+            }
+        }
+        impl Bytes for $name {
+            #[inline(always)]
+            unsafe fn quants(b: *const u8) -> __m256i {
+                let levels = _mm_loadu_si128($m::KVALUES.as_ptr().cast());
+                // The 16 nibble bytes in both halves, the high half shifted down by 4.
+                let both = _mm256_broadcastsi128_si256(_mm_loadu_si128(b.add($m::OFFSET_QS).cast()));
+                let both = _mm256_srlv_epi64(both, _mm256_setr_epi64x(0, 0, 4, 4));
+                let idx = _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+                _mm256_shuffle_epi8(_mm256_set_m128i(levels, levels), idx)
+            }
+        }
+    };
+    (@scales f16 $w:ident) => { f16x8($w, Self::OFFSET_D) };
+    (@scales e8m0 $w:ident) => { e8m0_half_x8($w, Self::OFFSET_D) };
 }
-impl Bytes for Iq4Nl {
-    #[inline(always)]
-    unsafe fn quants(b: *const u8) -> __m256i {
-        let levels = _mm_loadu_si128(iq4_nl::KVALUES.as_ptr().cast());
-        // The 16 nibble bytes in both halves, the high half shifted down by 4.
-        let both = _mm256_broadcastsi128_si256(_mm_loadu_si128(b.add(iq4_nl::OFFSET_QS).cast()));
-        let both = _mm256_srlv_epi64(both, _mm256_setr_epi64x(0, 0, 4, 4));
-        let idx = _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
-        _mm256_shuffle_epi8(_mm256_set_m128i(levels, levels), idx)
-    }
-}
+
+nibble_levels!(Iq4Nl, iq4_nl, OFFSET_D, scales f16);
+nibble_levels!(Mxfp4, mxfp4, OFFSET_E, scales e8m0);

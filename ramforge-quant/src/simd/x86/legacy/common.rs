@@ -23,6 +23,32 @@ pub(super) unsafe fn f16_to_f32(bits: u16) -> f32 {
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
 }
 
+/// The f16s at `off` past the eight pointers widened to f32, lane k from `p[k] + off`.
+#[inline(always)]
+pub(super) unsafe fn f16x8(p: [*const u8; 8], off: usize) -> __m256 {
+    let mut packed = [0u64; 2];
+    for (k, q) in p.iter().enumerate() {
+        packed[k / 4] |= (read_u16(q.add(off)) as u64) << (16 * (k % 4));
+    }
+    _mm256_cvtph_ps(_mm_set_epi64x(packed[1] as i64, packed[0] as i64))
+}
+
+/// The E8M0 exponent bytes at `off` past the eight pointers as MXFP4's halved scales
+/// (`spec_support::e8m0_half`: `2^(e - 128)`, exact, subnormal below `e = 2`).
+#[inline(always)]
+pub(super) unsafe fn e8m0_half_x8(p: [*const u8; 8], off: usize) -> __m256 {
+    let mut e = [0i32; 8];
+    for (k, q) in p.iter().enumerate() {
+        e[k] = *q.add(off) as i32;
+    }
+    let e = _mm256_loadu_si256(e.as_ptr().cast());
+    // `(e - 1) << 23` for e >= 2, `0x200000 << e` below (2^-128 and 2^-127 as subnormals).
+    let normal = _mm256_slli_epi32::<23>(_mm256_sub_epi32(e, _mm256_set1_epi32(1)));
+    let small = _mm256_sllv_epi32(_mm256_set1_epi32(0x0020_0000), e);
+    let is_small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+    _mm256_castsi256_ps(_mm256_blendv_epi8(normal, small, is_small))
+}
+
 /// The sum of 8 i32 lanes.
 #[inline(always)]
 pub(super) unsafe fn hsum_epi32(v: __m256i) -> i32 {

@@ -10,28 +10,18 @@
 //!
 //! where `isum` is the exact integer dot of the block's quants, `asum` the exact sum of the
 //! activation quants (not Q8_1's `s`, which is rounded to f16), and `dw * da` is exact in
-//! f32 (11-bit by 11-bit significands). So the drivers agree bit for bit (decode equals
-//! single-row equals batched results, however the rows are grouped); without a min they
-//! differ from the generated scalar reference (which reduces each block, then adds blocks
-//! in order) by f32 rounding order only.
+//! f32 (11-bit by 11-bit significands; MXFP4's `dw` is a power of two). So the drivers agree
+//! bit for bit (decode equals single-row equals batched results, however the rows are
+//! grouped); without a min they differ from the generated scalar reference (which reduces
+//! each block, then adds blocks in order) by f32 rounding order only.
 
 use super::blocks::{Weights, LANES};
-use super::common::{f16_to_f32, read_u16};
+use super::common::{f16_to_f32, f16x8, read_u16};
 use crate::kernel_table::{ROWS, TILE};
 use crate::simd::x86::prefetch::group_after_next;
 use std::arch::x86_64::*;
 
 const _: () = assert!(ROWS == LANES && 2 * TILE == LANES);
-
-/// The f16s at `off` past the eight pointers widened to f32, lane k from `p[k] + off`.
-#[inline(always)]
-unsafe fn f16x8(p: [*const u8; LANES], off: usize) -> __m256 {
-    let mut packed = [0u64; 2];
-    for (k, q) in p.iter().enumerate() {
-        packed[k / 4] |= (read_u16(q.add(off)) as u64) << (16 * (k % 4));
-    }
-    _mm256_cvtph_ps(_mm_set_epi64x(packed[1] as i64, packed[0] as i64))
-}
 
 /// The two factors `(x, y)` of each lane's step ([`step`]: `acc = fma(x, y, acc)`, or with a
 /// min `acc = acc + x * y`; see the module note), from the lanes' integer sums, weight
@@ -43,7 +33,7 @@ unsafe fn factors<F: Weights>(
     da: __m256,
 ) -> (__m256, __m256) {
     let isum = _mm256_cvtepi32_ps(sums.0);
-    let dw = f16x8(w, F::OFFSET_D);
+    let dw = F::scales(w);
     if let Some(min_at) = F::MIN_AT {
         let mw = f16x8(w, min_at);
         let min = _mm256_mul_ps(mw, _mm256_cvtepi32_ps(sums.1));

@@ -91,15 +91,11 @@ impl Signed for super::blocks::Iq4Nl {
     }
 }
 
-/// The f16s at `p + k * stride` (k < `n`; lanes past `n` repeat the last) as f32 lanes.
-#[inline(always)]
-unsafe fn f16_lanes(p: *const u8, stride: usize, n: usize) -> __m256 {
-    let mut packed = [0u64; 2];
-    for k in 0..LANES {
-        let v = read_u16(p.add(k.min(n - 1) * stride)) as u64;
-        packed[k / 4] |= v << (16 * (k % 4));
+impl Signed for super::blocks::Mxfp4 {
+    #[inline(always)]
+    unsafe fn signed(b: *const u8) -> __m256i {
+        <Self as Bytes>::quants(b)
     }
-    _mm256_cvtph_ps(_mm_set_epi64x(packed[1] as i64, packed[0] as i64))
 }
 
 /// [`TILE_ROWS`] weight rows (back to back in `w`) dotted with [`TILE`] activation rows:
@@ -169,7 +165,10 @@ pub(super) unsafe fn accumulate<F: Weights, S>(
     while i < nb {
         let n = (nb - i).min(LANES);
         for r in 0..TILE_ROWS {
-            let v = f16_lanes(wp[r].add(i * F::BYTES + F::OFFSET_D), F::BYTES, n);
+            // Lanes past `n` repeat the last block.
+            let blocks: [*const u8; LANES] =
+                std::array::from_fn(|k| wp[r].add((i + k.min(n - 1)) * F::BYTES));
+            let v = F::scales(blocks);
             _mm256_storeu_ps(dw[r].as_mut_ptr(), v);
         }
         for (k, b) in (i..i + n).enumerate() {

@@ -11,7 +11,7 @@ use half::f16;
 use proptest::prelude::*;
 use std::cell::Cell;
 
-const BLOCK_TYPES: [GgmlType; 7] = [
+const BLOCK_TYPES: [GgmlType; 8] = [
     GgmlType::Q4_0,
     GgmlType::Q4_1,
     GgmlType::Q5_0,
@@ -19,6 +19,7 @@ const BLOCK_TYPES: [GgmlType; 7] = [
     GgmlType::Q8_0,
     GgmlType::Q8_1,
     GgmlType::IQ4_NL,
+    GgmlType::MXFP4,
 ];
 const FLOAT_TYPES: [GgmlType; 3] = [GgmlType::F32, GgmlType::F16, GgmlType::BF16];
 /// Row lengths in blocks: one, a partial group of four, whole groups, and long rows.
@@ -153,6 +154,8 @@ impl Rng {
 fn f16_fields(ty: GgmlType) -> &'static [usize] {
     match ty {
         GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q8_1 => &[0, 2],
+        // Its scale is the E8M0 byte `e` (2^(e - 128), levels doubled).
+        GgmlType::MXFP4 => &[],
         _ => &[0],
     }
 }
@@ -165,6 +168,11 @@ fn raw_blocks(rng: &mut Rng, ty: GgmlType, blocks: usize, activation: bool) -> V
     for b in row.chunks_exact_mut(bytes) {
         for &off in f16_fields(ty) {
             b[off..off + 2].copy_from_slice(&rng.finite_f16());
+        }
+        if ty == GgmlType::MXFP4 {
+            // Exponents 2^-128 (subnormal) .. 2^31: far larger ones overflow the dot to an
+            // infinity in both kernels, which then cannot be compared.
+            b[0] %= 160;
         }
         if activation {
             let qs = bytes - 32;
@@ -372,6 +380,10 @@ fn filled_blocks(ty: GgmlType, blocks: usize, fill: u8, scale: f32) -> Vec<u8> {
     for b in row.chunks_exact_mut(ty.type_size()) {
         for &off in f16_fields(ty) {
             b[off..off + 2].copy_from_slice(&f16::from_f32(scale).to_le_bytes());
+        }
+        if ty == GgmlType::MXFP4 {
+            // The power of two nearest `scale`.
+            b[0] = (scale.log2().round() as i32 + 128) as u8;
         }
     }
     row
@@ -612,7 +624,7 @@ proptest! {
     }
 
     #[test]
-    fn block_dots_match_the_reference_on_raw_blocks(seed in any::<u64>(), nb in 1usize..24, t in 0usize..7) {
+    fn block_dots_match_the_reference_on_raw_blocks(seed in any::<u64>(), nb in 1usize..24, t in 0usize..BLOCK_TYPES.len()) {
         require_avx2();
         let ty = BLOCK_TYPES[t];
         let act = quant_dot(fast(ty)).0;
@@ -623,7 +635,7 @@ proptest! {
     }
 
     #[test]
-    fn rows_kernels_equal_vec_dot_on_raw_blocks(seed in any::<u64>(), nb in 1usize..24, t in 0usize..7) {
+    fn rows_kernels_equal_vec_dot_on_raw_blocks(seed in any::<u64>(), nb in 1usize..24, t in 0usize..BLOCK_TYPES.len()) {
         require_avx2();
         let ty = BLOCK_TYPES[t];
         let act = quant_dot(fast(ty)).0;
@@ -757,7 +769,7 @@ proptest! {
     fn vnni_kernels_equal_the_avx2_kernels_on_raw_blocks(
         seed in any::<u64>(),
         nb in 1usize..24,
-        t in 0usize..7,
+        t in 0usize..BLOCK_TYPES.len(),
     ) {
         for isa in VNNI_ISAS.into_iter().filter(|isa| isa.is_available()) {
             let ty = BLOCK_TYPES[t];
@@ -788,5 +800,28 @@ fn bf16_loads_widen_every_bit_pattern_in_place() {
             let want = (u16::from_le_bytes([bytes[2 * j], bytes[2 * j + 1]]) as u32) << 16;
             assert_eq!(g.to_bits(), want, "lane {j} of {bytes:02x?}");
         }
+    }
+}
+
+/// MXFP4's scale conversion, every exponent byte (the subnormal 2^-128 and 2^-127 included,
+/// which the dot tolerances cannot see) bit for bit the reference's `e8m0_half`.
+#[test]
+fn e8m0_scales_equal_the_reference_for_every_byte() {
+    use super::common::e8m0_half_x8;
+    require_avx2();
+    let bytes: Vec<u8> = (0..=255).collect();
+    for group in bytes.chunks_exact(8) {
+        let ptrs: [*const u8; 8] = std::array::from_fn(|k| group[k..].as_ptr());
+        // SAFETY: AVX2 is present (checked above); each pointer reads its own byte.
+        let got: [f32; 8] = unsafe { std::mem::transmute(e8m0_half_x8_avx2(ptrs)) };
+        for (k, &e) in group.iter().enumerate() {
+            let want = crate::spec_support::e8m0_half(e);
+            assert_eq!(got[k].to_bits(), want.to_bits(), "e = {e}");
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn e8m0_half_x8_avx2(p: [*const u8; 8]) -> std::arch::x86_64::__m256 {
+        e8m0_half_x8(p, 0)
     }
 }

@@ -22,12 +22,12 @@
 //! have only that one: Ice Lake and Cascade Lake servers, Zen 4). The instruction and its
 //! results are the same.
 
-use super::blocks::{tree32, Iq4Nl, Nibbles, Weights, LANES, Q8};
+use super::blocks::{tree32, Iq4Nl, Mxfp4, Nibbles, Weights, LANES, Q8};
 use super::gemm::{
     accumulate, by_chunk, fold_halves, fold_pairs, pair_scales, token_quants, token_scales,
     Chunked, Unsigned,
 };
-use crate::formats::iq4_nl;
+use crate::formats::{iq4_nl, mxfp4};
 use crate::kernel_table::{TILE, TILE_ROWS};
 use std::arch::x86_64::*;
 use std::marker::PhantomData;
@@ -96,28 +96,37 @@ impl<const BYTES: usize, const D: usize, const QS: usize> Biased for Q8<BYTES, D
     }
 }
 
-/// IQ4_NL's levels plus 128 (all within 1..=241), so the table lookup gives biased bytes.
-static IQ4_NL_BIASED: [u8; 16] = {
-    let mut t = [0u8; 16];
-    let mut i = 0;
-    while i < 16 {
-        t[i] = (iq4_nl::KVALUES[i] as i32 + 128) as u8;
-        i += 1;
-    }
-    t
-};
+/// A nibble-levels format (IQ4_NL, MXFP4) as [`Biased`]: `$table`, its levels plus 128 (all
+/// within 1..=255), so the table lookup gives biased bytes.
+macro_rules! biased_levels {
+    ($name:ident, $m:ident, $table:ident) => {
+        static $table: [u8; 16] = {
+            let mut t = [0u8; 16];
+            let mut i = 0;
+            while i < 16 {
+                t[i] = ($m::KVALUES[i] as i32 + 128) as u8;
+                i += 1;
+            }
+            t
+        };
 
-impl Biased for Iq4Nl {
-    const BIAS: u8 = 128;
-    #[inline(always)]
-    unsafe fn biased(b: *const u8) -> __m256i {
-        let levels = _mm256_broadcastsi128_si256(_mm_loadu_si128(IQ4_NL_BIASED.as_ptr().cast()));
-        // The 16 nibble bytes in both halves, the high half shifted down by 4.
-        let both = _mm256_broadcastsi128_si256(_mm_loadu_si128(b.add(iq4_nl::OFFSET_QS).cast()));
-        let both = _mm256_srlv_epi64(both, _mm256_setr_epi64x(0, 0, 4, 4));
-        _mm256_shuffle_epi8(levels, _mm256_and_si256(both, _mm256_set1_epi8(0x0F)))
-    }
+        impl Biased for $name {
+            const BIAS: u8 = 128;
+            #[inline(always)]
+            unsafe fn biased(b: *const u8) -> __m256i {
+                let levels = _mm256_broadcastsi128_si256(_mm_loadu_si128($table.as_ptr().cast()));
+                // The 16 nibble bytes in both halves, the high half shifted down by 4.
+                let both =
+                    _mm256_broadcastsi128_si256(_mm_loadu_si128(b.add($m::OFFSET_QS).cast()));
+                let both = _mm256_srlv_epi64(both, _mm256_setr_epi64x(0, 0, 4, 4));
+                _mm256_shuffle_epi8(levels, _mm256_and_si256(both, _mm256_set1_epi8(0x0F)))
+            }
+        }
+    };
 }
+
+biased_levels!(Iq4Nl, iq4_nl, IQ4_NL_BIASED);
+biased_levels!(Mxfp4, mxfp4, MXFP4_BIASED);
 
 impl Biased for super::blocks::Q5_0 {
     const BIAS: u8 = <Self as Unsigned>::BIAS as u8;
@@ -263,6 +272,10 @@ impl<F: VnniSums, E: Encoding> Weights for Vnni<F, E> {
     unsafe fn isums(w: [*const u8; LANES], a: [*const u8; LANES]) -> (__m256i, __m256i) {
         F::vnni_isums::<E>(w, a)
     }
+    #[inline(always)]
+    unsafe fn scales(w: [*const u8; LANES]) -> __m256 {
+        F::scales(w)
+    }
 }
 
 /// Four vectors of i32 partial sums, lane pair p's in vector p (lane p in the low half, p + 4
@@ -336,4 +349,4 @@ macro_rules! vnni_sums {
 }
 
 vnni_sums!(nibble_isums: super::blocks::Q4_0, super::blocks::Q4_1, super::blocks::Q5_0, super::blocks::Q5_1);
-vnni_sums!(biased_isums: super::blocks::Q8_0, super::blocks::Q8_1, Iq4Nl);
+vnni_sums!(biased_isums: super::blocks::Q8_0, super::blocks::Q8_1, Iq4Nl, Mxfp4);

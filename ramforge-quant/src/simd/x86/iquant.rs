@@ -1,0 +1,40 @@
+//! AVX2 kernels for the low-bit super-block formats (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S,
+//! IQ1_S, IQ1_M, TQ2_0, TQ1_0) against Q8_K activations, and for NVFP4 against Q8_0
+//! ([`nvfp4`], on its own).
+//!
+//! Every Q8_K format is a [`common::Codebook`]: per 32-element chunk of a block it builds the 32
+//! signed weight quants (grid rows looked up into 64- or 32-bit words of a vector, signs
+//! from the ksigns table or the sign bits applied with `sign_epi8`, IQ1's delta added) and
+//! the chunk's integer scales; one driver ([`common::dot`]) dots them with the activations
+//! (`maddubs` of the activations' magnitudes with the quants carrying the activations'
+//! signs, so an activation of -128 still multiplies exactly), `madd`s the scales and takes
+//! one float multiply-add per block. The integer sums are exact; the float factor per block
+//! (`d` times the format's constant, times the activation scale) rounds differently from
+//! the reference's per-group scales, so results match it to f32 summation tolerance. As in
+//! [`super::kquant`], one `dot::<R, T>` serves `vec_dot`, the prefill tile and the decode
+//! `rows` kernel, which agree bit for bit. Dequantizing and quantizing stay the generated
+//! reference.
+
+mod common;
+mod iq1;
+mod iq2;
+mod iq3;
+mod nvfp4;
+#[cfg(test)]
+mod tests;
+mod tq;
+
+use super::register::fast_kernels;
+
+fast_kernels! {
+    iq2_xxs: block(iq2::iq2_xxs);
+    iq2_xs: block(iq2::iq2_xs);
+    iq2_s: block(iq2::iq2_s);
+    iq3_xxs: block(iq3::iq3_xxs);
+    iq3_s: block(iq3::iq3_s);
+    iq1_s: block(iq1::iq1_s);
+    iq1_m: block(iq1::iq1_m);
+    tq2_0: block(tq::tq2_0);
+    tq1_0: block(tq::tq1_0);
+    nvfp4: block(nvfp4);
+}
