@@ -38,10 +38,12 @@ pub struct Scratch {
     /// The matrix products' quantized activations: as many bytes as the widest group of
     /// products the block runs needs for a batch (asked of `ramforge-quant`).
     pub act: ChargedVec<u8>,
+    /// Multi-head latent attention's own buffers (empty without it; see `mla::scratch_floats`).
+    pub mla: ChargedVec<f32>,
 }
 
 /// Elements of the f32 buffers, in [`Scratch`]'s field order from `x` to `moe_out`.
-fn f32_lens(cfg: &ModelConfig, batch: usize, ctx: usize) -> [usize; 14] {
+fn f32_lens(cfg: &ModelConfig, batch: usize, ctx: usize) -> [usize; 15] {
     let (e, q, kv) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim());
     let moe = cfg.n_expert > 0;
     // The widest FFN any layer runs: routed experts, the shared expert, leading dense layers.
@@ -77,6 +79,7 @@ fn f32_lens(cfg: &ModelConfig, batch: usize, ctx: usize) -> [usize; 14] {
         if_moe(b * cfg.n_expert),
         if_moe(b * e),
         if_moe(b * e),
+        super::mla::scratch_floats(cfg, b),
     ]
 }
 
@@ -124,7 +127,7 @@ impl Scratch {
     ) -> Result<Scratch, EngineError> {
         let act = activation_bytes(tensors, batch)?;
         let buf = |len: usize| ChargedVec::zeroed(budget, "scratch", len);
-        let [x, xn, q, k, v, att, att_part, gate, up, rope, rope_local, router, moe_in, moe_out] =
+        let [x, xn, q, k, v, att, att_part, gate, up, rope, rope_local, router, moe_in, moe_out, mla] =
             f32_lens(cfg, batch, ctx);
         Ok(Scratch {
             batch,
@@ -143,6 +146,7 @@ impl Scratch {
             moe_in: buf(moe_in)?,
             moe_out: buf(moe_out)?,
             act: ChargedVec::zeroed(budget, "scratch", act)?,
+            mla: buf(mla)?,
         })
     }
 }
