@@ -631,6 +631,34 @@ mod tests {
     }
 
     #[test]
+    fn a_latent_cache_keeps_one_row_per_position_that_serves_as_key_and_value() {
+        let (hd, n) = (12, KV_CHUNK_TOKENS + 7);
+        let val = |p: usize, i: usize| (((p * 7 + i * 3) % 13) as f32 - 6.0) / 8.0;
+        let budget = MemoryBudget::new(1 << 20);
+        let mut kv = KvCache::new(&budget, KvType::F32, 2, hd, n, |_| n);
+        kv.planes = 1;
+        kv.reserve(n).unwrap();
+        // One plane: half the bytes of keys and values.
+        assert_eq!(budget.held(), (2 * n * hd * 4) as u64);
+        let garbage = vec![f32::NAN; hd];
+        for p in 0..n {
+            for l in 0..2 {
+                let k: Vec<f32> = (0..hd).map(|i| val(p + l, i)).collect();
+                kv.write(l, p, &k, &garbage);
+            }
+        }
+        let q: Vec<f32> = (0..hd).map(|i| val(5, i)).collect();
+        let ks: Vec<Vec<f32>> = (0..n)
+            .map(|p| (0..hd).map(|i| val(p + 1, i)).collect())
+            .collect();
+        let want = naive(&q, &ks, &ks, 0.3);
+        let out = attend_one(&kv, (1, 0), &q, 0.3, 0, n);
+        for (a, b) in out.iter().zip(&want) {
+            assert!((a - b).abs() < 1e-5, "{a} vs {b}");
+        }
+    }
+
+    #[test]
     fn growth_is_bounded_by_capacity_and_budget() {
         let budget = MemoryBudget::new(1 << 20);
         let mut kv = KvCache::new(&budget, KvType::F16, 1, 4, 100, |_| 100);
