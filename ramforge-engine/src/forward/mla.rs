@@ -8,31 +8,11 @@
 
 use super::matmul::matmul;
 use super::ops::{apply_rope, rms_norm_in_place};
-use super::{attend_rows, Rows, Scratch};
+use super::scratch::Scratch;
 use crate::error::EngineError;
 use crate::model::arch::Role;
 use crate::model::ModelConfig;
 use crate::weights::{LayerVectors, LayerView, MatrixView};
-
-/// Floats of MLA's own scratch for `batch` tokens: the projected queries, the q-LoRA latent
-/// (later the heads' values), and one head's input and output of its per-head products.
-pub(crate) fn scratch_floats(cfg: &ModelConfig, batch: usize) -> usize {
-    let Some(m) = cfg.mla else {
-        return 0;
-    };
-    let h = cfg.n_head;
-    let q = h * (m.qk_nope + cfg.rope_dim);
-    let lora = m.q_lora_rank.max(h * m.v_head);
-    let head_in = m.qk_nope.max(m.kv_lora_rank);
-    let head_out = m.kv_lora_rank.max(m.v_head);
-    // An unsplit attn_kv_b: one head's key rows, dequantized.
-    let k_rows = if m.absorbed {
-        0
-    } else {
-        m.qk_nope * m.kv_lora_rank
-    };
-    batch * (q + lora + head_in + head_out) + k_rows
-}
 
 /// Rows `first..first + count` of `w`.
 fn row_slice<'a>(w: &MatrixView<'a>, first: usize, count: usize) -> MatrixView<'a> {
@@ -44,20 +24,18 @@ fn row_slice<'a>(w: &MatrixView<'a>, first: usize, count: usize) -> MatrixView<'
     }
 }
 
-/// The attention of one MLA layer for the `n` rows of `s.xn` (already normed): stores each
-/// row's latent where `rows` says, attends, and leaves the attention output projection in
-/// `s.xn`.
-pub(super) fn attention(
+/// The first half of one MLA layer's attention for the `n` rows of `s.xn` (already normed):
+/// each row's cache row (RoPE key, normed latent) into `s.k`, each head's query in the same
+/// layout into `s.q`. Attention over the cache then leaves each head's output in `s.att`.
+pub(super) fn queries_and_latent(
     cfg: &ModelConfig,
-    layer_index: usize,
     w: &LayerView<'_>,
     vecs: &LayerVectors,
     s: &mut Scratch,
-    rows: &mut Rows<'_, '_>,
+    n: usize,
     per_token: bool,
 ) -> Result<(), EngineError> {
     let m = cfg.mla.expect("an MLA layer of a model with MLA sizes");
-    let n = rows.len();
     let (h, rope, kl) = (cfg.n_head, cfg.rope_dim, m.kv_lora_rank);
     let (nope, vh) = (m.qk_nope, m.v_head);
     let qh = nope + rope;
@@ -183,10 +161,23 @@ pub(super) fn attention(
         }
     }
 
-    // One key/value head whose values are the cached rows themselves.
-    attend_rows(cfg, layer_index, s, rows, None);
+    Ok(())
+}
 
-    // Each head's value from its attended latent, then the output projection.
+/// The second half: each head's value from the latent part of its attention output in
+/// `s.att` (through its `attn_v_b`), then the output projection into `s.xn`.
+pub(super) fn output(
+    cfg: &ModelConfig,
+    w: &LayerView<'_>,
+    s: &mut Scratch,
+    n: usize,
+    per_token: bool,
+) -> Result<(), EngineError> {
+    let m = cfg.mla.expect("an MLA layer of a model with MLA sizes");
+    let (h, rope, kl) = (cfg.n_head, cfg.rope_dim, m.kv_lora_rank);
+    let (nope, vh) = (m.qk_nope, m.v_head);
+    let (qh, row) = (nope + rope, rope + kl);
+    let mat = |role| w.matrix(role);
     let Scratch {
         xn, att, act, mla, ..
     } = &mut *s;

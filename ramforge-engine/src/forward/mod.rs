@@ -123,7 +123,10 @@ pub(crate) fn block(
         &mut s.xn[..n * e],
     );
     if cfg.layer_kind(layer_index).attention == AttentionKind::Latent {
-        mla::attention(cfg, layer_index, w, vecs, s, &mut rows, per_token)?;
+        // One key/value head whose values are the cached rows themselves.
+        mla::queries_and_latent(cfg, w, vecs, s, n, per_token)?;
+        attend_rows(cfg, layer_index, s, &mut rows, None);
+        mla::output(cfg, w, s, n, per_token)?;
     } else {
         attention_qkv(cfg, layer_index, w, vecs, s, &mut rows, per_token)?;
     }

@@ -38,7 +38,7 @@ pub struct Scratch {
     /// The matrix products' quantized activations: as many bytes as the widest group of
     /// products the block runs needs for a batch (asked of `ramforge-quant`).
     pub act: ChargedVec<u8>,
-    /// Multi-head latent attention's own buffers (empty without it; see `mla::scratch_floats`).
+    /// Multi-head latent attention's own buffers (empty without it; see `mla_floats`).
     pub mla: ChargedVec<f32>,
 }
 
@@ -79,8 +79,28 @@ fn f32_lens(cfg: &ModelConfig, batch: usize, ctx: usize) -> [usize; 15] {
         if_moe(b * cfg.n_expert),
         if_moe(b * e),
         if_moe(b * e),
-        super::mla::scratch_floats(cfg, b),
+        mla_floats(cfg, b),
     ]
+}
+
+/// Floats of MLA's own scratch for `batch` tokens: the projected queries, the q-LoRA latent
+/// (later the heads' values), and one head's input and output of its per-head products.
+fn mla_floats(cfg: &ModelConfig, batch: usize) -> usize {
+    let Some(m) = cfg.mla else {
+        return 0;
+    };
+    let h = cfg.n_head;
+    let q = h * (m.qk_nope + cfg.rope_dim);
+    let lora = m.q_lora_rank.max(h * m.v_head);
+    let head_in = m.qk_nope.max(m.kv_lora_rank);
+    let head_out = m.kv_lora_rank.max(m.v_head);
+    // An unsplit attn_kv_b: one head's key rows, dequantized.
+    let k_rows = if m.absorbed {
+        0
+    } else {
+        m.qk_nope * m.kv_lora_rank
+    };
+    batch * (q + lora + head_in + head_out) + k_rows
 }
 
 /// Bytes of quantized activations the widest product group of any layer needs for `batch`

@@ -5,6 +5,7 @@ use super::arch::{
     Architecture, ExpertActivation, ExpertWidth, Gating, LocalRopeBase, Normalize, Role,
     SharedExpert, SlidingWindow,
 };
+pub use super::mla::MlaConfig;
 use crate::error::EngineError;
 use ramforge_gguf::Metadata;
 
@@ -65,22 +66,6 @@ pub struct ModelConfig {
     /// Multi-head latent attention's sizes (deepseek2). Its cache row is the latent and the
     /// RoPE key (`head_dim` = `kv_lora_rank + rope_dim`, one key/value head, no values).
     pub mla: Option<MlaConfig>,
-}
-
-/// The sizes of multi-head latent attention (`deepseek2`), absorbed form: the query of each
-/// head is `qk_nope + rope_dim` wide, its value `v_head`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct MlaConfig {
-    /// `attention.q_lora_rank` (0: a plain `attn_q`, the Lite layout).
-    pub q_lora_rank: usize,
-    /// `attention.kv_lora_rank`: the cached latent's width.
-    pub kv_lora_rank: usize,
-    /// The non-rotated part of each head's query and key (`key_length_mla - rope_dim`).
-    pub qk_nope: usize,
-    /// Each head's value (`attention.value_length_mla`).
-    pub v_head: usize,
-    /// Whether `attn_k_b`/`attn_v_b` are split (else the older unsplit `attn_kv_b`).
-    pub absorbed: bool,
 }
 
 /// YaRN's settings from the file (`rope.scaling.*`), with llama.cpp's defaults.
@@ -271,8 +256,18 @@ impl ModelConfig {
         let experts = experts(meta, arch, &key, n_ff, n_layer)?;
         let (mla, attn_scale, rope_yarn) = if is_mla {
             let m = super::mla::read(meta, &key, head_dim, n_head_kv, rope_dim)?;
-            let (scale, yarn) =
-                super::mla::scales(meta, &key, &m, rope_dim, rope_freq_scale, rope_yarn)?;
+            let (scale, factor) = super::mla::scales(
+                meta,
+                &key,
+                &m,
+                rope_dim,
+                rope_freq_scale,
+                rope_yarn.map(|y| y.attn_factor),
+            )?;
+            let yarn = rope_yarn.map(|y| YarnConfig {
+                attn_factor: factor.unwrap_or(y.attn_factor),
+                ..y
+            });
             (Some(m), scale, yarn)
         } else {
             (None, attn_scale, rope_yarn)

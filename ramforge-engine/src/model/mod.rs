@@ -4,6 +4,8 @@
 pub mod arch;
 mod config;
 mod mla;
+#[cfg(test)]
+mod mla_tests;
 mod tensors;
 
 pub use arch::{Architecture, RopeStyle};
