@@ -62,9 +62,20 @@ impl std::str::FromStr for KvType {
 /// full).
 pub fn kv_cache_bytes(cfg: &ModelConfig, ctx: usize, ty: KvType) -> u64 {
     (0..cfg.n_layer)
-        .map(|l| 2 * cfg.kv_dim() as u64 * cfg.kv_positions(l, ctx) as u64)
+        .map(|l| planes(cfg) as u64 * cfg.kv_dim() as u64 * cfg.kv_positions(l, ctx) as u64)
         .sum::<u64>()
         * ty.bytes_per_element()
+}
+
+/// Rows a position keeps per layer: a key and a value, or for multi-head latent attention
+/// one row (the latent and the RoPE key) that serves as both: the values are the keys' rows,
+/// whose first `kv_lora_rank` elements are the latent.
+fn planes(cfg: &ModelConfig) -> usize {
+    if cfg.mla.is_some() {
+        1
+    } else {
+        2
+    }
 }
 
 /// A cache element type: stored form of one f32. The tile kernels read the stored form
@@ -114,6 +125,8 @@ pub struct KvCache {
     budget: MemoryBudget,
     ty: KvType,
     kv_dim: usize,
+    /// 2 (keys, values) or 1 (keys that are also the values: latent attention).
+    planes: usize,
     capacity: usize,
     stores: Vec<Store>,
     /// Each layer's store and its index among the store's layers.
@@ -154,6 +167,7 @@ impl KvCache {
             budget: budget.clone(),
             ty,
             kv_dim,
+            planes: 2,
             capacity,
             stores,
             layers,
@@ -168,9 +182,11 @@ impl KvCache {
         cfg: &ModelConfig,
         capacity: usize,
     ) -> KvCache {
-        KvCache::new(budget, ty, cfg.n_layer, cfg.kv_dim(), capacity, |l| {
+        let mut kv = KvCache::new(budget, ty, cfg.n_layer, cfg.kv_dim(), capacity, |l| {
             cfg.kv_positions(l, capacity)
-        })
+        });
+        kv.planes = planes(cfg);
+        kv
     }
 
     /// The most positions this cache can hold.
@@ -215,7 +231,7 @@ impl KvCache {
             while store.chunks.len() * KV_CHUNK_TOKENS < want {
                 let first = store.chunks.len() * KV_CHUNK_TOKENS;
                 let tokens = KV_CHUNK_TOKENS.min(store.slots - first);
-                let elems = 2 * store.n_layer * tokens * self.kv_dim;
+                let elems = self.planes * store.n_layer * tokens * self.kv_dim;
                 let charge = self
                     .budget
                     .charge("KV cache", elems as u64 * self.ty.bytes_per_element())?;
@@ -233,13 +249,15 @@ impl KvCache {
         Ok(())
     }
 
-    /// Element offset of (layer-in-store, k=0/v=1, slot-in-chunk) inside a chunk.
+    /// Element offset of (layer-in-store, k=0/v=1, slot-in-chunk) inside a chunk. With one
+    /// plane the values are the keys.
     fn offset(&self, chunk_tokens: usize, layer: usize, which: usize, p: usize) -> usize {
-        ((layer * 2 + which) * chunk_tokens + p) * self.kv_dim
+        ((layer * self.planes + which.min(self.planes - 1)) * chunk_tokens + p) * self.kv_dim
     }
 
     /// Stores the key and value rows of `layer` at `pos` (room must have been reserved). In a
-    /// layer that keeps fewer positions than the context, this overwrites `pos - slots`.
+    /// layer that keeps fewer positions than the context, this overwrites `pos - slots`. A
+    /// one-plane cache (latent attention) stores the key row only, `v` unused.
     pub fn write(&mut self, layer: usize, pos: usize, k: &[f32], v: &[f32]) {
         let (si, li) = self.layers[layer];
         let slot = pos % self.stores[si].slots;
@@ -251,11 +269,15 @@ impl KvCache {
         match &mut self.stores[si].chunks[ci].data {
             ChunkData::F16(data) => {
                 store(&mut data[ko..ko + d], k);
-                store(&mut data[vo..vo + d], v);
+                if vo != ko {
+                    store(&mut data[vo..vo + d], v);
+                }
             }
             ChunkData::F32(data) => {
                 data[ko..ko + d].copy_from_slice(k);
-                data[vo..vo + d].copy_from_slice(v);
+                if vo != ko {
+                    data[vo..vo + d].copy_from_slice(v);
+                }
             }
         }
     }
@@ -605,6 +627,34 @@ mod tests {
                     "layer {layer} from {first}: {a} vs {b}"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn a_latent_cache_keeps_one_row_per_position_that_serves_as_key_and_value() {
+        let (hd, n) = (12, KV_CHUNK_TOKENS + 7);
+        let val = |p: usize, i: usize| (((p * 7 + i * 3) % 13) as f32 - 6.0) / 8.0;
+        let budget = MemoryBudget::new(1 << 20);
+        let mut kv = KvCache::new(&budget, KvType::F32, 2, hd, n, |_| n);
+        kv.planes = 1;
+        kv.reserve(n).unwrap();
+        // One plane: half the bytes of keys and values.
+        assert_eq!(budget.held(), (2 * n * hd * 4) as u64);
+        let garbage = vec![f32::NAN; hd];
+        for p in 0..n {
+            for l in 0..2 {
+                let k: Vec<f32> = (0..hd).map(|i| val(p + l, i)).collect();
+                kv.write(l, p, &k, &garbage);
+            }
+        }
+        let q: Vec<f32> = (0..hd).map(|i| val(5, i)).collect();
+        let ks: Vec<Vec<f32>> = (0..n)
+            .map(|p| (0..hd).map(|i| val(p + 1, i)).collect())
+            .collect();
+        let want = naive(&q, &ks, &ks, 0.3);
+        let out = attend_one(&kv, (1, 0), &q, 0.3, 0, n);
+        for (a, b) in out.iter().zip(&want) {
+            assert!((a - b).abs() < 1e-5, "{a} vs {b}");
         }
     }
 

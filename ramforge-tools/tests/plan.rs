@@ -1,7 +1,8 @@
 //! `plan` describes what shapes the layout beyond layers: the experts of an MoE model (count,
 //! used per token, bytes of one expert, as the file's expert tensors hold them) and a
 //! sliding window; `inspect` describes the same experts from the header alone; `--parallel`
-//! books a KV cache and logits per sequence.
+//! books a KV cache and logits per sequence; a latent-attention (deepseek2) model books its
+//! latent cache beside the full keys and values it replaces.
 
 mod common;
 
@@ -138,4 +139,66 @@ fn plan_books_kv_and_logits_for_each_parallel_sequence() {
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("4 sequences in parallel"), "{text}");
+}
+
+/// A deepseek2 model's cache is one latent and one RoPE key per position and layer: `plan`
+/// books that (2 layers x 4096 positions x (64 + 16) x 2 bytes in F16) and shows what full
+/// keys and values of its 4 heads would take (4 x (48 + 32) per position and layer).
+#[test]
+fn plan_books_deepseek2s_latent_cache_not_full_keys_and_values() {
+    let dir = std::env::temp_dir().join(format!("ramforge-plan-mla-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("deepseek2.gguf");
+    common::synth(
+        &file,
+        &[
+            "--arch",
+            "deepseek2",
+            "--layers",
+            "2",
+            "--embd",
+            "128",
+            "--ffn",
+            "64",
+            "--heads",
+            "4",
+            "--kv-heads",
+            "1",
+            "--head-dim",
+            "48",
+            "--rope-dim",
+            "16",
+            "--q-lora-rank",
+            "64",
+            "--kv-lora-rank",
+            "64",
+            "--v-head-dim",
+            "32",
+            "--experts",
+            "8",
+            "--experts-used",
+            "2",
+            "--type",
+            "Q8_0",
+        ],
+    );
+    let f = file.to_str().unwrap();
+    let plan = tool(&["plan", f, "--ram", "1G", "--ctx", "4096", "--json"]);
+    assert_eq!(plan["latent_cache"], true, "{plan}");
+    assert_eq!(plan["kv_cache_bytes"], 2 * 4096 * (64 + 16) * 2, "{plan}");
+    assert_eq!(
+        plan["full_kv_cache_bytes"],
+        2 * 4096 * 4 * (48 + 32) * 2,
+        "{plan}"
+    );
+    let text = Command::new(env!("CARGO_BIN_EXE_ramforge-tools"))
+        .args(["plan", f, "--ram", "1G", "--ctx", "4096"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("multi-head latent attention") && text.contains("latent cache 1.2 MiB"),
+        "{text}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
 }

@@ -305,3 +305,97 @@ fn gpt_oss_with_sinks_windows_yarn_and_mxfp4_experts_matches_llama_cpp() {
     check_within("gpt-oss-F16-yarn", &moe_args("gpt-oss", "F16", &yarn), 0.01);
     check("gpt-oss-MXFP4", &moe_args("gpt-oss", "MXFP4", &gpt));
 }
+
+/// deepseek2's common shape: 3 layers (the first dense), 4 heads of a 48-wide query (32
+/// non-rotated, 16 rotated) over a 64-wide latent, 32-wide values, 8 experts of 64 with 2
+/// used and a shared expert, sigmoid routing with a selection bias.
+fn deepseek2_args<'a>(ty: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut a = vec![
+        "--arch",
+        "deepseek2",
+        "--layers",
+        "3",
+        "--embd",
+        "128",
+        "--ffn",
+        "64",
+        "--heads",
+        "4",
+        "--kv-heads",
+        "1",
+        "--head-dim",
+        "48",
+        "--rope-dim",
+        "16",
+        "--kv-lora-rank",
+        "64",
+        "--v-head-dim",
+        "32",
+        "--experts",
+        "8",
+        "--experts-used",
+        "2",
+        "--type",
+        ty,
+    ];
+    a.extend_from_slice(extra);
+    a
+}
+
+/// deepseek2 with a q-LoRA (DeepSeek V3's layout): multi-head latent attention, absorbed
+/// (attn_k_b, attn_v_b), its cache one latent and RoPE key per position. In F16 (held to
+/// 0.01) and Q8_0.
+#[test]
+fn deepseek2_with_q_lora_matches_llama_cpp() {
+    check_within(
+        "deepseek2-F16",
+        &deepseek2_args("F16", &["--q-lora-rank", "64"]),
+        0.01,
+    );
+    check(
+        "deepseek2-Q8_0",
+        &deepseek2_args("Q8_0", &["--q-lora-rank", "64", "--seed", "1"]),
+    );
+}
+
+/// deepseek2 in the Lite layout (a plain attn_q, `q_lora_rank` 0), and with YaRN as DeepSeek
+/// V3 files carry it (factor 40, `yarn_log_multiplier` 0.1: the attention scale grows by
+/// mscale^2) and group-limited routing (4 groups, 2 used).
+#[test]
+fn deepseek2_lite_and_yarn_with_groups_match_llama_cpp() {
+    check(
+        "deepseek2-Lite-Q8_0",
+        &deepseek2_args("Q8_0", &["--seed", "2"]),
+    );
+    check_within(
+        "deepseek2-F16-yarn-groups",
+        &deepseek2_args(
+            "F16",
+            &[
+                "--q-lora-rank",
+                "64",
+                "--yarn-factor",
+                "40",
+                "--ctx",
+                "163840",
+                "--expert-groups",
+                "4:2",
+                "--seed",
+                "3",
+            ],
+        ),
+        0.01,
+    );
+}
+
+/// deepseek2 as older conversions wrote it: the unsplit attn_kv_b (llama.cpp then runs
+/// plain multi-head attention over full keys and values; RAMforge splits it and keeps the
+/// latent cache).
+#[test]
+fn deepseek2_with_the_unsplit_kv_b_matches_llama_cpp() {
+    check_within(
+        "deepseek2-F16-kv_b",
+        &deepseek2_args("F16", &["--q-lora-rank", "64", "--legacy-kv-b"]),
+        0.01,
+    );
+}

@@ -7,8 +7,13 @@ use crate::weights::MatrixView;
 
 /// The groups of matrices the block multiplies together, each group sharing one input (so
 /// it is quantized once): the scratch for quantized activations is sized from these.
-pub(crate) const MATMUL_GROUPS: [&[Role]; 9] = [
+pub(crate) const MATMUL_GROUPS: [&[Role]; 14] = [
     &[Role::AttnQ, Role::AttnK, Role::AttnV],
+    &[Role::AttnKvAMqa, Role::AttnQ, Role::AttnQA],
+    &[Role::AttnQB],
+    &[Role::AttnKB],
+    &[Role::AttnVB],
+    &[Role::AttnKvB],
     &[Role::AttnOutput],
     &[Role::FfnGate, Role::FfnUp],
     &[Role::FfnDown],

@@ -5,6 +5,7 @@
 mod attention;
 mod gate;
 mod matmul;
+mod mla;
 mod moe;
 mod ops;
 mod scratch;
@@ -16,7 +17,7 @@ pub(crate) use scratch::Scratch;
 use crate::error::EngineError;
 use crate::kv::KvCache;
 use crate::model::arch::{Ffn, Role};
-use crate::model::{FfnKind, ModelConfig};
+use crate::model::{AttentionKind, FfnKind, ModelConfig};
 use crate::weights::{ExpertStore, LayerVectors, LayerView};
 use attention::attention;
 use gate::{gated, Gate};
@@ -111,9 +112,7 @@ pub(crate) fn block(
     } = weights;
     let n = rows.len();
     let per_token = matches!(rows, Rows::Batch { .. });
-    let (e, qd, kvd) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim());
-    let hd = cfg.head_dim;
-    let style = cfg.arch.rope;
+    let e = cfg.n_embd;
     let m = |role| w.matrix(role);
 
     // Attention.
@@ -123,76 +122,13 @@ pub(crate) fn block(
         cfg.rms_eps,
         &mut s.xn[..n * e],
     );
-    matmul(
-        [
-            (m(Role::AttnQ), &mut s.q),
-            (m(Role::AttnK), &mut s.k),
-            (m(Role::AttnV), &mut s.v),
-        ],
-        &s.xn,
-        n,
-        &mut s.act,
-        per_token,
-    )?;
-    for (role, out, width) in [
-        (Role::AttnQBias, &mut s.q, qd),
-        (Role::AttnKBias, &mut s.k, kvd),
-        (Role::AttnVBias, &mut s.v, kvd),
-    ] {
-        if let Some(bias) = vecs.get(role) {
-            add_bias(&mut out[..n * width], bias);
-        }
-    }
-    for (role, out, width) in [
-        (Role::AttnQNorm, &mut s.q, qd),
-        (Role::AttnKNorm, &mut s.k, kvd),
-    ] {
-        if let Some(norm) = vecs.get(role) {
-            rms_norm_in_place(&mut out[..n * width], norm, cfg.rms_eps);
-        }
-    }
-    let table = if cfg.window(layer_index).is_some() {
-        &s.rope_local
+    if cfg.layer_kind(layer_index).attention == AttentionKind::Latent {
+        // One key/value head whose values are the cached rows themselves.
+        mla::queries_and_latent(cfg, w, vecs, s, n, per_token)?;
+        attend_rows(cfg, layer_index, s, &mut rows, None);
+        mla::output(cfg, w, s, n, per_token)?;
     } else {
-        &s.rope
-    };
-    apply_rope(&mut s.q, n, cfg.n_head, hd, cfg.rope_dim, style, table);
-    apply_rope(&mut s.k, n, cfg.n_head_kv, hd, cfg.rope_dim, style, table);
-    let sinks = vecs.get(Role::AttnSinks);
-    match &mut rows {
-        Rows::Run(kv, positions) => attend_run(cfg, layer_index, s, kv, positions.start, n, sinks),
-        Rows::Batch { kvs, positions } => {
-            // Each row against its own sequence, exactly as a run of one row.
-            for (i, (kv, &p)) in kvs.iter_mut().zip(positions.iter()).enumerate() {
-                kv.write(
-                    layer_index,
-                    p,
-                    &s.k[i * kvd..][..kvd],
-                    &s.v[i * kvd..][..kvd],
-                );
-                attention(
-                    cfg,
-                    layer_index,
-                    kv,
-                    p,
-                    i..i + 1,
-                    &s.q,
-                    sinks,
-                    &mut s.att_part,
-                    &mut s.att,
-                );
-            }
-        }
-    }
-    matmul(
-        [(m(Role::AttnOutput), &mut s.xn)],
-        &s.att,
-        n,
-        &mut s.act,
-        per_token,
-    )?;
-    if let Some(bias) = vecs.get(Role::AttnOutputBias) {
-        add_bias(&mut s.xn[..n * e], bias);
+        attention_qkv(cfg, layer_index, w, vecs, s, &mut rows, per_token)?;
     }
     residual(cfg, vecs, Role::AttnPostNorm, s, n);
 
@@ -235,6 +171,109 @@ pub(crate) fn block(
     }
     residual(cfg, vecs, Role::FfnPostNorm, s, n);
     Ok(())
+}
+
+/// The attention of a layer with Q/K/V projections for the `n` rows of `s.xn` (already
+/// normed): biases, Q/K norms, RoPE, the keys and values stored where `rows` says, attention,
+/// and the output projection left in `s.xn`.
+fn attention_qkv(
+    cfg: &ModelConfig,
+    layer_index: usize,
+    w: &LayerView<'_>,
+    vecs: &LayerVectors,
+    s: &mut Scratch,
+    rows: &mut Rows<'_, '_>,
+    per_token: bool,
+) -> Result<(), EngineError> {
+    let n = rows.len();
+    let (e, qd, kvd) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim());
+    let hd = cfg.head_dim;
+    let style = cfg.arch.rope;
+    let m = |role| w.matrix(role);
+    matmul(
+        [
+            (m(Role::AttnQ), &mut s.q),
+            (m(Role::AttnK), &mut s.k),
+            (m(Role::AttnV), &mut s.v),
+        ],
+        &s.xn,
+        n,
+        &mut s.act,
+        per_token,
+    )?;
+    for (role, out, width) in [
+        (Role::AttnQBias, &mut s.q, qd),
+        (Role::AttnKBias, &mut s.k, kvd),
+        (Role::AttnVBias, &mut s.v, kvd),
+    ] {
+        if let Some(bias) = vecs.get(role) {
+            add_bias(&mut out[..n * width], bias);
+        }
+    }
+    for (role, out, width) in [
+        (Role::AttnQNorm, &mut s.q, qd),
+        (Role::AttnKNorm, &mut s.k, kvd),
+    ] {
+        if let Some(norm) = vecs.get(role) {
+            rms_norm_in_place(&mut out[..n * width], norm, cfg.rms_eps);
+        }
+    }
+    let table = if cfg.window(layer_index).is_some() {
+        &s.rope_local
+    } else {
+        &s.rope
+    };
+    apply_rope(&mut s.q, n, cfg.n_head, hd, cfg.rope_dim, style, table);
+    apply_rope(&mut s.k, n, cfg.n_head_kv, hd, cfg.rope_dim, style, table);
+    attend_rows(cfg, layer_index, s, rows, vecs.get(Role::AttnSinks));
+    matmul(
+        [(m(Role::AttnOutput), &mut s.xn)],
+        &s.att,
+        n,
+        &mut s.act,
+        per_token,
+    )?;
+    if let Some(bias) = vecs.get(Role::AttnOutputBias) {
+        add_bias(&mut s.xn[..n * e], bias);
+    }
+    Ok(())
+}
+
+/// Stores the keys and values of the rows of `s.k`/`s.v` where `rows` says and attends each
+/// query of `s.q` into `s.att`.
+fn attend_rows(
+    cfg: &ModelConfig,
+    layer_index: usize,
+    s: &mut Scratch,
+    rows: &mut Rows<'_, '_>,
+    sinks: Option<&[f32]>,
+) {
+    let (n, kvd) = (rows.len(), cfg.kv_dim());
+    match rows {
+        Rows::Run(kv, positions) => attend_run(cfg, layer_index, s, kv, positions.start, n, sinks),
+        Rows::Batch { kvs, positions } => {
+            // Each row against its own sequence, exactly as a run of one row.
+            for (i, (kv, &p)) in kvs.iter_mut().zip(positions.iter()).enumerate() {
+                kv.write(
+                    layer_index,
+                    p,
+                    &s.k[i * kvd..][..kvd],
+                    &s.v[i * kvd..][..kvd],
+                );
+                attention(
+                    cfg,
+                    layer_index,
+                    kv,
+                    p,
+                    i..i + 1,
+                    &s.q,
+                    sinks,
+                    &mut s.att_part,
+                    &mut s.att,
+                );
+            }
+        }
+    }
 }
 
 /// Adds the shared expert's output for the `n` normalized rows of `s.xn` to `s.moe_out`:

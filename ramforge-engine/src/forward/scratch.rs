@@ -38,10 +38,12 @@ pub struct Scratch {
     /// The matrix products' quantized activations: as many bytes as the widest group of
     /// products the block runs needs for a batch (asked of `ramforge-quant`).
     pub act: ChargedVec<u8>,
+    /// Multi-head latent attention's own buffers (empty without it; see `mla_floats`).
+    pub mla: ChargedVec<f32>,
 }
 
 /// Elements of the f32 buffers, in [`Scratch`]'s field order from `x` to `moe_out`.
-fn f32_lens(cfg: &ModelConfig, batch: usize, ctx: usize) -> [usize; 14] {
+fn f32_lens(cfg: &ModelConfig, batch: usize, ctx: usize) -> [usize; 15] {
     let (e, q, kv) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim());
     let moe = cfg.n_expert > 0;
     // The widest FFN any layer runs: routed experts, the shared expert, leading dense layers.
@@ -77,7 +79,28 @@ fn f32_lens(cfg: &ModelConfig, batch: usize, ctx: usize) -> [usize; 14] {
         if_moe(b * cfg.n_expert),
         if_moe(b * e),
         if_moe(b * e),
+        mla_floats(cfg, b),
     ]
+}
+
+/// Floats of MLA's own scratch for `batch` tokens: the projected queries, the q-LoRA latent
+/// (later the heads' values), and one head's input and output of its per-head products.
+fn mla_floats(cfg: &ModelConfig, batch: usize) -> usize {
+    let Some(m) = cfg.mla else {
+        return 0;
+    };
+    let h = cfg.n_head;
+    let q = h * (m.qk_nope + cfg.rope_dim);
+    let lora = m.q_lora_rank.max(h * m.v_head);
+    let head_in = m.qk_nope.max(m.kv_lora_rank);
+    let head_out = m.kv_lora_rank.max(m.v_head);
+    // An unsplit attn_kv_b: one head's key rows, dequantized.
+    let k_rows = if m.absorbed {
+        0
+    } else {
+        m.qk_nope * m.kv_lora_rank
+    };
+    batch * (q + lora + head_in + head_out) + k_rows
 }
 
 /// Bytes of quantized activations the widest product group of any layer needs for `batch`
@@ -124,7 +147,7 @@ impl Scratch {
     ) -> Result<Scratch, EngineError> {
         let act = activation_bytes(tensors, batch)?;
         let buf = |len: usize| ChargedVec::zeroed(budget, "scratch", len);
-        let [x, xn, q, k, v, att, att_part, gate, up, rope, rope_local, router, moe_in, moe_out] =
+        let [x, xn, q, k, v, att, att_part, gate, up, rope, rope_local, router, moe_in, moe_out, mla] =
             f32_lens(cfg, batch, ctx);
         Ok(Scratch {
             batch,
@@ -143,6 +166,7 @@ impl Scratch {
             moe_in: buf(moe_in)?,
             moe_out: buf(moe_out)?,
             act: ChargedVec::zeroed(budget, "scratch", act)?,
+            mla: buf(mla)?,
         })
     }
 }

@@ -5,6 +5,7 @@ use super::arch::{
     Architecture, ExpertActivation, ExpertWidth, Gating, LocalRopeBase, Normalize, Role,
     SharedExpert, SlidingWindow,
 };
+pub use super::mla::MlaConfig;
 use crate::error::EngineError;
 use ramforge_gguf::Metadata;
 
@@ -62,6 +63,9 @@ pub struct ModelConfig {
     pub swa_period: usize,
     /// The RoPE base and position scale of local (sliding-window) layers.
     pub local_rope: (f32, f32),
+    /// Multi-head latent attention's sizes (deepseek2). Its cache row is the latent and the
+    /// RoPE key (`head_dim` = `kv_lora_rank + rope_dim`, one key/value head, no values).
+    pub mla: Option<MlaConfig>,
 }
 
 /// YaRN's settings from the file (`rope.scaling.*`), with llama.cpp's defaults.
@@ -111,6 +115,9 @@ pub enum AttentionKind {
     Full,
     /// The last `window` positions: a key/value ring of the window.
     Window(usize),
+    /// Multi-head latent attention over every earlier position: a cache of one latent and
+    /// one RoPE key per position, no values ([`MlaConfig`]).
+    Latent,
 }
 
 /// What one block is made of: an attention kind and an FFN kind.
@@ -184,8 +191,9 @@ impl ModelConfig {
             )));
         }
         let head_dim = optional("attention.key_length", MAX_DIM)?.unwrap_or(n_embd / n_head);
+        let is_mla = arch.spec(Role::AttnKvAMqa).is_some();
         if let Some(v) = optional("attention.value_length", MAX_DIM)? {
-            if v != head_dim {
+            if v != head_dim && !is_mla {
                 return Err(EngineError::Unsupported(format!(
                     "{} = {v} differs from the key length {head_dim}",
                     key("attention.value_length")
@@ -246,6 +254,30 @@ impl ModelConfig {
             1.0 / (head_dim as f32).sqrt()
         };
         let experts = experts(meta, arch, &key, n_ff, n_layer)?;
+        let (mla, attn_scale, rope_yarn) = if is_mla {
+            let m = super::mla::read(meta, &key, head_dim, n_head_kv, rope_dim)?;
+            let (scale, factor) = super::mla::scales(
+                meta,
+                &key,
+                &m,
+                rope_dim,
+                rope_freq_scale,
+                rope_yarn.map(|y| y.attn_factor),
+            )?;
+            let yarn = rope_yarn.map(|y| YarnConfig {
+                attn_factor: factor.unwrap_or(y.attn_factor),
+                ..y
+            });
+            (Some(m), scale, yarn)
+        } else {
+            (None, attn_scale, rope_yarn)
+        };
+        // Latent attention caches one row of the latent and the RoPE key per position: one
+        // key/value head that wide, whatever layout the file's attention keys describe.
+        let (head_dim, n_head_kv) = match mla {
+            Some(m) => (m.kv_lora_rank + rope_dim, 1),
+            None => (head_dim, n_head_kv),
+        };
         Ok(ModelConfig {
             arch,
             n_layer,
@@ -271,6 +303,7 @@ impl ModelConfig {
             router: experts.router,
             swa_period,
             local_rope,
+            mla,
         })
     }
 
@@ -278,6 +311,7 @@ impl ModelConfig {
     pub fn layer_kind(&self, layer: usize) -> LayerKind {
         LayerKind {
             attention: match self.window(layer) {
+                _ if self.mla.is_some() => AttentionKind::Latent,
                 Some(w) => AttentionKind::Window(w),
                 None => AttentionKind::Full,
             },

@@ -3,10 +3,15 @@
 
 pub mod arch;
 mod config;
+mod mla;
+#[cfg(test)]
+mod mla_tests;
 mod tensors;
 
 pub use arch::{Architecture, RopeStyle};
-pub use config::{AttentionKind, FfnKind, LayerKind, ModelConfig, RouterConfig, YarnConfig};
+pub use config::{
+    AttentionKind, FfnKind, LayerKind, MlaConfig, ModelConfig, RouterConfig, YarnConfig,
+};
 pub use tensors::{is_float_type, LayerTensors, ModelTensors};
 
 use crate::error::EngineError;

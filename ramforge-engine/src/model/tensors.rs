@@ -194,6 +194,13 @@ fn rows_match_vocabulary(file: &GgufFile, n_vocab: u64) -> Result<(), EngineErro
 
 /// The size of `dim` in `cfg`.
 fn size(cfg: &ModelConfig, dim: Dim) -> u64 {
+    let mla = cfg.mla.unwrap_or(crate::model::MlaConfig {
+        q_lora_rank: 0,
+        kv_lora_rank: 0,
+        qk_nope: 0,
+        v_head: 0,
+        absorbed: true,
+    });
     (match dim {
         Dim::Embd => cfg.n_embd,
         Dim::Q => cfg.q_dim(),
@@ -204,6 +211,14 @@ fn size(cfg: &ModelConfig, dim: Dim) -> u64 {
         Dim::FfExp => cfg.n_ff_exp,
         Dim::FfShexp => cfg.n_ff_shexp,
         Dim::Heads => cfg.n_head,
+        Dim::QLora => mla.q_lora_rank,
+        Dim::KvLora => mla.kv_lora_rank,
+        Dim::KvAMqa => mla.kv_lora_rank + cfg.rope_dim,
+        Dim::QMla => cfg.n_head * (mla.qk_nope + cfg.rope_dim),
+        Dim::QkNope => mla.qk_nope,
+        Dim::VHead => mla.v_head,
+        Dim::VMla => cfg.n_head * mla.v_head,
+        Dim::KvB => cfg.n_head * (mla.qk_nope + mla.v_head),
     }) as u64
 }
 
@@ -219,6 +234,8 @@ fn bind_layer(file: &GgufFile, cfg: &ModelConfig, i: usize) -> Result<LayerTenso
             Presence::Moe | Presence::MoeGroup(_) => moe,
             Presence::Shared => moe && cfg.n_ff_shexp > 0,
             Presence::Required | Presence::Group(_) => true,
+            Presence::QLora(with) => cfg.mla.is_some_and(|m| (m.q_lora_rank > 0) == with),
+            Presence::Absorbed(split) => cfg.mla.is_some_and(|m| m.absorbed == split),
         };
         let found = file.header().tensor(&name(spec));
         if !wanted {
@@ -253,6 +270,9 @@ fn bind_layer(file: &GgufFile, cfg: &ModelConfig, i: usize) -> Result<LayerTenso
                 experts(t, size(cfg, cols), size(cfg, rows), cfg.n_expert as u64)?
             }
             Shape::ExpertVectors(len) => matrix(t, size(cfg, len), cfg.n_expert as u64)?,
+            Shape::PerHead { cols, rows } => {
+                experts(t, size(cfg, cols), size(cfg, rows), cfg.n_head as u64)?
+            }
         };
         by_role[spec.role as usize] = Some(t);
     }
@@ -282,7 +302,12 @@ fn bind_layer(file: &GgufFile, cfg: &ModelConfig, i: usize) -> Result<LayerTenso
         .arch
         .layer
         .iter()
-        .filter(|s| matches!(s.shape, Shape::Matrix { .. } | Shape::Experts { .. }))
+        .filter(|s| {
+            matches!(
+                s.shape,
+                Shape::Matrix { .. } | Shape::Experts { .. } | Shape::PerHead { .. }
+            )
+        })
         .map(|s| s.role)
         .filter(|&r| by_role[r as usize].is_some())
         .collect();

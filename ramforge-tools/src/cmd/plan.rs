@@ -106,6 +106,8 @@ fn json(
         "parallel": sizes.request.sequences.max(1),
         "kv_type": sizes.request.kv_type.name(),
         "kv_cache_bytes": sizes.kv_bytes,
+        "latent_cache": model.config.mla.is_some(),
+        "full_kv_cache_bytes": full_kv_bytes(model, sizes),
         "scratch_bytes": sizes.scratch_bytes,
         "logits_bytes": sizes.logits_bytes,
         "vector_bytes": sizes.vector_bytes,
@@ -204,14 +206,28 @@ fn text(model: &Model, args: &Args, sizes: &MemoryPlan, plan: Option<&MemoryPlan
     if let Some(w) = cfg.sliding_window {
         s += &format!("sliding-window attention: {w} positions on the local layers (their KV cache holds only the window)\n");
     }
+    if let (Some(m), Some(full)) = (cfg.mla, full_kv_bytes(model, sizes)) {
+        s += &format!(
+            "multi-head latent attention: the cache holds a latent of {} and a RoPE key of {} per position and layer (full keys and values of {} heads would take {})\n",
+            m.kv_lora_rank,
+            cfg.rope_dim,
+            cfg.n_head,
+            h(full)
+        );
+    }
     let parallel = match sizes.request.sequences {
         0 | 1 => String::new(),
         n => format!(", {n} sequences in parallel"),
     };
     s += &format!(
-        "working set (context {}, batch {}{parallel}): KV cache {} ({}), scratch {}, logits {}, norms/biases {}\n",
+        "working set (context {}, batch {}{parallel}): {} {} ({}), scratch {}, logits {}, norms/biases {}\n",
         sizes.request.ctx,
         sizes.request.batch,
+        if cfg.mla.is_some() {
+            "latent cache"
+        } else {
+            "KV cache"
+        },
         h(sizes.kv_bytes),
         sizes.request.kv_type.name(),
         h(sizes.scratch_bytes),
@@ -279,4 +295,19 @@ fn text(model: &Model, args: &Args, sizes: &MemoryPlan, plan: Option<&MemoryPlan
         }
     }
     s
+}
+
+/// What full keys and values of every head would take for a multi-head latent attention
+/// model's context (the cache it would need without the latent), `None` for another model.
+fn full_kv_bytes(model: &Model, sizes: &MemoryPlan) -> Option<u64> {
+    let cfg = &model.config;
+    let m = cfg.mla?;
+    let per_position = (cfg.n_head * (m.qk_nope + cfg.rope_dim + m.v_head)) as u64;
+    Some(
+        sizes.request.sequences.max(1) as u64
+            * cfg.n_layer as u64
+            * sizes.request.ctx as u64
+            * per_position
+            * sizes.request.kv_type.bytes_per_element(),
+    )
 }

@@ -29,6 +29,9 @@ pub struct Args {
     /// leading layers, sigmoid routing with a selection bias, shared experts, MTP layers),
     /// minimax-m2 (whole-projection Q/K norms, partial RoPE, sigmoid routing) and gpt-oss
     /// (biases everywhere, attention sinks, alternating sliding-window layers, clamped SwiGLU
+    /// experts), deepseek2 (multi-head latent attention in llama.cpp's absorbed layout, with
+    /// --q-lora-rank, --kv-lora-rank; --head-dim is the query head, --rope-dim its rotated
+    /// part; --kv-heads 1; dense leading layers, sigmoid routing with a selection bias, shared
     /// experts). Every tensor an architecture may carry is written, random.
     #[arg(long, value_parser = ARCHES)]
     pub arch: String,
@@ -80,6 +83,26 @@ pub struct Args {
     /// as gpt-oss files carry it.
     #[arg(long, value_name = "F")]
     pub yarn_factor: Option<f32>,
+    /// deepseek2: the q-LoRA rank (`attention.q_lora_rank`; 0: a plain attn_q, the Lite
+    /// layout).
+    #[arg(long, default_value_t = 0)]
+    pub q_lora_rank: u64,
+    /// deepseek2: the cached latent's width (`attention.kv_lora_rank`).
+    #[arg(long, default_value_t = 0)]
+    pub kv_lora_rank: u64,
+    /// deepseek2: each head's value width (`attention.value_length_mla`; default --head-dim
+    /// minus --rope-dim).
+    #[arg(long)]
+    pub v_head_dim: Option<u64>,
+    /// deepseek2: write the older unsplit attn_kv_b (per-head key and value widths in
+    /// `attention.key_length`/`value_length`, as many key/value heads as heads) instead of the
+    /// absorbed attn_k_b/attn_v_b.
+    #[arg(long)]
+    pub legacy_kv_b: bool,
+    /// deepseek2: expert groups (`expert_group_count`) and the groups a token's experts may
+    /// come from (`expert_group_used_count`), as G:U.
+    #[arg(long, value_name = "G:U")]
+    pub expert_groups: Option<String>,
     /// glm4moe: MTP (nextn) layers after the blocks, written whole but never run.
     #[arg(long, default_value_t = 0)]
     pub nextn: u32,
@@ -113,7 +136,7 @@ pub struct Args {
 }
 
 /// The architectures `synth` writes.
-const ARCHES: [&str; 10] = [
+const ARCHES: [&str; 11] = [
     "llama",
     "qwen2",
     "qwen3",
@@ -124,6 +147,7 @@ const ARCHES: [&str; 10] = [
     "glm4moe",
     "minimax-m2",
     "gpt-oss",
+    "deepseek2",
 ];
 
 pub fn run(args: Args) -> CmdResult {
@@ -188,6 +212,10 @@ pub fn run(args: Args) -> CmdResult {
             key("rope.scaling.original_context_length"),
             Value::U32((args.ctx as f32 / f) as u32),
         );
+        if arch == "deepseek2" {
+            // As DeepSeek V3's converted files carry it: 0.1 x mscale_all_dim (1.0).
+            md.set(key("rope.scaling.yarn_log_multiplier"), Value::F32(0.1));
+        }
     }
     md.set(
         key("rope.dimension_count"),
@@ -223,7 +251,7 @@ pub fn run(args: Args) -> CmdResult {
                 key("expert_shared_feed_forward_length"),
                 Value::U32(u32::try_from(shape.shared_ffn)?),
             ),
-            "glm4moe" => {
+            "glm4moe" | "deepseek2" => {
                 md.set(
                     key("expert_shared_count"),
                     Value::U32(args.experts_shared as u32),
@@ -235,7 +263,13 @@ pub fn run(args: Args) -> CmdResult {
                 md.set(key("expert_weights_scale"), Value::F32(2.5));
                 md.set(key("expert_weights_norm"), Value::Bool(true));
                 md.set(key("expert_gating_func"), Value::U32(2));
-                md.set(key("nextn_predict_layers"), Value::U32(args.nextn));
+                if arch == "glm4moe" {
+                    md.set(key("nextn_predict_layers"), Value::U32(args.nextn));
+                }
+                if let Some((g, u)) = &shape.groups {
+                    md.set(key("expert_group_count"), Value::U32(*g));
+                    md.set(key("expert_group_used_count"), Value::U32(*u));
+                }
                 md.set(
                     key("feed_forward_length"),
                     Value::U32(u32::try_from(shape.dense_ffn)?),
@@ -250,6 +284,24 @@ pub fn run(args: Args) -> CmdResult {
             key("attention.sliding_window"),
             Value::U32(args.sliding_window),
         );
+    }
+    if let Some(m) = &shape.mla {
+        // llama.cpp's absorbed layout: the cache's key is the latent and the RoPE key, its
+        // value the latent, one key/value head; the per-head sizes go in the _mla keys.
+        let u = |v: u64| u32::try_from(v).map(Value::U32);
+        md.set(key("attention.q_lora_rank"), u(m.q_lora)?);
+        md.set(key("attention.kv_lora_rank"), u(m.kv_lora)?);
+        if args.legacy_kv_b {
+            md.set(key("attention.key_length"), u(shape.head_dim)?);
+            md.set(key("attention.value_length"), u(m.v_head)?);
+            md.set(key("attention.head_count_kv"), u(shape.heads)?);
+        } else {
+            md.set(key("attention.key_length"), u(m.kv_lora + shape.rope_dim)?);
+            md.set(key("attention.value_length"), u(m.kv_lora)?);
+            md.set(key("attention.key_length_mla"), u(shape.head_dim)?);
+            md.set(key("attention.value_length_mla"), u(m.v_head)?);
+            md.set(key("attention.head_count_kv"), Value::U32(1));
+        }
     }
     md.set(key("vocab_size"), Value::U32(u32::try_from(vocab)?));
     for (k, v) in donor_md.iter().filter(|(k, _)| k.starts_with("tokenizer.")) {
@@ -290,9 +342,49 @@ pub fn run(args: Args) -> CmdResult {
     for l in 0..args.layers + args.nextn {
         let b = |n: &str| format!("blk.{l}.{n}");
         add(b("attn_norm.weight"), f32v, dims(e, 1), Fill::Ones)?;
-        add(b("attn_q.weight"), ty, dims(e, q), Fill::fan_in(e))?;
-        add(b("attn_k.weight"), ty, dims(e, kv), Fill::fan_in(e))?;
-        add(b("attn_v.weight"), ty, dims(e, kv), Fill::fan_in(e))?;
+        if let Some(m) = &shape.mla {
+            let (h, rope) = (shape.heads, shape.rope_dim);
+            let nope = hd - rope;
+            if m.q_lora > 0 {
+                let ql = m.q_lora;
+                add(b("attn_q_a.weight"), ty, dims(e, ql), Fill::fan_in(e))?;
+                add(b("attn_q_a_norm.weight"), f32v, dims(ql, 1), near_one)?;
+                add(b("attn_q_b.weight"), ty, dims(ql, q), Fill::fan_in(ql))?;
+            } else {
+                add(b("attn_q.weight"), ty, dims(e, q), Fill::fan_in(e))?;
+            }
+            let kl = m.kv_lora;
+            add(
+                b("attn_kv_a_mqa.weight"),
+                ty,
+                dims(e, kl + rope),
+                Fill::fan_in(e),
+            )?;
+            add(b("attn_kv_a_norm.weight"), f32v, dims(kl, 1), near_one)?;
+            if args.legacy_kv_b {
+                let rows = h * (nope + m.v_head);
+                add(b("attn_kv_b.weight"), ty, dims(kl, rows), Fill::fan_in(kl))?;
+            } else {
+                add(
+                    b("attn_k_b.weight"),
+                    ty,
+                    vec![nope, kl, h],
+                    Fill::fan_in(nope),
+                )?;
+                add(
+                    b("attn_v_b.weight"),
+                    ty,
+                    vec![kl, m.v_head, h],
+                    Fill::fan_in(kl),
+                )?;
+            }
+            let vd = h * m.v_head;
+            add(b("attn_output.weight"), ty, dims(vd, e), Fill::fan_in(vd))?;
+        } else {
+            add(b("attn_q.weight"), ty, dims(e, q), Fill::fan_in(e))?;
+            add(b("attn_k.weight"), ty, dims(e, kv), Fill::fan_in(e))?;
+            add(b("attn_v.weight"), ty, dims(e, kv), Fill::fan_in(e))?;
+        }
         if matches!(arch, "qwen2" | "qwen2moe" | "glm4moe" | "gpt-oss") {
             add(b("attn_q.bias"), f32v, dims(q, 1), small)?;
             add(b("attn_k.bias"), f32v, dims(kv, 1), small)?;
@@ -309,7 +401,9 @@ pub fn run(args: Args) -> CmdResult {
             }
             _ => {}
         }
-        add(b("attn_output.weight"), ty, dims(q, e), Fill::fan_in(q))?;
+        if shape.mla.is_none() {
+            add(b("attn_output.weight"), ty, dims(q, e), Fill::fan_in(q))?;
+        }
         if arch == "gpt-oss" {
             add(b("attn_output.bias"), f32v, dims(e, 1), small)?;
         }
@@ -331,13 +425,10 @@ pub fn run(args: Args) -> CmdResult {
             "ffn_norm.weight"
         };
         add(b(ffn_norm), f32v, dims(e, 1), Fill::Ones)?;
-        let dense = shape.experts == 0 || (arch == "glm4moe" && l < args.dense_lead);
+        let lead = matches!(arch, "glm4moe" | "deepseek2");
+        let dense = shape.experts == 0 || (lead && l < args.dense_lead);
         if dense {
-            let f = if arch == "glm4moe" {
-                shape.dense_ffn
-            } else {
-                f
-            };
+            let f = if lead { shape.dense_ffn } else { f };
             add(b("ffn_gate.weight"), ty, dims(e, f), Fill::fan_in(e))?;
             add(b("ffn_up.weight"), ty, dims(e, f), Fill::fan_in(e))?;
             add(b("ffn_down.weight"), ty, dims(f, e), Fill::fan_in(f))?;
@@ -347,7 +438,7 @@ pub fn run(args: Args) -> CmdResult {
             if arch == "gpt-oss" {
                 add(b("ffn_gate_inp.bias"), f32v, dims(x, 1), Fill::Uniform(0.5))?;
             }
-            if matches!(arch, "glm4moe" | "minimax-m2") {
+            if matches!(arch, "glm4moe" | "minimax-m2" | "deepseek2") {
                 add(b("exp_probs_b.bias"), f32v, dims(x, 1), Fill::Uniform(0.5))?;
             }
             let xt = expert_ty;
@@ -371,7 +462,7 @@ pub fn run(args: Args) -> CmdResult {
             }
             let shared = match arch {
                 "qwen2moe" => shape.shared_ffn,
-                "glm4moe" => f * args.experts_shared,
+                "glm4moe" | "deepseek2" => f * args.experts_shared,
                 _ => 0,
             };
             if shared > 0 {
@@ -485,6 +576,17 @@ struct Shape {
     experts: u64,
     shared_ffn: u64,
     dense_ffn: u64,
+    /// deepseek2's latent attention.
+    mla: Option<Mla>,
+    /// Expert groups and groups used.
+    groups: Option<(u32, u32)>,
+}
+
+/// Multi-head latent attention's sizes.
+struct Mla {
+    q_lora: u64,
+    kv_lora: u64,
+    v_head: u64,
 }
 
 impl Shape {
@@ -509,7 +611,7 @@ impl Shape {
         let arch = a.arch.as_str();
         let moe_only = matches!(
             arch,
-            "qwen3moe" | "qwen2moe" | "olmoe" | "glm4moe" | "minimax-m2" | "gpt-oss"
+            "qwen3moe" | "qwen2moe" | "olmoe" | "glm4moe" | "minimax-m2" | "gpt-oss" | "deepseek2"
         );
         if a.experts > 0 && !moe_only && arch != "llama" {
             return Err(format!("--experts: {} has no expert layout", a.arch).into());
@@ -517,13 +619,13 @@ impl Shape {
         if moe_only && a.experts == 0 {
             return Err(format!("{arch} needs --experts and --experts-used").into());
         }
-        let rope_dim = a
-            .rope_dim
-            .unwrap_or(if matches!(arch, "glm4moe" | "minimax-m2") {
-                head_dim / 2
-            } else {
-                head_dim
-            });
+        let rope_dim =
+            a.rope_dim
+                .unwrap_or(if matches!(arch, "glm4moe" | "minimax-m2" | "deepseek2") {
+                    head_dim / 2
+                } else {
+                    head_dim
+                });
         if rope_dim == 0 || rope_dim > head_dim || !rope_dim.is_multiple_of(2) {
             return Err(
                 format!("--rope-dim {rope_dim} must be even and at most {head_dim}").into(),
@@ -536,12 +638,48 @@ impl Shape {
         if a.nextn > 0 && arch != "glm4moe" {
             return Err("--nextn: only glm4moe files carry MTP layers here".into());
         }
-        if arch == "glm4moe" && a.dense_lead > a.layers {
+        if matches!(arch, "glm4moe" | "deepseek2") && a.dense_lead > a.layers {
             return Err("--dense-lead must not exceed --layers".into());
         }
         if a.experts > 0 && (a.experts_used == 0 || a.experts_used > a.experts) {
             return Err("--experts-used must lie in 1..=--experts".into());
         }
+        let mla = if arch == "deepseek2" {
+            if a.kv_lora_rank == 0 || a.kv_heads != 1 || rope_dim == head_dim {
+                return Err(
+                    "deepseek2 needs --kv-lora-rank, --kv-heads 1 and a --rope-dim \
+                            below --head-dim"
+                        .into(),
+                );
+            }
+            Some(Mla {
+                q_lora: a.q_lora_rank,
+                kv_lora: a.kv_lora_rank,
+                v_head: a.v_head_dim.unwrap_or(head_dim - rope_dim),
+            })
+        } else {
+            if a.q_lora_rank > 0 || a.kv_lora_rank > 0 || a.v_head_dim.is_some() {
+                return Err("--q-lora-rank, --kv-lora-rank, --v-head-dim: deepseek2 only".into());
+            }
+            None
+        };
+        let groups = match &a.expert_groups {
+            None => None,
+            Some(g) => {
+                let parsed = g
+                    .split_once(':')
+                    .and_then(|(g, u)| Some((g.parse::<u32>().ok()?, u.parse::<u32>().ok()?)));
+                match parsed {
+                    Some((g, u)) if arch == "deepseek2" && u >= 1 && u <= g => Some((g, u)),
+                    _ => {
+                        return Err(format!(
+                            "--expert-groups {g}: expected G:U with 1 <= U <= G (deepseek2)"
+                        )
+                        .into())
+                    }
+                }
+            }
+        };
         Ok(Shape {
             embd: a.embd,
             ffn: a.ffn,
@@ -552,6 +690,8 @@ impl Shape {
             experts: a.experts,
             shared_ffn: a.shared_ffn.unwrap_or(a.ffn),
             dense_ffn: a.dense_ffn.unwrap_or(a.ffn),
+            mla,
+            groups,
         })
     }
 

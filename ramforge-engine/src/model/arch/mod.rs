@@ -5,6 +5,7 @@
 //! `<arch>.embedding_length`, ...; see [`crate::model::ModelConfig`]). Adding an architecture is
 //! one file here that defines an [`Architecture`], one line in [`ALL`], and its tests.
 
+mod deepseek2;
 mod gemma3;
 mod glm4moe;
 mod gpt_oss;
@@ -34,6 +35,7 @@ pub const ALL: &[&Architecture] = &[
     &glm4moe::GLM4MOE,
     &minimax_m2::MINIMAX_M2,
     &gpt_oss::GPT_OSS,
+    &deepseek2::DEEPSEEK2,
 ];
 
 impl Architecture {
@@ -85,7 +87,7 @@ mod tests {
         }
         assert_eq!(
             Architecture::supported_names(),
-            "llama, qwen2, qwen3, qwen3moe, gemma3, qwen2moe, olmoe, glm4moe, minimax-m2, gpt-oss"
+            "llama, qwen2, qwen3, qwen3moe, gemma3, qwen2moe, olmoe, glm4moe, minimax-m2, gpt-oss, deepseek2"
         );
     }
 }

@@ -238,11 +238,28 @@ pub enum Role {
     FfnUpShexp,
     /// The shared expert's down projection.
     FfnDownShexp,
+    /// Multi-head latent attention: the query's down projection (q-LoRA, `q_lora_rank` wide).
+    AttnQA,
+    /// The RMSNorm of the q-LoRA latent.
+    AttnQANorm,
+    /// The query's up projection from the q-LoRA latent (every head's `key_length_mla`).
+    AttnQB,
+    /// The shared latent and RoPE key: `kv_lora_rank + rope` rows (deepseek2).
+    AttnKvAMqa,
+    /// The RMSNorm of the key/value latent.
+    AttnKvANorm,
+    /// Per head: the latent rows of the non-rotated key (absorbed into the query).
+    AttnKB,
+    /// Per head: the value from the attended latent.
+    AttnVB,
+    /// Every head's non-rotated key and value from the latent, unsplit (older conversions of
+    /// `deepseek2`): per head `qk_nope` key rows, then `v_head` value rows.
+    AttnKvB,
 }
 
 impl Role {
     /// How many roles there are (the size of a per-layer table indexed by role).
-    pub const COUNT: usize = Role::FfnDownShexp as usize + 1;
+    pub const COUNT: usize = Role::AttnKvB as usize + 1;
 
     /// An MoE layer's expert stacks, in the order an expert's slices are used: gate, up, down.
     pub const EXPERT_STACKS: [Role; 3] = [Role::FfnGateExps, Role::FfnUpExps, Role::FfnDownExps];
@@ -282,6 +299,14 @@ impl Role {
             FfnGateShexp,
             FfnUpShexp,
             FfnDownShexp,
+            AttnQA,
+            AttnQANorm,
+            AttnQB,
+            AttnKvAMqa,
+            AttnKvANorm,
+            AttnKB,
+            AttnVB,
+            AttnKvB,
         ]
     };
 
@@ -330,6 +355,14 @@ pub enum Shape {
         /// Rows of one expert.
         rows: Dim,
     },
+    /// One matrix per query head, stacked: GGUF shape `[cols, rows, n_head]` (MLA's
+    /// `attn_k_b`, `attn_v_b`).
+    PerHead {
+        /// Elements of a row.
+        cols: Dim,
+        /// Rows of one head.
+        rows: Dim,
+    },
 }
 
 /// A model dimension a shape is given in.
@@ -353,6 +386,22 @@ pub enum Dim {
     FfShexp,
     /// Query heads (`n_head`).
     Heads,
+    /// MLA: the q-LoRA rank (`attention.q_lora_rank`).
+    QLora,
+    /// MLA: the key/value latent (`attention.kv_lora_rank`).
+    KvLora,
+    /// MLA: the latent and the RoPE key together.
+    KvAMqa,
+    /// MLA: every head's query (`n_head * key_length_mla`).
+    QMla,
+    /// MLA: the non-rotated part of a head's key (`key_length_mla - rope`).
+    QkNope,
+    /// MLA: one head's value (`value_length_mla`).
+    VHead,
+    /// MLA: every head's value (`n_head * value_length_mla`).
+    VMla,
+    /// MLA: every head's key and value rows of the unsplit `attn_kv_b`.
+    KvB,
 }
 
 /// Whether a file must carry a tensor.
@@ -371,6 +420,12 @@ pub enum Presence {
     MoeGroup(&'static str),
     /// Required in a layer with experts when the model has a shared expert.
     Shared,
+    /// Required when the model's `attention.q_lora_rank` is above 0 (`true`) or is 0
+    /// (`false`), absent otherwise (MLA's q-LoRA or plain query).
+    QLora(bool),
+    /// Required when MLA's `attn_k_b`/`attn_v_b` are split (`true`, the absorbed layout) or
+    /// when the file has the older unsplit `attn_kv_b` (`false`).
+    Absorbed(bool),
 }
 
 /// The shorthand the description files use.
@@ -431,6 +486,9 @@ pub(crate) const fn layer_tensor(role: Role) -> TensorSpec {
     use Dim::*;
     use Role::*;
     match role {
+        AttnQA | AttnQANorm | AttnQB | AttnKvAMqa | AttnKvANorm | AttnKB | AttnVB | AttnKvB => {
+            mla_tensor(role)
+        }
         AttnQNorm => tensor(AttnQNorm, "attn_q_norm.weight", Shape::Vector(Head)),
         AttnKNorm => tensor(AttnKNorm, "attn_k_norm.weight", Shape::Vector(Head)),
         AttnPostNorm => tensor(
@@ -593,6 +651,40 @@ pub(crate) const fn layer_tensor(role: Role) -> TensorSpec {
                 cols: Ff,
                 rows: Embd,
             },
+        ),
+    }
+}
+
+/// The tensors of multi-head latent attention (deepseek2), as [`layer_tensor`] gives them.
+const fn mla_tensor(role: Role) -> TensorSpec {
+    use Dim::*;
+    const fn matrix(cols: Dim, rows: Dim) -> Shape {
+        Shape::Matrix { cols, rows }
+    }
+    const fn per_head(cols: Dim, rows: Dim) -> Shape {
+        Shape::PerHead { cols, rows }
+    }
+    let q_lora = Presence::QLora(true);
+    match role {
+        Role::AttnQA => with_presence(tensor(role, "attn_q_a.weight", matrix(Embd, QLora)), q_lora),
+        Role::AttnQANorm => with_presence(
+            tensor(role, "attn_q_a_norm.weight", Shape::Vector(QLora)),
+            q_lora,
+        ),
+        Role::AttnQB => with_presence(tensor(role, "attn_q_b.weight", matrix(QLora, QMla)), q_lora),
+        Role::AttnKvAMqa => tensor(role, "attn_kv_a_mqa.weight", matrix(Embd, KvAMqa)),
+        Role::AttnKvANorm => tensor(role, "attn_kv_a_norm.weight", Shape::Vector(KvLora)),
+        Role::AttnKB => with_presence(
+            tensor(role, "attn_k_b.weight", per_head(QkNope, KvLora)),
+            Presence::Absorbed(true),
+        ),
+        Role::AttnVB => with_presence(
+            tensor(role, "attn_v_b.weight", per_head(KvLora, VHead)),
+            Presence::Absorbed(true),
+        ),
+        _ => with_presence(
+            tensor(Role::AttnKvB, "attn_kv_b.weight", matrix(KvLora, KvB)),
+            Presence::Absorbed(false),
         ),
     }
 }

@@ -1,0 +1,188 @@
+//! The hyper-parameters of multi-head latent attention (`deepseek2`): its sizes, and the
+//! attention scale and RoPE magnitude llama.cpp derives for it under YaRN.
+
+use crate::error::EngineError;
+use ramforge_gguf::Metadata;
+
+/// The sizes of multi-head latent attention (`deepseek2`), absorbed form: the query of each
+/// head is `qk_nope + rope_dim` wide, its value `v_head`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MlaConfig {
+    /// `attention.q_lora_rank` (0: a plain `attn_q`, the Lite layout).
+    pub q_lora_rank: usize,
+    /// `attention.kv_lora_rank`: the cached latent's width.
+    pub kv_lora_rank: usize,
+    /// The non-rotated part of each head's query and key (`key_length_mla - rope_dim`).
+    pub qk_nope: usize,
+    /// Each head's value (`attention.value_length_mla`).
+    pub v_head: usize,
+    /// Whether `attn_k_b`/`attn_v_b` are split (else the older unsplit `attn_kv_b`).
+    pub absorbed: bool,
+}
+
+/// Widths above this are refused before anything is sized from them.
+const MAX_DIM: u64 = 1 << 20;
+
+/// An optional unsigned key, bounded by `max` (0 allowed).
+fn optional(meta: &Metadata, key: &str, max: u64) -> Result<Option<usize>, EngineError> {
+    if !meta.contains(key) {
+        return Ok(None);
+    }
+    let v = meta.get_u64(key)?;
+    if v > max {
+        return Err(EngineError::BadModel(format!(
+            "metadata {key} = {v} is outside 0..={max}"
+        )));
+    }
+    Ok(Some(v as usize))
+}
+
+/// Reads MLA's sizes and checks them against the common keys. The absorbed layout (split
+/// `attn_k_b`/`attn_v_b`, keys `attention.key_length_mla`/`value_length_mla`) has
+/// `attention.key_length` = `kv_lora_rank + rope`, `attention.value_length` = `kv_lora_rank`
+/// and one key/value head; an older conversion (unsplit `attn_kv_b`, no `_mla` keys) gives
+/// each head's query and value widths in `attention.key_length`/`value_length` and one
+/// key/value head per query head.
+pub(super) fn read(
+    meta: &Metadata,
+    key: &dyn Fn(&str) -> String,
+    head_dim: usize,
+    n_head_kv: usize,
+    rope_dim: usize,
+) -> Result<MlaConfig, EngineError> {
+    let q_lora_rank = optional(meta, &key("attention.q_lora_rank"), MAX_DIM)?.unwrap_or(0);
+    let kv_key = key("attention.kv_lora_rank");
+    let kv_lora_rank = match optional(meta, &kv_key, MAX_DIM)? {
+        Some(v) if v > 0 => v,
+        Some(_) => {
+            return Err(EngineError::BadModel(format!(
+                "metadata {kv_key} = 0 must be positive"
+            )))
+        }
+        None => {
+            return Err(EngineError::BadModel(format!(
+                "metadata {kv_key} is missing"
+            )))
+        }
+    };
+    let (k_mla, v_mla) = (
+        key("attention.key_length_mla"),
+        key("attention.value_length_mla"),
+    );
+    let v_key = key("attention.value_length");
+    let (k_len_key, k_len, v_head_key, v_head, absorbed) = match (
+        optional(meta, &k_mla, MAX_DIM)?,
+        optional(meta, &v_mla, MAX_DIM)?,
+    ) {
+        (Some(k), Some(v)) => {
+            if head_dim != kv_lora_rank + rope_dim {
+                return Err(EngineError::BadModel(format!(
+                    "metadata {} = {head_dim} must be {kv_key} + {} = {}",
+                    key("attention.key_length"),
+                    key("rope.dimension_count"),
+                    kv_lora_rank + rope_dim
+                )));
+            }
+            if let Some(v) = optional(meta, &v_key, MAX_DIM)? {
+                if v != kv_lora_rank {
+                    return Err(EngineError::BadModel(format!(
+                        "metadata {v_key} = {v} must equal {kv_key} = {kv_lora_rank}"
+                    )));
+                }
+            }
+            if n_head_kv != 1 {
+                return Err(EngineError::BadModel(format!(
+                    "metadata {} = {n_head_kv} must be 1 with the split attn_k_b/attn_v_b",
+                    key("attention.head_count_kv")
+                )));
+            }
+            (k_mla, k, v_mla, v, true)
+        }
+        (None, None) => {
+            let v = optional(meta, &v_key, MAX_DIM)?.unwrap_or(head_dim);
+            (key("attention.key_length"), head_dim, v_key, v, false)
+        }
+        _ => {
+            return Err(EngineError::BadModel(format!(
+                "metadata {k_mla} and {v_mla} come both or neither"
+            )))
+        }
+    };
+    if k_len <= rope_dim || v_head == 0 {
+        return Err(EngineError::BadModel(format!(
+            "metadata {k_len_key} = {k_len} must exceed {} = {rope_dim}, and {v_head_key} = \
+             {v_head} must be positive",
+            key("rope.dimension_count")
+        )));
+    }
+    let temp = key("attention.temperature_scale");
+    if meta.contains(&temp) {
+        return Err(EngineError::Unsupported(format!(
+            "{temp} (attention temperature tuning) is not implemented"
+        )));
+    }
+    Ok(MlaConfig {
+        q_lora_rank,
+        kv_lora_rank,
+        qk_nope: k_len - rope_dim,
+        v_head,
+        absorbed,
+    })
+}
+
+/// llama.cpp's `get_mscale`: YaRN's magnitude for a context scaled by `factor`.
+fn get_mscale(factor: f32, mscale: f32) -> f32 {
+    if factor <= 1.0 {
+        1.0
+    } else {
+        0.1 * mscale * factor.ln() + 1.0
+    }
+}
+
+/// The attention scale of the scores and, under YaRN, the attention factor the RoPE
+/// magnitude is computed from, as
+/// llama.cpp computes them for deepseek2: with `rope.scaling.yarn_log_multiplier` (written as
+/// 0.1 x `mscale_all_dim`, divided back) the context's attention factor becomes
+/// `attn_factor / (1 + 0.1 ln F)` (so the rotation keeps magnitude `attn_factor`), and the
+/// scores are scaled by `mscale^2 / sqrt(key_length_mla)` with
+/// `mscale = attn_factor_org (1 + 0.1 L ln F)`, `attn_factor_org` the context's factor times
+/// `1 + 0.1 ln F`.
+pub(super) fn scales(
+    meta: &Metadata,
+    key: &dyn Fn(&str) -> String,
+    m: &MlaConfig,
+    rope_dim: usize,
+    freq_scale: f32,
+    yarn_attn_factor: Option<f32>,
+) -> Result<(f32, Option<f32>), EngineError> {
+    let log_key = key("rope.scaling.yarn_log_multiplier");
+    let log_mul = if meta.contains(&log_key) {
+        let v = meta.get_f32(&log_key)?;
+        if !(v.is_finite() && (0.0..=100.0).contains(&v)) {
+            return Err(EngineError::BadModel(format!(
+                "metadata {log_key} = {v} must lie in [0, 100]"
+            )));
+        }
+        v / 0.1
+    } else {
+        0.0
+    };
+    let factor = 1.0 / freq_scale;
+    let (attn_factor, yarn) = match yarn_attn_factor {
+        Some(file_factor) => {
+            let mut af = if log_mul != 0.0 {
+                get_mscale(factor, log_mul) / get_mscale(factor, log_mul)
+            } else {
+                get_mscale(factor, 1.0)
+            };
+            af *= 1.0 / (1.0 + 0.1 * factor.ln());
+            af *= file_factor;
+            (af, Some(af))
+        }
+        None => (1.0, None),
+    };
+    let org = attn_factor * (1.0 + 0.1 * (1.0 / freq_scale).ln());
+    let mscale = org * (1.0 + 0.1 * log_mul * (1.0 / freq_scale).ln());
+    let k_len = m.qk_nope + rope_dim;
+    Ok((mscale * mscale / (k_len as f32).sqrt(), yarn))
+}
