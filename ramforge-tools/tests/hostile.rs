@@ -107,7 +107,8 @@ fn path(p: &Path) -> &str {
 }
 
 /// The MoE families' keys and per-layer tensors: a synthetic glm4moe (a dense leading layer,
-/// a shared expert, an MTP layer) and gpt-oss (alternating windows) with one key changed
+/// a shared expert, an MTP layer), gpt-oss (alternating windows) and deepseek2 (expert groups,
+/// latent attention) with one key changed
 /// each fail in one line naming the key, or the tensor the change leaves unexplained.
 #[test]
 fn inconsistent_moe_family_metadata_fails_with_the_key_or_tensor_named() {
@@ -137,7 +138,41 @@ fn inconsistent_moe_family_metadata_fails_with_the_key_or_tensor_named() {
     );
     let gpt = dir.join("gpt-oss.gguf");
     common::synth(&gpt, &[&["--arch", "gpt-oss"], &shape[..]].concat());
-    let cases: [(&Path, &str, &str, Value, &str); 7] = [
+    let ds = dir.join("deepseek2.gguf");
+    common::synth(
+        &ds,
+        &[
+            "--arch",
+            "deepseek2",
+            "--layers",
+            "2",
+            "--embd",
+            "64",
+            "--ffn",
+            "32",
+            "--heads",
+            "2",
+            "--kv-heads",
+            "1",
+            "--head-dim",
+            "48",
+            "--rope-dim",
+            "16",
+            "--kv-lora-rank",
+            "32",
+            "--v-head-dim",
+            "32",
+            "--experts",
+            "8",
+            "--experts-used",
+            "2",
+            "--expert-groups",
+            "4:2",
+            "--type",
+            "Q8_0",
+        ],
+    );
+    let cases: [(&Path, &str, &str, Value, &str); 10] = [
         (
             &glm,
             "nextn",
@@ -186,6 +221,27 @@ fn inconsistent_moe_family_metadata_fails_with_the_key_or_tensor_named() {
             "gpt-oss.expert_count",
             Value::U32(5),
             "\"blk.0.ffn_gate_inp.weight\" has shape",
+        ),
+        (
+            &ds,
+            "groups",
+            "deepseek2.expert_group_count",
+            Value::U32(3),
+            "deepseek2.expert_group_count = 3 must divide deepseek2.expert_count = 8",
+        ),
+        (
+            &ds,
+            "groups-used",
+            "deepseek2.expert_group_used_count",
+            Value::U32(9),
+            "deepseek2.expert_group_used_count = 9 must lie in 1..=4",
+        ),
+        (
+            &ds,
+            "latent",
+            "deepseek2.attention.kv_lora_rank",
+            Value::U32(1 << 30),
+            "deepseek2.attention.kv_lora_rank",
         ),
     ];
     for (src, tag, key, value, expect) in cases {
