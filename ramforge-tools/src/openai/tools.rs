@@ -526,6 +526,8 @@ impl OutputParser {
                 return;
             };
             match marker {
+                // Thinking opens only the output: after text it is text.
+                THINK_OPEN if self.mode == Mode::Text => {}
                 THINK_OPEN => {
                     self.pending.drain(..THINK_OPEN.len());
                     self.mode = Mode::Think;
