@@ -26,6 +26,7 @@ fuzz_target!(|data: &[u8]| {
         .map(|p| ChatMessage {
             role: p[0].to_string(),
             content: p.get(1).copied().unwrap_or_default().to_string(),
+            ..ChatMessage::default()
         })
         .collect();
     let (bos, eos) = ("<|im_start|>", "<|im_end|>");

@@ -3,11 +3,60 @@
 //! bytes as the body of `/v1/chat/completions` and `/v1/completions`, parsed as JSON the way the
 //! server does, are a request within the sampler's ranges or a 400 whose one-line message and
 //! `param` name the field at fault; never a panic. The error's JSON body has OpenAI's shape.
+//! The same bytes as a model's output go through the tool-call and reasoning parser of every
+//! convention: whole and streamed in two pieces they agree, and every call's arguments are a
+//! JSON object.
 
 use libfuzzer_sys::fuzz_target;
 use ramforge_tools::openai::errors::ApiError;
 use ramforge_tools::openai::request::{chat_request, completion_request, GenRequest, Prompt};
+use ramforge_tools::openai::tools::{parse_output, OutputParser, Piece, ToolFormat};
 use serde_json::Value;
+
+const FORMATS: [Option<ToolFormat>; 8] = [
+    None,
+    Some(ToolFormat::Hermes),
+    Some(ToolFormat::Llama3),
+    Some(ToolFormat::Mistral),
+    Some(ToolFormat::MistralArgs),
+    Some(ToolFormat::Harmony),
+    Some(ToolFormat::Glm),
+    Some(ToolFormat::DeepSeek),
+];
+
+/// `text` as model output in each convention.
+fn check_output(text: &str) {
+    for (i, format) in FORMATS.into_iter().enumerate() {
+        let harmony = format == Some(ToolFormat::Harmony);
+        let (reasoning, thinking) = (i % 2 == 0, i % 3 == 0);
+        let (content, reasoned, calls) =
+            parse_output(OutputParser::new(format, reasoning, thinking, harmony), text);
+        for c in &calls {
+            let args: Value = serde_json::from_str(&c.arguments).expect("arguments are JSON");
+            assert!(args.is_object() && !c.name.trim().is_empty(), "{c:?}");
+        }
+        // Streamed in two pieces, split at a character boundary.
+        let mut cut = text.len() / 2;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let mut p = OutputParser::new(format, reasoning, thinking, harmony);
+        let mut pieces = p.push(&text[..cut]);
+        pieces.extend(p.push(&text[cut..]));
+        let (rest, streamed_calls) = p.finish();
+        pieces.extend(rest);
+        let (mut c2, mut r2) = (String::new(), String::new());
+        for piece in pieces {
+            match piece {
+                Piece::Content(s) => c2.push_str(&s),
+                Piece::Reasoning(s) => r2.push_str(&s),
+            }
+        }
+        assert_eq!(content.unwrap_or_default(), c2, "{format:?}");
+        assert_eq!(reasoned.unwrap_or_default(), r2, "{format:?}");
+        assert_eq!(calls.len(), streamed_calls.len(), "{format:?}");
+    }
+}
 
 fn check(read: Result<GenRequest, ApiError>) {
     match read {
@@ -37,6 +86,7 @@ fn check(read: Result<GenRequest, ApiError>) {
 }
 
 fuzz_target!(|data: &[u8]| {
+    check_output(&String::from_utf8_lossy(data));
     let Ok(body) = serde_json::from_slice::<Value>(data) else {
         return;
     };

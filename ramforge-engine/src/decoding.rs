@@ -57,7 +57,11 @@ impl<'t> Decoding<'t> {
             tokenizer,
             sampler: Sampler::new(params),
             stops: StopMatcher::new(&params.stop),
-            decoder: tokenizer.decoder(),
+            decoder: if params.show_control_tokens {
+                tokenizer.decoder().with_control_tokens()
+            } else {
+                tokenizer.decoder()
+            },
             max_tokens: params.max_tokens,
             ignore_eos: params.ignore_eos,
             tokens: Vec::new(),

@@ -39,6 +39,9 @@ pub struct SamplingParams {
     pub stop: Vec<String>,
     /// Do not stop at end-of-generation tokens (for benchmarks).
     pub ignore_eos: bool,
+    /// Print control tokens in the text (a tool-call convention whose markers are control
+    /// tokens, e.g. Mistral's `[TOOL_CALLS]` or gpt-oss's `<|channel|>`, is parsed from it).
+    pub show_control_tokens: bool,
 }
 
 impl Default for SamplingParams {
@@ -57,6 +60,7 @@ impl Default for SamplingParams {
             max_tokens: 128,
             stop: Vec::new(),
             ignore_eos: false,
+            show_control_tokens: false,
         }
     }
 }

@@ -20,6 +20,7 @@ fn render_error(template: &str, within: Duration) -> String {
     let messages = [ChatMessage {
         role: "user".into(),
         content: "hello".into(),
+        ..ChatMessage::default()
     }];
     let start = Instant::now();
     let e = render_chat(template, &messages, true, "<s>", "</s>")
@@ -142,6 +143,7 @@ fn a_long_conversation_renders_within_the_limits() {
         .map(|i| ChatMessage {
             role: if i % 2 == 0 { "user" } else { "assistant" }.into(),
             content: format!("message {i}: {}", "words ".repeat(30)),
+            ..ChatMessage::default()
         })
         .collect();
     let out = render_chat(template, &messages, true, "", "").unwrap();

@@ -153,6 +153,7 @@ impl Sampling {
             max_tokens,
             stop: self.stop.clone(),
             ignore_eos: self.ignore_eos,
+            show_control_tokens: false,
         }
     }
 }

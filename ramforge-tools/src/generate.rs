@@ -46,11 +46,13 @@ fn prompt_bar(
 /// as it comes when `echo` (and nothing when not: `--json` prints at the end). A failed write
 /// to stdout (a closed pipe) is reported after the generation, which it does not stop.
 /// With `reuse_context`, the prefix the context already holds is not evaluated again
-/// (`chat`'s later turns).
+/// (`chat`'s later turns). A `constraint` (`run --json-schema`, `--grammar`) holds the output
+/// to its grammar (in a fresh context).
 pub fn generate_to_stdout(
     engine: &mut ramforge_engine::Engine,
     prompt: &[u32],
     params: &ramforge_engine::SamplingParams,
+    constraint: Option<ramforge_engine::Constraint>,
     echo: bool,
     reuse_context: bool,
 ) -> Result<ramforge_engine::GenerationStats, CmdError> {
@@ -60,27 +62,23 @@ pub fn generate_to_stdout(
     let mut write_error: Option<std::io::Error> = None;
     let batch = engine.plan().request.batch;
     let bar = prompt_bar(engine, prompt.len(), batch);
-    let generate = if reuse_context {
-        ramforge_engine::Engine::generate_reusing
-    } else {
-        ramforge_engine::Engine::generate
+    let mut on_token = |_: u32, text: &str| {
+        if !bar.is_finished() {
+            bar.finish_and_clear();
+        }
+        if echo && write_error.is_none() {
+            if let Err(e) = out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+                write_error = Some(e);
+            }
+        }
     };
-    let stats = generate(
-        engine,
-        prompt,
-        params,
-        &mut |_, text| {
-            if !bar.is_finished() {
-                bar.finish_and_clear();
-            }
-            if echo && write_error.is_none() {
-                if let Err(e) = out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
-                    write_error = Some(e);
-                }
-            }
-        },
-        cancel_flag(),
-    );
+    let stats = match constraint {
+        Some(c) => engine.generate_constrained(prompt, params, c, &mut on_token, cancel_flag()),
+        None if reuse_context => {
+            engine.generate_reusing(prompt, params, &mut on_token, cancel_flag())
+        }
+        None => engine.generate(prompt, params, &mut on_token, cancel_flag()),
+    };
     bar.finish_and_clear();
     engine.set_prompt_progress(None);
     let stats = stats?;

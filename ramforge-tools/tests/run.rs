@@ -456,3 +456,104 @@ fn a_tiny_f32_llama_runs() {
     assert_eq!(tokens(&r).len(), 3);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `--json-schema` holds sampled output to the schema; `--grammar` to a GBNF or Lark grammar;
+/// a bad schema or grammar is a one-line error naming the file.
+#[test]
+fn json_schema_and_grammar_files_constrain_the_output() {
+    let dir = temp_dir("grammar");
+    let schema = dir.join("person.json");
+    std::fs::write(
+        &schema,
+        r#"{"type": "object", "properties": {"name": {"type": "string", "maxLength": 12}, "age": {"type": "integer", "minimum": 0, "maximum": 120}}, "required": ["name", "age"], "additionalProperties": false}"#,
+    )
+    .unwrap();
+    let s = schema.to_str().unwrap();
+    for seed in ["1", "2"] {
+        let report = run_json(
+            &smollm(),
+            &[
+                "--chat",
+                "--prompt",
+                "Describe a person as JSON.",
+                "--json-schema",
+                s,
+                "--temperature",
+                "1.0",
+                "--seed",
+                seed,
+                "-n",
+                "60",
+            ],
+        );
+        let text = report["text"].as_str().unwrap();
+        let v: serde_json::Value = serde_json::from_str(text)
+            .unwrap_or_else(|e| panic!("seed {seed}: not JSON ({e}): {text:?}"));
+        let age = v["age"].as_i64().unwrap_or_else(|| panic!("{v}"));
+        assert!((0..=120).contains(&age) && v["name"].is_string(), "{v}");
+        assert_eq!(v.as_object().unwrap().len(), 2, "{v}");
+    }
+    let gbnf = dir.join("answer.gbnf");
+    std::fs::write(
+        &gbnf,
+        "root ::= (\"yes\" | \"no\") \", because \" [a-z ]{1,20} \".\"\n",
+    )
+    .unwrap();
+    let lark = dir.join("answer.lark");
+    std::fs::write(
+        &lark,
+        "start: (\"yes\" | \"no\") \", because \" /[a-z ]{1,20}/ \".\"\n",
+    )
+    .unwrap();
+    for g in [&gbnf, &lark] {
+        let report = run_json(
+            &smollm(),
+            &[
+                "--prompt",
+                "Is the sky blue?",
+                "--grammar",
+                g.to_str().unwrap(),
+                "-n",
+                "40",
+            ],
+        );
+        let text = report["text"].as_str().unwrap();
+        let rest = text
+            .strip_prefix("yes, because ")
+            .or_else(|| text.strip_prefix("no, because "))
+            .unwrap_or_else(|| panic!("{g:?}: {text:?}"));
+        let body = rest.strip_suffix('.').unwrap_or_else(|| panic!("{text:?}"));
+        assert!(
+            (1..=20).contains(&body.len())
+                && body.chars().all(|c| c.is_ascii_lowercase() || c == ' '),
+            "{text:?}"
+        );
+    }
+    let broken = dir.join("broken.gbnf");
+    std::fs::write(&broken, "root ::= \"a").unwrap();
+    let m = smollm();
+    let out = tool(&[
+        "run",
+        m.to_str().unwrap(),
+        "--prompt",
+        "x",
+        "--grammar",
+        broken.to_str().unwrap(),
+    ]);
+    assert_one_line_error(
+        &out,
+        "broken.gbnf: GBNF grammar, character 9: a string is not closed",
+    );
+    let not_json = dir.join("bad.json");
+    std::fs::write(&not_json, "{\"type\": ").unwrap();
+    let out = tool(&[
+        "run",
+        m.to_str().unwrap(),
+        "--prompt",
+        "x",
+        "--json-schema",
+        not_json.to_str().unwrap(),
+    ]);
+    assert_one_line_error(&out, "bad.json: not JSON");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,7 +1,9 @@
 //! Prompt building: a conversation rendered with a chat template and tokenized, with BOS added
 //! only when the template did not write it itself.
 
-use super::template::{bos_eos_texts, model_chat_template, render_chat, ChatError, ChatMessage};
+use super::template::{
+    bos_eos_texts, model_chat_template, render_chat, render_chat_tools, ChatError, ChatMessage,
+};
 use super::tokenizer::Tokenizer;
 use ramforge_gguf::Metadata;
 
@@ -49,9 +51,27 @@ impl ChatPrompt {
         tokenizer: &Tokenizer,
         messages: &[ChatMessage],
     ) -> Result<Vec<u32>, ChatError> {
-        let rendered = self.render(messages, true)?;
+        Ok(self.prompt(tokenizer, messages, None)?.1)
+    }
+
+    /// The template's text (the server reads its tool-call convention from it).
+    pub fn template(&self) -> &str {
+        &self.template
+    }
+
+    /// The conversation with `tools` (the template's `tools` variable) rendered, ending with
+    /// the assistant's turn, and its tokens (BOS as in [`ChatPrompt::tokens`]).
+    pub fn prompt(
+        &self,
+        tokenizer: &Tokenizer,
+        messages: &[ChatMessage],
+        tools: Option<&serde_json::Value>,
+    ) -> Result<(String, Vec<u32>), ChatError> {
+        let rendered =
+            render_chat_tools(&self.template, messages, tools, true, &self.bos, &self.eos)?;
         let add_special = self.bos.is_empty() || !rendered.starts_with(&self.bos);
-        Ok(tokenizer.encode(&rendered, add_special, true))
+        let tokens = tokenizer.encode(&rendered, add_special, true);
+        Ok((rendered, tokens))
     }
 }
 
@@ -60,5 +80,6 @@ pub fn message(role: &str, content: &str) -> ChatMessage {
     ChatMessage {
         role: role.to_string(),
         content: content.to_string(),
+        ..ChatMessage::default()
     }
 }

@@ -324,10 +324,12 @@ mod tests {
             ChatMessage {
                 role: "user".into(),
                 content: "hi".into(),
+                ..ChatMessage::default()
             },
             ChatMessage {
                 role: "assistant".into(),
                 content: "hello".into(),
+                ..ChatMessage::default()
             },
         ]
     }

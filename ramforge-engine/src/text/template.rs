@@ -21,12 +21,23 @@ use ramforge_gguf::{Metadata, Value, ValueType};
 use serde::{Deserialize, Serialize};
 
 /// One message of a conversation.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChatMessage {
-    /// `system`, `user` or `assistant`.
+    /// `system`, `user`, `assistant` or `tool`.
     pub role: String,
     /// The message text.
     pub content: String,
+    /// An assistant's tool calls, as Hugging Face templates read them: a list of
+    /// `{"id", "type": "function", "function": {"name", "arguments"}}` with the arguments an
+    /// object (absent from the template's view when `None`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<serde_json::Value>,
+    /// A tool result's call id (`role: tool`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    /// A tool result's function name, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 /// The model's own chat template.
@@ -62,11 +73,33 @@ pub fn render_chat(
     bos_token: &str,
     eos_token: &str,
 ) -> Result<String, ChatError> {
-    let limits = input_limits(messages, bos_token, eos_token);
+    render_chat_tools(
+        template,
+        messages,
+        None,
+        add_generation_prompt,
+        bos_token,
+        eos_token,
+    )
+}
+
+/// [`render_chat`] with the `tools` variable set (OpenAI's list of
+/// `{"type": "function", "function": {...}}`, as Hugging Face's `apply_chat_template(tools=)`
+/// and llama.cpp pass it); `None` leaves it undefined.
+pub fn render_chat_tools(
+    template: &str,
+    messages: &[ChatMessage],
+    tools: Option<&serde_json::Value>,
+    add_generation_prompt: bool,
+    bos_token: &str,
+    eos_token: &str,
+) -> Result<String, ChatError> {
+    let limits = tool_input_limits(messages, tools, bos_token, eos_token);
     run_isolated(&limits, || {
-        render_in_process(
+        render_in_process_tools(
             template,
             messages,
+            tools,
             add_generation_prompt,
             bos_token,
             eos_token,
@@ -85,7 +118,26 @@ pub fn render_in_process(
     bos_token: &str,
     eos_token: &str,
 ) -> Result<String, ChatError> {
-    let limits = input_limits(messages, bos_token, eos_token);
+    render_in_process_tools(
+        template,
+        messages,
+        None,
+        add_generation_prompt,
+        bos_token,
+        eos_token,
+    )
+}
+
+/// [`render_in_process`] with the `tools` variable (see [`render_chat_tools`]).
+pub fn render_in_process_tools(
+    template: &str,
+    messages: &[ChatMessage],
+    tools: Option<&serde_json::Value>,
+    add_generation_prompt: bool,
+    bos_token: &str,
+    eos_token: &str,
+) -> Result<String, ChatError> {
+    let limits = tool_input_limits(messages, tools, bos_token, eos_token);
     let mut env = Environment::new();
     env.set_trim_blocks(true);
     env.set_lstrip_blocks(true);
@@ -104,6 +156,7 @@ pub fn render_in_process(
         add_generation_prompt => add_generation_prompt,
         bos_token => bos_token,
         eos_token => eos_token,
+        tools => tools,
     };
     let rendered = tmpl.render_captured_to(ctx, &mut out).map(drop);
     match rendered {
@@ -119,10 +172,28 @@ pub fn render_in_process(
 
 /// The limits for a conversation: sized by its messages and BOS/EOS texts.
 pub fn input_limits(messages: &[ChatMessage], bos_token: &str, eos_token: &str) -> RenderLimits {
+    tool_input_limits(messages, None, bos_token, eos_token)
+}
+
+/// [`input_limits`] counting the tools and the messages' tool calls too.
+pub fn tool_input_limits(
+    messages: &[ChatMessage],
+    tools: Option<&serde_json::Value>,
+    bos_token: &str,
+    eos_token: &str,
+) -> RenderLimits {
+    let json_len = |v: Option<&serde_json::Value>| v.map_or(0, |v| v.to_string().len());
     let input: usize = messages
         .iter()
-        .map(|m| m.role.len() + m.content.len())
+        .map(|m| {
+            m.role.len()
+                + m.content.len()
+                + json_len(m.tool_calls.as_ref())
+                + m.tool_call_id.as_ref().map_or(0, String::len)
+                + m.name.as_ref().map_or(0, String::len)
+        })
         .sum::<usize>()
+        + json_len(tools)
         + bos_token.len()
         + eos_token.len();
     RenderLimits::for_input(input)
@@ -161,6 +232,7 @@ mod tests {
             .map(|(r, c)| ChatMessage {
                 role: r.to_string(),
                 content: c.to_string(),
+                ..ChatMessage::default()
             })
             .collect()
     }

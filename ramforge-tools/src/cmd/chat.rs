@@ -166,7 +166,7 @@ fn reply(
         max_tokens: params.max_tokens.min(room),
         ..params.clone()
     };
-    let stats = generate_to_stdout(engine, &prompt, &params, true, true)?;
+    let stats = generate_to_stdout(engine, &prompt, &params, None, true, true)?;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     writeln!(out)?;

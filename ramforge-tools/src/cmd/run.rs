@@ -8,10 +8,14 @@ use crate::verbosity::{quiet, verbose};
 use ramforge_engine::budget::human_bytes;
 use ramforge_engine::text::prompt::message;
 use ramforge_engine::text::ChatPrompt;
-use ramforge_engine::{process_memory, Engine, EngineOptions, GenerationStats, Model, StopReason};
+use ramforge_engine::{
+    process_memory, Constraint, Engine, EngineOptions, GenerationStats, Grammar, GrammarCompiler,
+    Model, StopReason,
+};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Generate text from a model (the default model if none is given).
@@ -20,6 +24,7 @@ use std::time::Instant;
 ///   ramforge-tools run --prompt "The capital of France is"
 ///   ramforge-tools run model.gguf --ram 40M --prompt "Once upon a time" --max-tokens 64 --verbose
 ///   ramforge-tools run model.gguf --chat --prompt "Write a haiku" --temperature 0.7 --seed 1
+///   ramforge-tools run --chat --prompt "A person as JSON" --json-schema person.json
 #[derive(clap::Args)]
 pub struct Args {
     #[command(flatten)]
@@ -56,6 +61,13 @@ pub struct Args {
     /// Print one JSON object (text and statistics) at the end instead of streaming text.
     #[arg(long)]
     pub json: bool,
+    /// Hold the output to the JSON schema in FILE (constrained sampling, llguidance).
+    #[arg(long, value_name = "FILE", conflicts_with = "grammar")]
+    pub json_schema: Option<PathBuf>,
+    /// Hold the output to the grammar in FILE: llama.cpp's GBNF, or llguidance's Lark when
+    /// the name ends in `.lark`.
+    #[arg(long, value_name = "FILE")]
+    pub grammar: Option<PathBuf>,
 }
 
 pub fn run(args: Args) -> CmdResult {
@@ -63,6 +75,7 @@ pub fn run(args: Args) -> CmdResult {
     let path = args.model.path(quiet() || args.json)?;
     let model = Model::open(&path)?;
     let prompt = prompt_tokens(&model, &args)?;
+    let constraint = constraint(&model, &args)?;
     let options = EngineOptions {
         ram: args.budget.ram,
         ctx: Some(args.ctx.unwrap_or(prompt.len() + args.max_tokens)),
@@ -74,7 +87,7 @@ pub fn run(args: Args) -> CmdResult {
     let mut engine = load_engine(model, &options)?;
     let load_secs = started.elapsed().as_secs_f64();
     let params = args.sampling.params(args.max_tokens);
-    let stats = generate_to_stdout(&mut engine, &prompt, &params, !args.json, false)?;
+    let stats = generate_to_stdout(&mut engine, &prompt, &params, constraint, !args.json, false)?;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let mem = process_memory().unwrap_or_default();
@@ -91,6 +104,58 @@ pub fn run(args: Args) -> CmdResult {
     }
     out.flush()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The compiled `--json-schema` or `--grammar`, if one is given; a file that cannot be read or
+/// compiled is an error naming it.
+fn constraint(model: &Model, args: &Args) -> Result<Option<Constraint>, CmdError> {
+    let (path, grammar) = match (&args.json_schema, &args.grammar) {
+        (Some(path), _) => {
+            let text = read_limited(path)?;
+            let schema: serde_json::Value = serde_json::from_str(&text)
+                .map_err(|e| format!("--json-schema {}: not JSON: {e}", path.display()))?;
+            (path, Grammar::JsonSchema(schema))
+        }
+        (None, Some(path)) => {
+            let text = read_limited(path)?;
+            let lark = path.extension().is_some_and(|e| e == "lark");
+            (
+                path,
+                if lark {
+                    Grammar::Lark(text)
+                } else {
+                    Grammar::Gbnf(text)
+                },
+            )
+        }
+        (None, None) => return Ok(None),
+    };
+    let compiler = GrammarCompiler::new(Arc::clone(&model.tokenizer)).map_err(|e| {
+        format!(
+            "{}: constrained output is off for this model: {e}",
+            path.display()
+        )
+    })?;
+    let c = compiler
+        .compile(&grammar)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(Some(c))
+}
+
+/// A grammar or schema file's text, refused past the grammar size limit before it is read.
+fn read_limited(path: &std::path::Path) -> Result<String, CmdError> {
+    let limit = ramforge_engine::constraint::MAX_GRAMMAR_BYTES as u64;
+    let len = std::fs::metadata(path)
+        .map_err(|e| format!("{}: {e}", path.display()))?
+        .len();
+    if len > limit {
+        return Err(format!(
+            "{}: {len} bytes, over the grammar limit of {limit} bytes",
+            path.display()
+        )
+        .into());
+    }
+    std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()).into())
 }
 
 /// The prompt as token ids: plain text with BOS per the model, or a chat-template rendering.

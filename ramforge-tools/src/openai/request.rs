@@ -5,6 +5,7 @@
 
 use super::errors::ApiError;
 use super::fields::{is_off, is_one, Fields};
+use super::tools::{Function, ToolChoice, Tools};
 use ramforge_engine::text::prompt::message;
 use ramforge_engine::text::ChatMessage;
 use ramforge_engine::{Grammar, SamplingParams};
@@ -37,9 +38,17 @@ pub struct GenRequest {
     pub stream: bool,
     /// `stream_options.include_usage`: a last chunk with the usage.
     pub include_usage: bool,
-    /// `response_format` (`json_object`, `json_schema`): the grammar the output must match.
+    /// `response_format` (`json_object`, `json_schema`, `grammar`) or `grammar`: the grammar
+    /// the output must match.
     pub grammar: Option<Grammar>,
+    /// `tools`, `tool_choice`, `parallel_tool_calls` (chat; `None` without tools).
+    pub tools: Option<Tools>,
+    /// `reasoning_format: "none"`: thinking stays in the content (chat).
+    pub reasoning_inline: bool,
 }
+
+/// Most tools a request may offer (OpenAI's limit).
+pub const MAX_TOOLS: usize = 128;
 
 use ramforge_engine::sampling::MAX_TOP_LOGPROBS;
 
@@ -77,18 +86,49 @@ pub fn chat_request(body: Value) -> Result<GenRequest, ApiError> {
         ));
     }
     let logprobs = logprobs.then(|| top.unwrap_or(0) as usize);
-    f.unsupported("tools", is_off, "tool calls are not implemented")?;
-    f.unsupported("functions", is_off, "function calls are not implemented")?;
+    let tools = tools(&mut f)?;
+    f.unsupported(
+        "functions",
+        is_off,
+        "use 'tools' instead of the deprecated 'functions'",
+    )?;
     let none = |v: &Value| v == "none";
-    f.unsupported("tool_choice", none, "tool calls are not implemented")?;
-    f.unsupported("function_call", none, "function calls are not implemented")?;
-    // Says how tools may be called; there are none, so either value asks for nothing.
-    f.bool("parallel_tool_calls")?;
-    let grammar = response_format(&mut f)?;
+    f.unsupported(
+        "function_call",
+        none,
+        "use 'tool_choice' instead of the deprecated 'function_call'",
+    )?;
+    let reasoning_inline =
+        match f.string("reasoning_format")?.as_deref() {
+            None | Some("auto") | Some("deepseek") => false,
+            Some("none") => true,
+            Some(_) => return Err(ApiError::invalid(
+                Some("reasoning_format"),
+                "'reasoning_format' must be none (thinking stays in the content), auto or deepseek",
+            )),
+        };
+    let format = response_format(&mut f)?;
     let max_tokens = max_tokens.map(|n| n as usize);
     let mut request = common(f, Endpoint::Chat, Prompt::Chat(messages), max_tokens)?;
     request.params.logprobs = logprobs;
-    request.grammar = grammar;
+    if format.is_some() && request.grammar.is_some() {
+        return Err(ApiError::invalid(
+            Some("grammar"),
+            "give one of 'response_format' and 'grammar', not both",
+        ));
+    }
+    request.grammar = request.grammar.or(format);
+    let forced = tools
+        .as_ref()
+        .is_some_and(|t| matches!(t.choice, ToolChoice::Required | ToolChoice::Named(_)));
+    if forced && request.grammar.is_some() {
+        return Err(ApiError::invalid(
+            Some("tool_choice"),
+            "a required tool call cannot be combined with 'response_format' or 'grammar'",
+        ));
+    }
+    request.tools = tools;
+    request.reasoning_inline = reasoning_inline;
     Ok(request)
 }
 
@@ -164,10 +204,23 @@ fn response_format(f: &mut Fields) -> Result<Option<Grammar>, ApiError> {
             j.finish()?;
             Some(Grammar::JsonSchema(schema))
         }
+        "grammar" => {
+            let text = r.required_string("grammar")?;
+            match r.string("syntax")?.as_deref() {
+                None | Some("gbnf") => Some(Grammar::Gbnf(text)),
+                Some("lark") => Some(Grammar::Lark(text)),
+                Some(_) => {
+                    return Err(ApiError::invalid(
+                        Some("response_format.syntax"),
+                        "'response_format.syntax' must be gbnf or lark",
+                    ))
+                }
+            }
+        }
         _ => {
             return Err(ApiError::invalid(
                 Some("response_format.type"),
-                "'response_format.type' must be text, json_object or json_schema",
+                "'response_format.type' must be text, json_object, json_schema or grammar",
             ))
         }
     };
@@ -190,6 +243,8 @@ fn common(
     f.unsupported("logit_bias", is_off, "the sampler has no per-token bias")?;
     // An end-user id for the provider's abuse monitoring; it has no effect on the output.
     f.string("user")?;
+    // llama-server's extension: a GBNF grammar the output must match.
+    let grammar = f.string("grammar")?.map(Grammar::Gbnf);
     f.finish()?;
     Ok(GenRequest {
         endpoint,
@@ -199,7 +254,9 @@ fn common(
         params,
         stream,
         include_usage,
-        grammar: None,
+        grammar,
+        tools: None,
+        reasoning_inline: false,
     })
 }
 
@@ -294,21 +351,40 @@ fn messages(f: &mut Fields) -> Result<Vec<ChatMessage>, ApiError> {
         .collect()
 }
 
-/// One message. `developer` is OpenAI's new name for `system`.
+/// One message. `developer` is OpenAI's new name for `system`; a `tool` message is a tool's
+/// result; an assistant message may carry `tool_calls` (its content then may be null).
 fn chat_message(value: Value, at: &str) -> Result<ChatMessage, ApiError> {
     let mut m = Fields::of(value, at, format!("{at}."))?;
     let role = m.required_string("role")?;
-    let role =
-        match role.as_str() {
-            "system" | "developer" => "system",
-            "user" => "user",
-            "assistant" => "assistant",
-            _ => return Err(ApiError::unsupported(
+    let role = match role.as_str() {
+        "system" | "developer" => "system",
+        "user" => "user",
+        "assistant" => "assistant",
+        "tool" => "tool",
+        _ => {
+            return Err(ApiError::unsupported(
                 &m.param("role"),
-                "roles are system, developer, user and assistant (tool calls are not implemented)",
-            )),
-        };
+                "roles are system, developer, user, assistant and tool",
+            ))
+        }
+    };
+    let tool_calls = match m.take("tool_calls") {
+        Some(v) if role == "assistant" && !is_off(&v) => {
+            Some(history_calls(v, &m.param("tool_calls"))?)
+        }
+        Some(v) if !is_off(&v) => {
+            return Err(ApiError::invalid(
+                Some(&m.param("tool_calls")),
+                format!(
+                    "'{}' is only allowed on assistant messages",
+                    m.param("tool_calls")
+                ),
+            ))
+        }
+        _ => None,
+    };
     let content = match m.take("content") {
+        None if tool_calls.is_some() => String::new(),
         None => return Err(m.missing("content")),
         Some(Value::String(s)) => s,
         Some(Value::Array(parts)) => text_parts(parts, &m.param("content"))?,
@@ -322,15 +398,190 @@ fn chat_message(value: Value, at: &str) -> Result<ChatMessage, ApiError> {
             ))
         }
     };
-    m.unsupported(
-        "name",
-        |_| false,
-        "the chat template has no place for participant names",
-    )?;
-    m.unsupported("tool_calls", is_off, "tool calls are not implemented")?;
+    let (tool_call_id, name) = if role == "tool" {
+        let id = m.required_string("tool_call_id")?;
+        (Some(id), m.string("name")?)
+    } else {
+        m.unsupported(
+            "name",
+            |_| false,
+            "the chat template has no place for participant names",
+        )?;
+        (None, None)
+    };
     m.unsupported("refusal", |_| false, "refusals are not part of the prompt")?;
     m.finish()?;
-    Ok(message(role, &content))
+    let mut msg = message(role, &content);
+    msg.tool_calls = tool_calls;
+    msg.tool_call_id = tool_call_id;
+    msg.name = name;
+    Ok(msg)
+}
+
+/// An assistant message's `tool_calls`, as templates read them: each call's `arguments` (a
+/// JSON text in OpenAI's API) as the object it holds.
+fn history_calls(value: Value, at: &str) -> Result<Value, ApiError> {
+    let Value::Array(list) = value else {
+        return Err(ApiError::invalid(
+            Some(at),
+            format!("'{at}' must be a list of tool calls"),
+        ));
+    };
+    let mut calls = Vec::with_capacity(list.len());
+    for (i, call) in list.into_iter().enumerate() {
+        let here = format!("{at}[{i}]");
+        let mut c = Fields::of(call, &here, format!("{here}."))?;
+        let id = c.required_string("id")?;
+        if c.string("type")?.is_some_and(|t| t != "function") {
+            return Err(ApiError::invalid(
+                Some(&c.param("type")),
+                "a tool call's type must be function",
+            ));
+        }
+        let Some(function) = c.take("function") else {
+            return Err(c.missing("function"));
+        };
+        c.finish()?;
+        let fat = format!("{here}.function");
+        let mut f = Fields::of(function, &fat, format!("{fat}."))?;
+        let name = f.required_string("name")?;
+        let arguments = f.required_string("arguments")?;
+        f.finish()?;
+        let arguments =
+            serde_json::from_str::<Value>(&arguments).unwrap_or(Value::String(arguments));
+        calls.push(serde_json::json!({
+            "id": id,
+            "type": "function",
+            "function": {"name": name, "arguments": arguments},
+        }));
+    }
+    Ok(Value::Array(calls))
+}
+
+/// `tools` (functions only), `tool_choice` and `parallel_tool_calls`; `None` when no tool is
+/// offered.
+fn tools(f: &mut Fields) -> Result<Option<Tools>, ApiError> {
+    let list = match f.take("tools") {
+        None => Vec::new(),
+        Some(Value::Array(a)) if a.len() <= MAX_TOOLS => a,
+        Some(_) => {
+            return Err(ApiError::invalid(
+                Some("tools"),
+                format!("'tools' must be a list of at most {MAX_TOOLS} tools"),
+            ))
+        }
+    };
+    let mut functions: Vec<Function> = Vec::with_capacity(list.len());
+    let mut shown = Vec::with_capacity(list.len());
+    for (i, tool) in list.into_iter().enumerate() {
+        let here = format!("tools[{i}]");
+        let mut t = Fields::of(tool, &here, format!("{here}."))?;
+        let kind = t.required_string("type")?;
+        if kind != "function" {
+            return Err(ApiError::unsupported(
+                &t.param("type"),
+                "only function tools can be called",
+            ));
+        }
+        let Some(function) = t.take("function") else {
+            return Err(t.missing("function"));
+        };
+        t.finish()?;
+        let fat = format!("{here}.function");
+        let mut fields = Fields::of(function, &fat, format!("{fat}."))?;
+        let name = fields.required_string("name")?;
+        let good = !name.is_empty()
+            && name.len() <= 64
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.');
+        if !good {
+            return Err(ApiError::invalid(
+                Some(&fields.param("name")),
+                format!(
+                    "'{}' must be 1 to 64 letters, digits, '_', '-' or '.'",
+                    fields.param("name")
+                ),
+            ));
+        }
+        if functions.iter().any(|g| g.name == name) {
+            return Err(ApiError::invalid(
+                Some(&fields.param("name")),
+                format!("two tools are named '{name}'"),
+            ));
+        }
+        let description = fields.string("description")?;
+        fields.bool("strict")?;
+        let parameters = match fields.take("parameters") {
+            None => serde_json::json!({"type": "object", "properties": {}}),
+            Some(p) if p.is_object() => p,
+            Some(_) => {
+                return Err(ApiError::invalid(
+                    Some(&fields.param("parameters")),
+                    format!(
+                        "'{}' must be a JSON schema object",
+                        fields.param("parameters")
+                    ),
+                ))
+            }
+        };
+        fields.finish()?;
+        let mut function = serde_json::json!({"name": name});
+        if let Some(d) = description {
+            function["description"] = d.into();
+        }
+        function["parameters"] = parameters.clone();
+        shown.push(serde_json::json!({"type": "function", "function": function}));
+        functions.push(Function { name, parameters });
+    }
+    let choice = match f.take("tool_choice") {
+        None => ToolChoice::Auto,
+        Some(Value::String(s)) if s == "auto" => ToolChoice::Auto,
+        Some(Value::String(s)) if s == "none" => ToolChoice::None,
+        Some(Value::String(s)) if s == "required" => ToolChoice::Required,
+        Some(v @ Value::Object(_)) => {
+            let mut c = Fields::of(v, "tool_choice", "tool_choice.".into())?;
+            if c.required_string("type")? != "function" {
+                return Err(ApiError::invalid(Some("tool_choice.type"), "'tool_choice.type' must be function"));
+            }
+            let Some(function) = c.take("function") else {
+                return Err(c.missing("function"));
+            };
+            c.finish()?;
+            let mut n = Fields::of(function, "tool_choice.function", "tool_choice.function.".into())?;
+            let name = n.required_string("name")?;
+            n.finish()?;
+            if !functions.iter().any(|g| g.name == name) {
+                return Err(ApiError::invalid(
+                    Some("tool_choice.function.name"),
+                    format!("'tool_choice' names '{name}', which is not among the tools"),
+                ));
+            }
+            ToolChoice::Named(name)
+        }
+        Some(_) => {
+            return Err(ApiError::invalid(
+                Some("tool_choice"),
+                "'tool_choice' must be none, auto, required or {\"type\": \"function\", \"function\": {\"name\": ...}}",
+            ))
+        }
+    };
+    let parallel = f.bool("parallel_tool_calls")?.unwrap_or(true);
+    if functions.is_empty() {
+        if matches!(choice, ToolChoice::Required | ToolChoice::Named(_)) {
+            return Err(ApiError::invalid(
+                Some("tool_choice"),
+                "'tool_choice' asks for a call, but there are no 'tools'",
+            ));
+        }
+        return Ok(None);
+    }
+    Ok(Some(Tools {
+        list: Value::Array(shown),
+        functions,
+        choice,
+        parallel,
+    }))
 }
 
 /// The text of a list of content parts, each `{"type": "text", "text": ...}`, joined.

@@ -40,7 +40,7 @@ fn bad_requests_are_400_naming_the_field() {
         (
             chat,
             chat_body("hi", 4, r#""tools": [{"type": "function"}]"#),
-            "tools",
+            "tools[0].function",
         ),
         (
             chat,
@@ -80,7 +80,7 @@ fn bad_requests_are_400_naming_the_field() {
         (chat, chat_body("hi", 4, r#""frobnicate": 1"#), "frobnicate"),
         (
             chat,
-            chat_body("hi", 4, "").replace(r#""role": "user""#, r#""role": "tool""#),
+            chat_body("hi", 4, "").replace(r#""role": "user""#, r#""role": "function""#),
             "messages[0].role",
         ),
         (

@@ -4,6 +4,7 @@ usage: openai_client.py BASE_URL API_KEY   (BASE_URL ends in /v1)
 Prints one line per check and, last, "all openai client checks passed"; any failure raises.
 """
 import concurrent.futures
+import json
 import sys
 import time
 
@@ -91,12 +92,54 @@ def fails(error, call, param=None):
 fails(openai.BadRequestError, lambda: chat(question, n=2), "n")
 fails(openai.BadRequestError, lambda: chat(question, presence_penalty=3.0), "presence_penalty")
 fails(openai.BadRequestError, lambda: chat(question, logprobs=True, top_logprobs=21), "top_logprobs")
-fails(openai.BadRequestError, lambda: chat(question, tools=[{"type": "function", "function": {"name": "f"}}]), "tools")
+fails(openai.BadRequestError, lambda: chat(question, tools=[{"type": "function", "function": {"name": "a b"}}]), "tools[0].function.name")
 fails(openai.BadRequestError, lambda: chat(question, extra_body={"mystery": 1}), "mystery")
 fails(openai.BadRequestError, lambda: chat([{"role": "user", "content": "word " * 1100}]), "messages")
 fails(openai.NotFoundError, lambda: client.chat.completions.create(model="gpt-4o", messages=question))
 fails(openai.AuthenticationError, lambda: openai.OpenAI(base_url=base_url, api_key="wrong", max_retries=0).models.list())
 print("errors: 400 (n, presence_penalty, logprobs, tools, unknown field, too long), 404, 401")
+
+# A required tool call, whole and streamed (the client gathers delta.tool_calls), then its
+# result fed back as the client's own message objects; and a json_schema answer.
+weather = [{"type": "function", "function": {
+    "name": "get_weather", "description": "The current weather in a city.",
+    "parameters": {"type": "object", "additionalProperties": False, "required": ["city", "unit"],
+                   "properties": {"city": {"type": "string", "maxLength": 24},
+                                  "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}}}}}]
+ask = [{"role": "user", "content": "What is the weather in Paris?"}]
+r = chat(ask, tools=weather, tool_choice="required", max_tokens=80)
+assert r.choices[0].finish_reason == "tool_calls", r
+call = r.choices[0].message.tool_calls[0]
+args = json.loads(call.function.arguments)
+assert call.function.name == "get_weather" and set(args) == {"city", "unit"}, call
+assert args["unit"] in ("celsius", "fahrenheit") and len(args["city"]) <= 24, args
+gathered, finish = {}, None
+for chunk in chat(ask, tools=weather, tool_choice="required", max_tokens=80, stream=True):
+    for choice in chunk.choices:
+        for d in choice.delta.tool_calls or []:
+            g = gathered.setdefault(d.index, {"id": "", "name": "", "arguments": ""})
+            g["id"] += d.id or ""
+            g["name"] += (d.function.name or "") if d.function else ""
+            g["arguments"] += (d.function.arguments or "") if d.function else ""
+        finish = choice.finish_reason or finish
+assert finish == "tool_calls" and len(gathered) == 1, (finish, gathered)
+assert gathered[0]["name"] == "get_weather" and json.loads(gathered[0]["arguments"]) == args, gathered
+followup = ask + [r.choices[0].message.model_dump(exclude_none=True),
+                  {"role": "tool", "tool_call_id": call.id, "content": "18 degrees, sunny"}]
+answer = chat(followup, tools=weather, max_tokens=16)
+assert answer.choices[0].finish_reason in ("stop", "length", "tool_calls"), answer
+print("tool call:", call.function.name, call.function.arguments, "-> after its result:",
+      repr(answer.choices[0].message.content))
+person = {"type": "object", "additionalProperties": False, "required": ["name", "age"],
+          "properties": {"name": {"type": "string", "maxLength": 12},
+                         "age": {"type": "integer", "minimum": 0, "maximum": 120}}}
+p = client.chat.completions.create(
+    model=model, messages=[{"role": "user", "content": "Describe a person as JSON."}],
+    temperature=1.0, seed=3, max_tokens=60,
+    response_format={"type": "json_schema", "json_schema": {"name": "person", "strict": True, "schema": person}})
+v = json.loads(p.choices[0].message.content)
+assert set(v) == {"name", "age"} and 0 <= v["age"] <= 120 and len(v["name"]) <= 12, v
+print("json_schema:", p.choices[0].message.content)
 
 # Hanging up mid-stream: the server cancels and answers the next request promptly.
 stream = client.completions.create(model=model, prompt="1, 2, 3, 4,", max_tokens=900, temperature=0, stream=True)

@@ -3,6 +3,7 @@
 
 use super::api::Endpoint;
 use ramforge_engine::{Logprobs, StopReason};
+use ramforge_tools::openai::tools::ToolCall;
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -177,6 +178,33 @@ impl Reply {
         v
     }
 
+    /// The whole answer of a chat request whose output was parsed: its content (null when
+    /// there is only a call), `reasoning_content` and `tool_calls` (then `finish_reason:
+    /// "tool_calls"`).
+    pub fn whole_chat(
+        &self,
+        content: Option<&str>,
+        reasoning: Option<&str>,
+        calls: &[ToolCall],
+        logprobs: Option<&[TokenLogprobs]>,
+        reason: StopReason,
+        usage: Usage,
+    ) -> Value {
+        let mut v = self.whole(content.unwrap_or(""), logprobs, reason, usage);
+        let choice = &mut v["choices"][0];
+        if let Some(r) = reasoning {
+            choice["message"]["reasoning_content"] = r.into();
+        }
+        if !calls.is_empty() {
+            if content.is_none() {
+                choice["message"]["content"] = Value::Null;
+            }
+            choice["message"]["tool_calls"] = calls.iter().map(ToolCall::json).collect();
+            choice["finish_reason"] = "tool_calls".into();
+        }
+        v
+    }
+
     /// A chunk carrying `text` (with the role, for the first chunk of a chat answer), or the
     /// closing chunk with its `finish_reason`.
     fn chunk(&self, text: Option<&str>, role: bool, reason: Option<StopReason>) -> Value {
@@ -222,9 +250,29 @@ impl Reply {
         v
     }
 
-    /// The chunk that ends the choice.
-    pub fn closing_chunk(&self, reason: StopReason) -> Value {
-        self.chunk(None, false, Some(reason))
+    /// A chunk of reasoning (`delta.reasoning_content`).
+    pub fn reasoning_chunk(&self, text: &str) -> Value {
+        let mut v = self.chunk(None, false, None);
+        v["choices"][0]["delta"]["reasoning_content"] = text.into();
+        v
+    }
+
+    /// A chunk carrying the `index`th tool call whole (`delta.tool_calls`).
+    pub fn tool_call_chunk(&self, index: usize, call: &ToolCall) -> Value {
+        let mut v = self.chunk(None, false, None);
+        let mut c = call.json();
+        c["index"] = index.into();
+        v["choices"][0]["delta"]["tool_calls"] = json!([c]);
+        v
+    }
+
+    /// The chunk that ends the choice (`finish_reason: "tool_calls"` after calls).
+    pub fn closing_chunk(&self, reason: StopReason, calls: bool) -> Value {
+        let mut v = self.chunk(None, false, Some(reason));
+        if calls {
+            v["choices"][0]["finish_reason"] = "tool_calls".into();
+        }
+        v
     }
 
     /// The usage chunk (`stream_options.include_usage`): no choices.
