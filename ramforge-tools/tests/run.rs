@@ -344,20 +344,18 @@ fn bad_inputs_are_one_line_errors() {
         "runs past the end of the file",
     );
 
-    // An architecture the engine does not run: the file says deepseek2 (latent attention).
-    let relabelled = dir.join("deepseek2.gguf");
+    // An architecture the engine does not run: the file says rwkv7 (a recurrent family).
+    let relabelled = dir.join("rwkv7.gguf");
     let src = ramforge_gguf::GgufFile::open(smollm()).unwrap();
     let mut w = GgufWriter::copy_of(&src).unwrap();
     w.metadata_mut().remove("general.architecture");
-    w.metadata_mut().insert(
-        "general.architecture".into(),
-        Value::String("deepseek2".into()),
-    );
+    w.metadata_mut()
+        .insert("general.architecture".into(), Value::String("rwkv7".into()));
     w.write_to(std::fs::File::create(&relabelled).unwrap())
         .unwrap();
     assert_one_line_error(
         &tool(&["run", relabelled.to_str().unwrap(), "--prompt", "hi"]),
-        "architecture \"deepseek2\"",
+        "architecture \"rwkv7\"",
     );
 
     // A weight of a type without kernels (I8), in an otherwise valid tiny llama file.
