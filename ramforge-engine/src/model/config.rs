@@ -62,6 +62,8 @@ pub struct ModelConfig {
     pub swa_period: usize,
     /// The RoPE base and position scale of local (sliding-window) layers.
     pub local_rope: (f32, f32),
+    /// A hybrid model's gated delta-net layers (`None`: attention on every layer).
+    pub delta_net: Option<super::hybrid::DeltaNetConfig>,
 }
 
 /// YaRN's settings from the file (`rope.scaling.*`), with llama.cpp's defaults.
@@ -111,6 +113,9 @@ pub enum AttentionKind {
     Full,
     /// The last `window` positions: a key/value ring of the window.
     Window(usize),
+    /// A gated delta-net (linear attention) layer: a fixed-size recurrent state instead of
+    /// keys and values (`forward/delta_net.rs`).
+    DeltaNet,
 }
 
 /// What one block is made of: an attention kind and an FFN kind.
@@ -246,6 +251,13 @@ impl ModelConfig {
             1.0 / (head_dim as f32).sqrt()
         };
         let experts = experts(meta, arch, &key, n_ff, n_layer)?;
+        let delta_net = super::hybrid::DeltaNetConfig::from_metadata(
+            meta,
+            arch,
+            n_layer,
+            n_layer_all,
+            rope_dim,
+        )?;
         Ok(ModelConfig {
             arch,
             n_layer,
@@ -271,6 +283,7 @@ impl ModelConfig {
             router: experts.router,
             swa_period,
             local_rope,
+            delta_net,
         })
     }
 
@@ -278,6 +291,7 @@ impl ModelConfig {
     pub fn layer_kind(&self, layer: usize) -> LayerKind {
         LayerKind {
             attention: match self.window(layer) {
+                _ if self.is_recurrent(layer) => AttentionKind::DeltaNet,
                 Some(w) => AttentionKind::Window(w),
                 None => AttentionKind::Full,
             },
@@ -308,7 +322,18 @@ impl ModelConfig {
     /// Positions of `layer` a cache for a context of `ctx` must keep: the window of a local
     /// layer, else the whole context.
     pub fn kv_positions(&self, layer: usize, ctx: usize) -> usize {
+        if self.is_recurrent(layer) {
+            // No keys or values; the cache's smallest store (one slot) stands in.
+            return 1;
+        }
         self.window(layer).map_or(ctx, |w| w.min(ctx))
+    }
+
+    /// Whether `layer` is a gated delta-net layer.
+    pub fn is_recurrent(&self, layer: usize) -> bool {
+        self.delta_net
+            .as_ref()
+            .is_some_and(|d| d.is_recurrent(layer))
     }
 
     /// Width of all query heads together.

@@ -3,10 +3,12 @@
 
 pub mod arch;
 mod config;
+mod hybrid;
 mod tensors;
 
 pub use arch::{Architecture, RopeStyle};
 pub use config::{AttentionKind, FfnKind, LayerKind, ModelConfig, RouterConfig, YarnConfig};
+pub use hybrid::DeltaNetConfig;
 pub use tensors::{is_float_type, LayerTensors, ModelTensors};
 
 use crate::error::EngineError;

@@ -194,6 +194,7 @@ fn rows_match_vocabulary(file: &GgufFile, n_vocab: u64) -> Result<(), EngineErro
 
 /// The size of `dim` in `cfg`.
 fn size(cfg: &ModelConfig, dim: Dim) -> u64 {
+    let dn = cfg.delta_net.as_ref();
     (match dim {
         Dim::Embd => cfg.n_embd,
         Dim::Q => cfg.q_dim(),
@@ -204,6 +205,13 @@ fn size(cfg: &ModelConfig, dim: Dim) -> u64 {
         Dim::FfExp => cfg.n_ff_exp,
         Dim::FfShexp => cfg.n_ff_shexp,
         Dim::Heads => cfg.n_head,
+        Dim::QGated => 2 * cfg.q_dim(),
+        Dim::SsmChannels => dn.map_or(0, |d| d.channels()),
+        Dim::SsmInner => dn.map_or(0, |d| d.value_dim()),
+        Dim::SsmHeads => dn.map_or(0, |d| d.n_v_heads),
+        Dim::SsmHeads2 => dn.map_or(0, |d| 2 * d.n_v_heads),
+        Dim::SsmHeadDim => dn.map_or(0, |d| d.head_dim),
+        Dim::SsmKernel => dn.map_or(0, |d| d.d_conv),
     }) as u64
 }
 
@@ -213,8 +221,11 @@ fn bind_layer(file: &GgufFile, cfg: &ModelConfig, i: usize) -> Result<LayerTenso
     let mut by_role: [Option<TensorInfo>; Role::COUNT] = [const { None }; Role::COUNT];
     let name = |s: &TensorSpec| format!("blk.{i}.{}", s.name);
     let moe = cfg.layer_kind(i).ffn == FfnKind::Moe;
+    let recurrent = cfg.is_recurrent(i);
     for spec in cfg.arch.layer {
         let wanted = match spec.presence {
+            Presence::Attention => !recurrent,
+            Presence::Recurrent => recurrent,
             Presence::Dense => !moe,
             Presence::Moe | Presence::MoeGroup(_) => moe,
             Presence::Shared => moe && cfg.n_ff_shexp > 0,
@@ -222,6 +233,19 @@ fn bind_layer(file: &GgufFile, cfg: &ModelConfig, i: usize) -> Result<LayerTenso
         };
         let found = file.header().tensor(&name(spec));
         if !wanted {
+            if found.is_some() && matches!(spec.presence, Presence::Attention | Presence::Recurrent)
+            {
+                return Err(EngineError::BadModel(format!(
+                    "tensor {:?} is not used by layer {i}, a {} layer of this {} model",
+                    name(spec),
+                    if recurrent {
+                        "delta-net"
+                    } else {
+                        "full-attention"
+                    },
+                    cfg.arch.name,
+                )));
+            }
             if found.is_some() {
                 return Err(EngineError::BadModel(format!(
                     "tensor {:?} is not used by layer {i} of this {} model ({} = {}, \
@@ -253,6 +277,7 @@ fn bind_layer(file: &GgufFile, cfg: &ModelConfig, i: usize) -> Result<LayerTenso
                 experts(t, size(cfg, cols), size(cfg, rows), cfg.n_expert as u64)?
             }
             Shape::ExpertVectors(len) => matrix(t, size(cfg, len), cfg.n_expert as u64)?,
+            Shape::Table { cols, rows } => matrix(t, size(cfg, cols), size(cfg, rows))?,
         };
         by_role[spec.role as usize] = Some(t);
     }

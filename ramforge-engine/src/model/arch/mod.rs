@@ -14,6 +14,7 @@ mod olmoe;
 mod qwen2;
 mod qwen2moe;
 mod qwen3;
+mod qwen35moe;
 mod qwen3moe;
 mod spec;
 
@@ -34,6 +35,7 @@ pub const ALL: &[&Architecture] = &[
     &glm4moe::GLM4MOE,
     &minimax_m2::MINIMAX_M2,
     &gpt_oss::GPT_OSS,
+    &qwen35moe::QWEN35MOE,
 ];
 
 impl Architecture {
@@ -85,7 +87,7 @@ mod tests {
         }
         assert_eq!(
             Architecture::supported_names(),
-            "llama, qwen2, qwen3, qwen3moe, gemma3, qwen2moe, olmoe, glm4moe, minimax-m2, gpt-oss"
+            "llama, qwen2, qwen3, qwen3moe, gemma3, qwen2moe, olmoe, glm4moe, minimax-m2, gpt-oss, qwen35moe"
         );
     }
 }
