@@ -6,7 +6,7 @@
 //! so each row's logits equal, bit for bit, those of [`Engine::eval`] of its token on its
 //! sequence alone: greedy decoding gives the same tokens batched or not.
 
-use crate::engine::{input_rows, Engine};
+use crate::engine::{input_rows, reusable_prefix, Engine};
 use crate::error::EngineError;
 use crate::forward::{block, rms_norm, LayerWeights, Rows};
 use crate::kv::KvCache;
@@ -52,7 +52,7 @@ impl Engine {
         if prompt.is_empty() {
             return Err(EngineError::Invalid("the prompt has no tokens".into()));
         }
-        let keep = seq.common_prefix(prompt).min(prompt.len() - 1);
+        let keep = reusable_prefix(&seq.kv, seq.common_prefix(prompt), seq.len(), prompt.len());
         self.swap_context(seq);
         self.truncate_context(keep);
         let done = self.eval_unless_cancelled(&prompt[keep..], Some(cancel));

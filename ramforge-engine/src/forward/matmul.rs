@@ -7,7 +7,7 @@ use crate::weights::MatrixView;
 
 /// The groups of matrices the block multiplies together, each group sharing one input (so
 /// it is quantized once): the scratch for quantized activations is sized from these.
-pub(crate) const MATMUL_GROUPS: [&[Role]; 9] = [
+pub(crate) const MATMUL_GROUPS: [&[Role]; 11] = [
     &[Role::AttnQ, Role::AttnK, Role::AttnV],
     &[Role::AttnOutput],
     &[Role::FfnGate, Role::FfnUp],
@@ -17,6 +17,8 @@ pub(crate) const MATMUL_GROUPS: [&[Role]; 9] = [
     &[Role::FfnDownExps],
     &[Role::FfnGateShexp, Role::FfnUpShexp],
     &[Role::FfnDownShexp],
+    &[Role::AttnQkv, Role::AttnGate, Role::SsmBeta, Role::SsmAlpha],
+    &[Role::SsmOut],
 ];
 
 /// `ys[j] = ms[j] . x` for `n` rows of `x`, every product in one parallel region (one

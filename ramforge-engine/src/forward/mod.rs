@@ -3,6 +3,7 @@
 //! weights in their quantized form.
 
 mod attention;
+mod delta_net;
 mod gate;
 mod matmul;
 mod moe;
@@ -19,6 +20,7 @@ use crate::model::arch::{Ffn, Role};
 use crate::model::{FfnKind, ModelConfig};
 use crate::weights::{ExpertStore, LayerVectors, LayerView};
 use attention::attention;
+use delta_net::{apply_query_gate, delta_net_layer, gated_query, split_query_gate};
 use gate::{gated, Gate};
 use matmul::matmul;
 use moe::moe_ffn;
@@ -123,6 +125,12 @@ pub(crate) fn block(
         cfg.rms_eps,
         &mut s.xn[..n * e],
     );
+    if cfg.is_recurrent(layer_index) {
+        delta_net_layer(cfg, layer_index, w, vecs, s, &mut rows, per_token)?;
+        residual(cfg, vecs, Role::AttnPostNorm, s, n);
+        return feed_forward(cfg, layer_index, w, vecs, experts, s, n, per_token);
+    }
+    let gated_q = gated_query(cfg);
     matmul(
         [
             (m(Role::AttnQ), &mut s.q),
@@ -134,6 +142,9 @@ pub(crate) fn block(
         &mut s.act,
         per_token,
     )?;
+    if gated_q {
+        split_query_gate(cfg, &mut s.q, &mut s.hybrid, n);
+    }
     for (role, out, width) in [
         (Role::AttnQBias, &mut s.q, qd),
         (Role::AttnKBias, &mut s.k, kvd),
@@ -184,6 +195,9 @@ pub(crate) fn block(
             }
         }
     }
+    if gated_q {
+        apply_query_gate(cfg, &mut s.att, &s.hybrid, n);
+    }
     matmul(
         [(m(Role::AttnOutput), &mut s.xn)],
         &s.att,
@@ -195,8 +209,23 @@ pub(crate) fn block(
         add_bias(&mut s.xn[..n * e], bias);
     }
     residual(cfg, vecs, Role::AttnPostNorm, s, n);
+    feed_forward(cfg, layer_index, w, vecs, experts, s, n, per_token)
+}
 
-    // Feed-forward.
+/// The feed-forward half of a block on the `n` rows of `s.x`, its residual add included.
+#[allow(clippy::too_many_arguments)]
+fn feed_forward(
+    cfg: &ModelConfig,
+    layer_index: usize,
+    w: &LayerView<'_>,
+    vecs: &LayerVectors,
+    experts: Option<&mut ExpertStore>,
+    s: &mut Scratch,
+    n: usize,
+    per_token: bool,
+) -> Result<(), EngineError> {
+    let e = cfg.n_embd;
+    let m = |role| w.matrix(role);
     rms_norm(
         &s.x[..n * e],
         vecs.norm(Role::FfnNorm),

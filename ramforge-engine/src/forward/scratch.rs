@@ -2,6 +2,7 @@
 //! writes, sized by the one formula the plan also books.
 
 use super::attention::Heads;
+use super::delta_net;
 use super::matmul::MATMUL_GROUPS;
 use crate::budget::{ChargedVec, MemoryBudget};
 use crate::error::EngineError;
@@ -38,10 +39,13 @@ pub struct Scratch {
     /// The matrix products' quantized activations: as many bytes as the widest group of
     /// products the block runs needs for a batch (asked of `ramforge-quant`).
     pub act: ChargedVec<u8>,
+    /// A hybrid model's delta-net projections and outputs, or its attention's output gates
+    /// (`forward/delta_net.rs`; empty for other models).
+    pub hybrid: ChargedVec<f32>,
 }
 
 /// Elements of the f32 buffers, in [`Scratch`]'s field order from `x` to `moe_out`.
-fn f32_lens(cfg: &ModelConfig, batch: usize, ctx: usize) -> [usize; 14] {
+fn f32_lens(cfg: &ModelConfig, batch: usize, ctx: usize) -> [usize; 15] {
     let (e, q, kv) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim());
     let moe = cfg.n_expert > 0;
     // The widest FFN any layer runs: routed experts, the shared expert, leading dense layers.
@@ -65,7 +69,8 @@ fn f32_lens(cfg: &ModelConfig, batch: usize, ctx: usize) -> [usize; 14] {
     [
         b * e,
         b * e,
-        b * q,
+        // A gated query projection gives each head's gate beside its query.
+        b * q * if delta_net::gated_query(cfg) { 2 } else { 1 },
         b * kv,
         b * kv,
         b * q,
@@ -77,6 +82,7 @@ fn f32_lens(cfg: &ModelConfig, batch: usize, ctx: usize) -> [usize; 14] {
         if_moe(b * cfg.n_expert),
         if_moe(b * e),
         if_moe(b * e),
+        delta_net::scratch_floats(cfg, b),
     ]
 }
 
@@ -124,7 +130,7 @@ impl Scratch {
     ) -> Result<Scratch, EngineError> {
         let act = activation_bytes(tensors, batch)?;
         let buf = |len: usize| ChargedVec::zeroed(budget, "scratch", len);
-        let [x, xn, q, k, v, att, att_part, gate, up, rope, rope_local, router, moe_in, moe_out] =
+        let [x, xn, q, k, v, att, att_part, gate, up, rope, rope_local, router, moe_in, moe_out, hybrid] =
             f32_lens(cfg, batch, ctx);
         Ok(Scratch {
             batch,
@@ -143,6 +149,7 @@ impl Scratch {
             moe_in: buf(moe_in)?,
             moe_out: buf(moe_out)?,
             act: ChargedVec::zeroed(budget, "scratch", act)?,
+            hybrid: buf(hybrid)?,
         })
     }
 }

@@ -29,7 +29,10 @@ pub struct Args {
     /// leading layers, sigmoid routing with a selection bias, shared experts, MTP layers),
     /// minimax-m2 (whole-projection Q/K norms, partial RoPE, sigmoid routing) and gpt-oss
     /// (biases everywhere, attention sinks, alternating sliding-window layers, clamped SwiGLU
-    /// experts). Every tensor an architecture may carry is written, random.
+    /// experts), and the hybrid qwen35moe (gated delta-net layers, every
+    /// --full-attention-interval-th layer full attention with a gated query; a quarter of the
+    /// head rotated, sectioned RoPE; experts and a gated shared expert). Every tensor an
+    /// architecture may carry is written, random.
     #[arg(long, value_parser = ARCHES)]
     pub arch: String,
     /// Transformer blocks.
@@ -96,6 +99,21 @@ pub struct Args {
     /// sets the embedding and output rows.
     #[arg(long, value_name = "MODEL.gguf")]
     pub vocab_from: PathBuf,
+    /// qwen35moe: every N-th layer is full attention, the others gated delta-net.
+    #[arg(long, default_value_t = 4)]
+    pub full_attention_interval: u32,
+    /// qwen35moe: delta-net value heads (`ssm.time_step_rank`).
+    #[arg(long, default_value_t = 4)]
+    pub ssm_heads: u64,
+    /// qwen35moe: delta-net key heads (`ssm.group_count`, divides --ssm-heads).
+    #[arg(long, default_value_t = 2)]
+    pub ssm_groups: u64,
+    /// qwen35moe: elements of one delta-net head (`ssm.state_size`).
+    #[arg(long, default_value_t = 32)]
+    pub ssm_state: u64,
+    /// qwen35moe: taps of the delta-net convolution (`ssm.conv_kernel`).
+    #[arg(long, default_value_t = 4)]
+    pub ssm_conv: u64,
     /// Random seed.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -113,7 +131,7 @@ pub struct Args {
 }
 
 /// The architectures `synth` writes.
-const ARCHES: [&str; 10] = [
+const ARCHES: [&str; 11] = [
     "llama",
     "qwen2",
     "qwen3",
@@ -124,6 +142,7 @@ const ARCHES: [&str; 10] = [
     "glm4moe",
     "minimax-m2",
     "gpt-oss",
+    "qwen35moe",
 ];
 
 pub fn run(args: Args) -> CmdResult {
@@ -242,8 +261,35 @@ pub fn run(args: Args) -> CmdResult {
                 );
             }
             "minimax-m2" => md.set(key("expert_gating_func"), Value::U32(2)),
+            "qwen35moe" => md.set(
+                key("expert_shared_feed_forward_length"),
+                Value::U32(u32::try_from(shape.shared_ffn)?),
+            ),
             _ => {}
         }
+    }
+    if arch == "qwen35moe" {
+        let u = |v: u64| u32::try_from(v).map(Value::U32);
+        md.set(key("ssm.conv_kernel"), u(args.ssm_conv)?);
+        md.set(key("ssm.state_size"), u(args.ssm_state)?);
+        md.set(key("ssm.group_count"), u(args.ssm_groups)?);
+        md.set(key("ssm.time_step_rank"), u(args.ssm_heads)?);
+        md.set(key("ssm.inner_size"), u(args.ssm_heads * args.ssm_state)?);
+        md.set(
+            key("full_attention_interval"),
+            Value::U32(args.full_attention_interval),
+        );
+        // Sections of the rotated pairs (time, height, width, extra) as Qwen3.5's [11, 11, 10,
+        // 0] split its 32: a text position rotates every pair.
+        let pairs = shape.rope_dim / 2;
+        let sections = [(pairs + 2) / 3, (pairs + 1) / 3, pairs / 3, 0];
+        md.set(
+            key("rope.dimension_sections"),
+            Value::Array(
+                ramforge_gguf::ValueType::I32,
+                sections.iter().map(|&v| Value::I32(v as i32)).collect(),
+            ),
+        );
     }
     if arch == "gemma3" || arch == "gpt-oss" {
         md.set(
@@ -290,16 +336,54 @@ pub fn run(args: Args) -> CmdResult {
     for l in 0..args.layers + args.nextn {
         let b = |n: &str| format!("blk.{l}.{n}");
         add(b("attn_norm.weight"), f32v, dims(e, 1), Fill::Ones)?;
-        add(b("attn_q.weight"), ty, dims(e, q), Fill::fan_in(e))?;
-        add(b("attn_k.weight"), ty, dims(e, kv), Fill::fan_in(e))?;
-        add(b("attn_v.weight"), ty, dims(e, kv), Fill::fan_in(e))?;
+        let delta_net = arch == "qwen35moe" && (l + 1) % args.full_attention_interval.max(1) != 0;
+        if delta_net {
+            let (hd_s, heads_v) = (args.ssm_state, args.ssm_heads);
+            let (key_dim, value_dim) = (args.ssm_groups * hd_s, heads_v * hd_s);
+            let channels = 2 * key_dim + value_dim;
+            add(b("attn_qkv.weight"), ty, dims(e, channels), Fill::fan_in(e))?;
+            add(
+                b("attn_gate.weight"),
+                ty,
+                dims(e, value_dim),
+                Fill::fan_in(e),
+            )?;
+            add(
+                b("ssm_conv1d.weight"),
+                f32v,
+                dims(args.ssm_conv, channels),
+                Fill::fan_in(args.ssm_conv),
+            )?;
+            add(b("ssm_dt.bias"), f32v, dims(heads_v, 1), Fill::Uniform(1.0))?;
+            // -exp(A_log): negative decays.
+            add(b("ssm_a"), f32v, dims(heads_v, 1), Fill::Around(-1.0, 0.5))?;
+            add(b("ssm_beta.weight"), ty, dims(e, heads_v), Fill::fan_in(e))?;
+            add(b("ssm_alpha.weight"), ty, dims(e, heads_v), Fill::fan_in(e))?;
+            add(b("ssm_norm.weight"), f32v, dims(hd_s, 1), near_one)?;
+            add(
+                b("ssm_out.weight"),
+                ty,
+                dims(value_dim, e),
+                Fill::fan_in(value_dim),
+            )?;
+        } else if arch == "qwen35moe" {
+            // The gated query: each head's query, then its output gate.
+            add(b("attn_q.weight"), ty, dims(e, 2 * q), Fill::fan_in(e))?;
+            add(b("attn_k.weight"), ty, dims(e, kv), Fill::fan_in(e))?;
+            add(b("attn_v.weight"), ty, dims(e, kv), Fill::fan_in(e))?;
+        } else {
+            add(b("attn_q.weight"), ty, dims(e, q), Fill::fan_in(e))?;
+            add(b("attn_k.weight"), ty, dims(e, kv), Fill::fan_in(e))?;
+            add(b("attn_v.weight"), ty, dims(e, kv), Fill::fan_in(e))?;
+        }
         if matches!(arch, "qwen2" | "qwen2moe" | "glm4moe" | "gpt-oss") {
             add(b("attn_q.bias"), f32v, dims(q, 1), small)?;
             add(b("attn_k.bias"), f32v, dims(kv, 1), small)?;
             add(b("attn_v.bias"), f32v, dims(kv, 1), small)?;
         }
         match arch {
-            "qwen3" | "qwen3moe" | "gemma3" | "glm4moe" => {
+            _ if delta_net => {}
+            "qwen3" | "qwen3moe" | "gemma3" | "glm4moe" | "qwen35moe" => {
                 add(b("attn_q_norm.weight"), f32v, dims(hd, 1), near_one)?;
                 add(b("attn_k_norm.weight"), f32v, dims(hd, 1), near_one)?;
             }
@@ -309,7 +393,9 @@ pub fn run(args: Args) -> CmdResult {
             }
             _ => {}
         }
-        add(b("attn_output.weight"), ty, dims(q, e), Fill::fan_in(q))?;
+        if !delta_net {
+            add(b("attn_output.weight"), ty, dims(q, e), Fill::fan_in(q))?;
+        }
         if arch == "gpt-oss" {
             add(b("attn_output.bias"), f32v, dims(e, 1), small)?;
         }
@@ -325,7 +411,7 @@ pub fn run(args: Args) -> CmdResult {
             add(b("post_attention_norm.weight"), f32v, dims(e, 1), near_one)?;
             add(b("post_ffw_norm.weight"), f32v, dims(e, 1), near_one)?;
         }
-        let ffn_norm = if matches!(arch, "glm4moe" | "gpt-oss") {
+        let ffn_norm = if matches!(arch, "glm4moe" | "gpt-oss" | "qwen35moe") {
             "post_attention_norm.weight"
         } else {
             "ffn_norm.weight"
@@ -370,12 +456,12 @@ pub fn run(args: Args) -> CmdResult {
                 add(b("ffn_down_exps.bias"), f32v, dims(e, x), small)?;
             }
             let shared = match arch {
-                "qwen2moe" => shape.shared_ffn,
+                "qwen2moe" | "qwen35moe" => shape.shared_ffn,
                 "glm4moe" => f * args.experts_shared,
                 _ => 0,
             };
             if shared > 0 {
-                if arch == "qwen2moe" {
+                if matches!(arch, "qwen2moe" | "qwen35moe") {
                     add(
                         b("ffn_gate_inp_shexp.weight"),
                         f32v,
@@ -509,7 +595,7 @@ impl Shape {
         let arch = a.arch.as_str();
         let moe_only = matches!(
             arch,
-            "qwen3moe" | "qwen2moe" | "olmoe" | "glm4moe" | "minimax-m2" | "gpt-oss"
+            "qwen3moe" | "qwen2moe" | "olmoe" | "glm4moe" | "minimax-m2" | "gpt-oss" | "qwen35moe"
         );
         if a.experts > 0 && !moe_only && arch != "llama" {
             return Err(format!("--experts: {} has no expert layout", a.arch).into());
@@ -521,6 +607,8 @@ impl Shape {
             .rope_dim
             .unwrap_or(if matches!(arch, "glm4moe" | "minimax-m2") {
                 head_dim / 2
+            } else if arch == "qwen35moe" {
+                (head_dim / 4).max(2) & !1
             } else {
                 head_dim
             });
@@ -538,6 +626,17 @@ impl Shape {
         }
         if arch == "glm4moe" && a.dense_lead > a.layers {
             return Err("--dense-lead must not exceed --layers".into());
+        }
+        if arch == "qwen35moe"
+            && (a.full_attention_interval == 0
+                || a.ssm_heads == 0
+                || a.ssm_groups == 0
+                || !a.ssm_heads.is_multiple_of(a.ssm_groups)
+                || a.ssm_state == 0
+                || a.ssm_conv < 2)
+        {
+            return Err("qwen35moe: --full-attention-interval, --ssm-heads, --ssm-groups                         (dividing --ssm-heads), --ssm-state must be positive, --ssm-conv at                         least 2"
+                .into());
         }
         if a.experts > 0 && (a.experts_used == 0 || a.experts_used > a.experts) {
             return Err("--experts-used must lie in 1..=--experts".into());

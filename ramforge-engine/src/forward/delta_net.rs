@@ -1,0 +1,252 @@
+//! The gated delta-net (linear attention) layer of hybrid models (qwen35moe), as llama.cpp's
+//! `build_layer_attn_linear` and `delta-net-base.cpp` compute it, one token after another:
+//!
+//! - `attn_qkv` gives the convolution's input, `attn_gate` the output gate `z`, `ssm_beta`
+//!   and `ssm_alpha` one number per value head each;
+//! - a causal convolution of `d_conv` taps per channel over the previous inputs (the
+//!   sequence's convolution state) and the current one, then SiLU, gives q, k and v;
+//! - q and k are L2-normalized per head (`max(|x|, eps)`), q scaled by `1/sqrt(head_dim)`;
+//! - per value head `h` (key head `h % n_k_heads`): `beta = sigmoid(beta)`, the decay
+//!   `g = softplus(alpha + dt_bias) * ssm_a`, then the delta rule on its state matrix `S`
+//!   (row `j` a value element, column `i` a key element): `S *= exp(g)`,
+//!   `S[j] += k * beta * (v[j] - S[j].k)`, and the output `o[j] = S[j].q`;
+//! - each head's output is RMS-normalized (`ssm_norm`) and multiplied by `silu(z)`, and
+//!   `ssm_out` projects it back to the residual width.
+//!
+//! A full-attention layer of the same models gates its output instead: see
+//! [`split_query_gate`] and [`apply_query_gate`].
+
+use super::matmul::matmul;
+use super::{Rows, Scratch};
+use crate::error::EngineError;
+use crate::model::arch::{Dim, Role, Shape};
+use crate::model::{DeltaNetConfig, ModelConfig};
+use crate::weights::{LayerVectors, LayerView};
+
+/// Whether the architecture's query projection also gives an output gate per head
+/// (`attn_q` twice as wide: each head's query, then its gate).
+pub(crate) fn gated_query(cfg: &ModelConfig) -> bool {
+    cfg.arch.spec(Role::AttnQ).is_some_and(|s| {
+        matches!(
+            s.shape,
+            Shape::Matrix {
+                rows: Dim::QGated,
+                ..
+            }
+        )
+    })
+}
+
+/// f32 elements of the scratch a hybrid model's layers need beyond the common buffers, for
+/// `batch` rows: the delta-net projections and outputs, or the gated attention's gates.
+pub(crate) fn scratch_floats(cfg: &ModelConfig, batch: usize) -> usize {
+    let dn = cfg.delta_net.as_ref().map_or(0, |d| {
+        batch * (d.channels() + 2 * d.value_dim() + 2 * d.n_v_heads)
+    });
+    let gates = if gated_query(cfg) {
+        batch * cfg.q_dim()
+    } else {
+        0
+    };
+    dn.max(gates)
+}
+
+/// Moves the output gates out of the `n` rows of `q` (each `2 * q_dim` wide: per head its
+/// query, then its gate) into `gates` (`q_dim` per row), leaving the queries packed
+/// (`q_dim` per row) at the start of `q`.
+pub(crate) fn split_query_gate(cfg: &ModelConfig, q: &mut [f32], gates: &mut [f32], n: usize) {
+    let (hd, qd) = (cfg.head_dim, cfg.q_dim());
+    for t in 0..n {
+        for h in 0..cfg.n_head {
+            let src = t * 2 * qd + h * 2 * hd;
+            gates[t * qd + h * hd..][..hd].copy_from_slice(&q[src + hd..src + 2 * hd]);
+            // The destination never lies after the source: a forward copy is safe.
+            q.copy_within(src..src + hd, t * qd + h * hd);
+        }
+    }
+}
+
+/// `att *= sigmoid(gate)`, element by element, for the `n` rows.
+pub(crate) fn apply_query_gate(cfg: &ModelConfig, att: &mut [f32], gates: &[f32], n: usize) {
+    let len = n * cfg.q_dim();
+    for (a, &g) in att[..len].iter_mut().zip(&gates[..len]) {
+        *a *= 1.0 / (1.0 + (-g).exp());
+    }
+}
+
+/// Runs delta-net layer `layer` on the `n` normalized rows of `s.xn`, advancing each row's
+/// sequence state, and leaves its output (before the residual add) in `s.xn`.
+pub(crate) fn delta_net_layer(
+    cfg: &ModelConfig,
+    layer: usize,
+    w: &LayerView<'_>,
+    vecs: &LayerVectors,
+    s: &mut Scratch,
+    rows: &mut Rows<'_, '_>,
+    per_token: bool,
+) -> Result<(), EngineError> {
+    let d = cfg
+        .delta_net
+        .as_ref()
+        .expect("a delta-net layer has its config");
+    let n = rows.len();
+    let (c, v, h) = (d.channels(), d.value_dim(), d.n_v_heads);
+    let (qkv, rest) = s.hybrid.split_at_mut(n * c);
+    let (z, rest) = rest.split_at_mut(n * v);
+    let (beta, rest) = rest.split_at_mut(n * h);
+    let (alpha, rest) = rest.split_at_mut(n * h);
+    let out = &mut rest[..n * v];
+    matmul(
+        [
+            (w.matrix(Role::AttnQkv), &mut *qkv),
+            (w.matrix(Role::AttnGate), &mut *z),
+            (w.matrix(Role::SsmBeta), &mut *beta),
+            (w.matrix(Role::SsmAlpha), &mut *alpha),
+        ],
+        &s.xn,
+        n,
+        &mut s.act,
+        per_token,
+    )?;
+    let p = Params {
+        d,
+        conv: vecs.norm(Role::SsmConv1d),
+        dt_bias: vecs.norm(Role::SsmDtBias),
+        a: vecs.norm(Role::SsmA),
+        norm: vecs.norm(Role::SsmNorm),
+        eps: cfg.rms_eps,
+    };
+    let row = |t: usize, qkv: &mut [f32], out: &mut [f32], state: (&mut [f32], &mut [f32])| {
+        p.step(
+            state,
+            &mut qkv[t * c..(t + 1) * c],
+            &z[t * v..(t + 1) * v],
+            &beta[t * h..(t + 1) * h],
+            &alpha[t * h..(t + 1) * h],
+            &mut out[t * v..(t + 1) * v],
+        )
+    };
+    match rows {
+        Rows::Run(kv, _) => {
+            for t in 0..n {
+                row(t, qkv, out, kv.recurrent_layer(layer));
+            }
+        }
+        Rows::Batch { kvs, .. } => {
+            for (t, kv) in kvs.iter_mut().enumerate() {
+                row(t, qkv, out, kv.recurrent_layer(layer));
+            }
+        }
+    }
+    matmul(
+        [(w.matrix(Role::SsmOut), &mut s.xn)],
+        out,
+        n,
+        &mut s.act,
+        per_token,
+    )
+}
+
+/// One layer's fixed inputs to the recurrent step.
+struct Params<'a> {
+    d: &'a DeltaNetConfig,
+    /// `d_conv` taps per channel, channel by channel.
+    conv: &'a [f32],
+    dt_bias: &'a [f32],
+    a: &'a [f32],
+    norm: &'a [f32],
+    eps: f32,
+}
+
+impl Params<'_> {
+    /// One token: `qkv` (its projection, overwritten), `z`, `beta`, `alpha` in, the gated,
+    /// normalized output in `out`; the convolution inputs and state matrices advance.
+    fn step(
+        &self,
+        (conv_state, state): (&mut [f32], &mut [f32]),
+        qkv: &mut [f32],
+        z: &[f32],
+        beta: &[f32],
+        alpha: &[f32],
+        out: &mut [f32],
+    ) {
+        let d = self.d;
+        let (c, k_taps, hd) = (d.channels(), d.d_conv, d.head_dim);
+        let kd = d.key_dim();
+        // Causal convolution over the kept inputs and this one, then SiLU; the kept inputs
+        // shift by one row.
+        for ch in 0..c {
+            let taps = &self.conv[ch * k_taps..(ch + 1) * k_taps];
+            let x = qkv[ch];
+            let mut sum = 0.0f32;
+            for (j, &tap) in taps[..k_taps - 1].iter().enumerate() {
+                sum += conv_state[j * c + ch] * tap;
+            }
+            sum += x * taps[k_taps - 1];
+            for j in 0..k_taps.saturating_sub(2) {
+                conv_state[j * c + ch] = conv_state[(j + 1) * c + ch];
+            }
+            if k_taps >= 2 {
+                conv_state[(k_taps - 2) * c + ch] = x;
+            }
+            qkv[ch] = sum / (1.0 + (-sum).exp());
+        }
+        let (qk, vals) = qkv.split_at_mut(2 * kd);
+        let (q, k) = qk.split_at_mut(kd);
+        let q_scale = 1.0 / (hd as f32).sqrt();
+        for head in q.chunks_exact_mut(hd) {
+            l2_normalize(head, self.eps, q_scale);
+        }
+        for head in k.chunks_exact_mut(hd) {
+            l2_normalize(head, self.eps, 1.0);
+        }
+        for h in 0..d.n_v_heads {
+            let kh = h % d.n_k_heads;
+            let (qh, kh) = (&q[kh * hd..(kh + 1) * hd], &k[kh * hd..(kh + 1) * hd]);
+            let vh = &vals[h * hd..(h + 1) * hd];
+            let b = 1.0 / (1.0 + (-beta[h]).exp());
+            let decay = (softplus(alpha[h] + self.dt_bias[h]) * self.a[h]).exp();
+            let s = &mut state[h * hd * hd..(h + 1) * hd * hd];
+            let o = &mut out[h * hd..(h + 1) * hd];
+            for (j, row) in s.chunks_exact_mut(hd).enumerate() {
+                let mut sk = 0.0f32;
+                for (x, &ki) in row.iter_mut().zip(kh) {
+                    *x *= decay;
+                    sk += *x * ki;
+                }
+                let delta = (vh[j] - sk) * b;
+                let mut oj = 0.0f32;
+                for ((x, &ki), &qi) in row.iter_mut().zip(kh).zip(qh) {
+                    *x += ki * delta;
+                    oj += *x * qi;
+                }
+                o[j] = oj;
+            }
+            // The gated norm: RMSNorm of the head, times silu(z).
+            let ss: f64 = o.iter().map(|&x| (x as f64) * (x as f64)).sum();
+            let scale = 1.0 / ((ss / hd as f64) as f32 + self.eps).sqrt();
+            let zh = &z[h * hd..(h + 1) * hd];
+            for ((x, &wn), &g) in o.iter_mut().zip(self.norm).zip(zh) {
+                *x = *x * scale * wn * (g / (1.0 + (-g).exp()));
+            }
+        }
+    }
+}
+
+/// `x * scale / max(|x|, eps)` (ggml's `l2_norm`, then the query scale).
+fn l2_normalize(x: &mut [f32], eps: f32, scale: f32) {
+    let ss: f64 = x.iter().map(|&v| (v as f64) * (v as f64)).sum();
+    let inv = 1.0 / (ss.sqrt() as f32).max(eps);
+    for v in x {
+        *v = *v * inv * scale;
+    }
+}
+
+/// ggml's softplus: `log(1 + exp(x))`, `x` itself above 20.
+fn softplus(x: f32) -> f32 {
+    if x > 20.0 {
+        x
+    } else {
+        (1.0 + x.exp()).ln()
+    }
+}
