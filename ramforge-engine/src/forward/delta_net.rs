@@ -2,11 +2,11 @@
 //! `build_layer_attn_linear` and `delta-net-base.cpp` compute it, one token after another:
 //!
 //! - `attn_qkv` gives the convolution's input, `attn_gate` the output gate `z`, `ssm_beta`
-//!   and `ssm_alpha` one number per value head each;
+//!   and `ssm_alpha` (qwen3next: both in `ssm_ba`) one number per value head each;
 //! - a causal convolution of `d_conv` taps per channel over the previous inputs (the
 //!   sequence's convolution state) and the current one, then SiLU, gives q, k and v;
 //! - q and k are L2-normalized per head (`max(|x|, eps)`), q scaled by `1/sqrt(head_dim)`;
-//! - per value head `h` (key head `h % n_k_heads`): `beta = sigmoid(beta)`, the decay
+//! - per value head `h` (its key head as [`DeltaNetConfig::key_head`] says): `beta = sigmoid(beta)`, the decay
 //!   `g = softplus(alpha + dt_bias) * ssm_a`, then the delta rule on its state matrix `S`
 //!   (row `j` a value element, column `i` a key element): `S *= exp(g)`,
 //!   `S[j] += k * beta * (v[j] - S[j].k)`, and the output `o[j] = S[j].q`;
@@ -41,7 +41,13 @@ pub(crate) fn gated_query(cfg: &ModelConfig) -> bool {
 /// `batch` rows: the delta-net projections and outputs, or the gated attention's gates.
 pub(crate) fn scratch_floats(cfg: &ModelConfig, batch: usize) -> usize {
     let dn = cfg.delta_net.as_ref().map_or(0, |d| {
-        batch * (d.channels() + 2 * d.value_dim() + 2 * d.n_v_heads)
+        // qwen3next's `ssm_in` form: its grouped output beside the rest, then sorted.
+        let grouped = if d.joint_beta_alpha {
+            batch * (d.channels() + d.value_dim())
+        } else {
+            0
+        };
+        batch * (d.channels() + 2 * d.value_dim() + 2 * d.n_v_heads) + grouped
     });
     let gates = if gated_query(cfg) {
         batch * cfg.q_dim()
@@ -95,19 +101,58 @@ pub(crate) fn delta_net_layer(
     let (z, rest) = rest.split_at_mut(n * v);
     let (beta, rest) = rest.split_at_mut(n * h);
     let (alpha, rest) = rest.split_at_mut(n * h);
-    let out = &mut rest[..n * v];
-    matmul(
-        [
-            (w.matrix(Role::AttnQkv), &mut *qkv),
-            (w.matrix(Role::AttnGate), &mut *z),
-            (w.matrix(Role::SsmBeta), &mut *beta),
-            (w.matrix(Role::SsmAlpha), &mut *alpha),
-        ],
-        &s.xn,
-        n,
-        &mut s.act,
-        per_token,
-    )?;
+    let (out, grouped) = rest.split_at_mut(n * v);
+    if d.joint_beta_alpha {
+        // qwen3next: per key head, its value heads' betas then their alphas.
+        let ba = &mut out[..n * 2 * h];
+        if let Some(ssm_in) = w.get(Role::SsmIn) {
+            let grouped = &mut grouped[..n * (c + v)];
+            matmul(
+                [
+                    (ssm_in, &mut *grouped),
+                    (w.matrix(Role::SsmBetaAlpha), &mut *ba),
+                ],
+                &s.xn,
+                n,
+                &mut s.act,
+                per_token,
+            )?;
+            ungroup_qkvz(d, grouped, qkv, z, n);
+        } else {
+            matmul(
+                [
+                    (w.matrix(Role::AttnQkv), &mut *qkv),
+                    (w.matrix(Role::AttnGate), &mut *z),
+                    (w.matrix(Role::SsmBetaAlpha), &mut *ba),
+                ],
+                &s.xn,
+                n,
+                &mut s.act,
+                per_token,
+            )?;
+        }
+        let run = h / d.n_k_heads;
+        for t in 0..n {
+            let row = &ba[t * 2 * h..(t + 1) * 2 * h];
+            for (g, pair) in row.chunks_exact(2 * run).enumerate() {
+                beta[t * h + g * run..][..run].copy_from_slice(&pair[..run]);
+                alpha[t * h + g * run..][..run].copy_from_slice(&pair[run..]);
+            }
+        }
+    } else {
+        matmul(
+            [
+                (w.matrix(Role::AttnQkv), &mut *qkv),
+                (w.matrix(Role::AttnGate), &mut *z),
+                (w.matrix(Role::SsmBeta), &mut *beta),
+                (w.matrix(Role::SsmAlpha), &mut *alpha),
+            ],
+            &s.xn,
+            n,
+            &mut s.act,
+            per_token,
+        )?;
+    }
     let p = Params {
         d,
         conv: vecs.norm(Role::SsmConv1d),
@@ -145,6 +190,26 @@ pub(crate) fn delta_net_layer(
         &mut s.act,
         per_token,
     )
+}
+
+/// Sorts `ssm_in`'s output (per key head: its query, its key, then the values and `z` of
+/// its run of value heads) into the convolution's input (all queries, all keys, all values)
+/// and `z`, for the `n` rows.
+fn ungroup_qkvz(d: &DeltaNetConfig, grouped: &[f32], qkv: &mut [f32], z: &mut [f32], n: usize) {
+    let (c, v, hd, kd) = (d.channels(), d.value_dim(), d.head_dim, d.key_dim());
+    let run = d.n_v_heads / d.n_k_heads * hd;
+    let per_group = 2 * hd + 2 * run;
+    for t in 0..n {
+        let src = &grouped[t * (c + v)..(t + 1) * (c + v)];
+        let (qkv, z) = (&mut qkv[t * c..(t + 1) * c], &mut z[t * v..(t + 1) * v]);
+        for (g, part) in src.chunks_exact(per_group).enumerate() {
+            qkv[g * hd..(g + 1) * hd].copy_from_slice(&part[..hd]);
+            qkv[kd + g * hd..kd + (g + 1) * hd].copy_from_slice(&part[hd..2 * hd]);
+            qkv[2 * kd + g * run..2 * kd + (g + 1) * run]
+                .copy_from_slice(&part[2 * hd..2 * hd + run]);
+            z[g * run..(g + 1) * run].copy_from_slice(&part[2 * hd + run..]);
+        }
+    }
 }
 
 /// One layer's fixed inputs to the recurrent step.
@@ -201,7 +266,7 @@ impl Params<'_> {
             l2_normalize(head, self.eps, 1.0);
         }
         for h in 0..d.n_v_heads {
-            let kh = h % d.n_k_heads;
+            let kh = d.key_head(h);
             let (qh, kh) = (&q[kh * hd..(kh + 1) * hd], &k[kh * hd..(kh + 1) * hd]);
             let vh = &vals[h * hd..(h + 1) * hd];
             let b = 1.0 / (1.0 + (-beta[h]).exp());

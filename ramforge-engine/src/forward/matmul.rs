@@ -7,7 +7,7 @@ use crate::weights::MatrixView;
 
 /// The groups of matrices the block multiplies together, each group sharing one input (so
 /// it is quantized once): the scratch for quantized activations is sized from these.
-pub(crate) const MATMUL_GROUPS: [&[Role]; 11] = [
+pub(crate) const MATMUL_GROUPS: [&[Role]; 13] = [
     &[Role::AttnQ, Role::AttnK, Role::AttnV],
     &[Role::AttnOutput],
     &[Role::FfnGate, Role::FfnUp],
@@ -18,6 +18,8 @@ pub(crate) const MATMUL_GROUPS: [&[Role]; 11] = [
     &[Role::FfnGateShexp, Role::FfnUpShexp],
     &[Role::FfnDownShexp],
     &[Role::AttnQkv, Role::AttnGate, Role::SsmBeta, Role::SsmAlpha],
+    &[Role::AttnQkv, Role::AttnGate, Role::SsmBetaAlpha],
+    &[Role::SsmIn, Role::SsmBetaAlpha],
     &[Role::SsmOut],
 ];
 

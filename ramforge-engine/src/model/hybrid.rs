@@ -20,8 +20,11 @@ pub struct DeltaNetConfig {
     pub head_dim: usize,
     /// Key (and query) heads (`ssm.group_count`).
     pub n_k_heads: usize,
-    /// Value heads (`ssm.time_step_rank`); value head `h` uses key head `h % n_k_heads`.
+    /// Value heads (`ssm.time_step_rank`); see [`DeltaNetConfig::key_head`].
     pub n_v_heads: usize,
+    /// qwen3next's layout: `beta` and `alpha` from one projection, and value heads sharing
+    /// their key head in runs (qwen35moe: in turn).
+    pub joint_beta_alpha: bool,
     /// Whether each block is a delta-net layer (else full attention).
     pub recurrent: Vec<bool>,
 }
@@ -46,6 +49,16 @@ impl DeltaNetConfig {
     /// and one `head_dim x head_dim` matrix per value head.
     pub fn state_floats(&self) -> usize {
         (self.d_conv - 1) * self.channels() + self.n_v_heads * self.head_dim * self.head_dim
+    }
+
+    /// The key (and query) head value head `h` uses: in turn (qwen35moe, as ggml broadcasts),
+    /// or in runs of `n_v_heads / n_k_heads` (qwen3next, as llama.cpp repeats them).
+    pub fn key_head(&self, h: usize) -> usize {
+        if self.joint_beta_alpha {
+            h / (self.n_v_heads / self.n_k_heads)
+        } else {
+            h % self.n_k_heads
+        }
     }
 
     /// Whether block `layer` is a delta-net layer.
@@ -98,12 +111,17 @@ impl DeltaNetConfig {
             )));
         }
         let recurrent = recurrent_layers(meta, &key, n_layer, n_layer_all)?;
-        check_sections(meta, &key, rope_dim)?;
+        let joint_beta_alpha = arch.spec(Role::SsmBetaAlpha).is_some();
+        if !joint_beta_alpha {
+            // qwen35moe's sectioned RoPE (qwen3next's is plain).
+            check_sections(meta, &key, rope_dim)?;
+        }
         Ok(Some(DeltaNetConfig {
             d_conv,
             head_dim,
             n_k_heads,
             n_v_heads,
+            joint_beta_alpha,
             recurrent,
         }))
     }

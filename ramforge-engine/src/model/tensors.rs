@@ -212,6 +212,7 @@ fn size(cfg: &ModelConfig, dim: Dim) -> u64 {
         Dim::SsmHeads2 => dn.map_or(0, |d| 2 * d.n_v_heads),
         Dim::SsmHeadDim => dn.map_or(0, |d| d.head_dim),
         Dim::SsmKernel => dn.map_or(0, |d| d.d_conv),
+        Dim::SsmQkvz => dn.map_or(0, |d| d.channels() + d.value_dim()),
     }) as u64
 }
 
@@ -225,7 +226,7 @@ fn bind_layer(file: &GgufFile, cfg: &ModelConfig, i: usize) -> Result<LayerTenso
     for spec in cfg.arch.layer {
         let wanted = match spec.presence {
             Presence::Attention => !recurrent,
-            Presence::Recurrent => recurrent,
+            Presence::Recurrent | Presence::RecurrentForm(_) => recurrent,
             Presence::Dense => !moe,
             Presence::Moe | Presence::MoeGroup(_) => moe,
             Presence::Shared => moe && cfg.n_ff_shexp > 0,
@@ -233,7 +234,11 @@ fn bind_layer(file: &GgufFile, cfg: &ModelConfig, i: usize) -> Result<LayerTenso
         };
         let found = file.header().tensor(&name(spec));
         if !wanted {
-            if found.is_some() && matches!(spec.presence, Presence::Attention | Presence::Recurrent)
+            if found.is_some()
+                && matches!(
+                    spec.presence,
+                    Presence::Attention | Presence::Recurrent | Presence::RecurrentForm(_)
+                )
             {
                 return Err(EngineError::BadModel(format!(
                     "tensor {:?} is not used by layer {i}, a {} layer of this {} model",
@@ -262,7 +267,10 @@ fn bind_layer(file: &GgufFile, cfg: &ModelConfig, i: usize) -> Result<LayerTenso
             continue;
         }
         let Some(t) = found else {
-            if !matches!(spec.presence, Presence::Group(_) | Presence::MoeGroup(_)) {
+            if !matches!(
+                spec.presence,
+                Presence::Group(_) | Presence::MoeGroup(_) | Presence::RecurrentForm(_)
+            ) {
                 return Err(EngineError::BadModel(format!(
                     "missing tensor {:?}",
                     name(spec)
@@ -282,7 +290,9 @@ fn bind_layer(file: &GgufFile, cfg: &ModelConfig, i: usize) -> Result<LayerTenso
         by_role[spec.role as usize] = Some(t);
     }
     for spec in cfg.arch.layer {
-        let (Presence::Group(group) | Presence::MoeGroup(group)) = spec.presence else {
+        let (Presence::Group(group) | Presence::MoeGroup(group) | Presence::RecurrentForm(group)) =
+            spec.presence
+        else {
             continue;
         };
         let members = || {
@@ -300,6 +310,35 @@ fn bind_layer(file: &GgufFile, cfg: &ModelConfig, i: usize) -> Result<LayerTenso
             return Err(EngineError::BadModel(format!(
                 "layer {i} has some {group} but not {}; they come all or none",
                 missing.join(", ")
+            )));
+        }
+    }
+    let mut forms: Vec<&str> = cfg
+        .arch
+        .layer
+        .iter()
+        .filter_map(|s| match s.presence {
+            Presence::RecurrentForm(form) => Some(form),
+            _ => None,
+        })
+        .collect();
+    forms.dedup();
+    if recurrent && !forms.is_empty() {
+        let present: Vec<&str> = cfg
+            .arch
+            .layer
+            .iter()
+            .filter(|s| by_role[s.role as usize].is_some())
+            .filter_map(|s| match s.presence {
+                Presence::RecurrentForm(form) => Some(form),
+                _ => None,
+            })
+            .collect();
+        let first = present.first().copied();
+        if first.is_none() || present.iter().any(|&f| Some(f) != first) {
+            return Err(EngineError::BadModel(format!(
+                "delta-net layer {i} must have exactly one form of its input projections: {}",
+                forms.join(" or ")
             )));
         }
     }

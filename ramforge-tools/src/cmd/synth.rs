@@ -31,7 +31,8 @@ pub struct Args {
     /// (biases everywhere, attention sinks, alternating sliding-window layers, clamped SwiGLU
     /// experts), and the hybrid qwen35moe (gated delta-net layers, every
     /// --full-attention-interval-th layer full attention with a gated query; a quarter of the
-    /// head rotated, sectioned RoPE; experts and a gated shared expert). Every tensor an
+    /// head rotated, sectioned RoPE; experts and a gated shared expert) and qwen3next (the
+    /// same with a joint beta/alpha projection and plain RoPE). Every tensor an
     /// architecture may carry is written, random.
     #[arg(long, value_parser = ARCHES)]
     pub arch: String,
@@ -114,6 +115,10 @@ pub struct Args {
     /// qwen35moe: taps of the delta-net convolution (`ssm.conv_kernel`).
     #[arg(long, default_value_t = 4)]
     pub ssm_conv: u64,
+    /// qwen3next: write the delta-net input projections as one `ssm_in` (grouped by key
+    /// head, as the first converters did) instead of `attn_qkv` and `attn_gate`.
+    #[arg(long)]
+    pub ssm_in: bool,
     /// Random seed.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -131,7 +136,7 @@ pub struct Args {
 }
 
 /// The architectures `synth` writes.
-const ARCHES: [&str; 11] = [
+const ARCHES: [&str; 12] = [
     "llama",
     "qwen2",
     "qwen3",
@@ -143,6 +148,7 @@ const ARCHES: [&str; 11] = [
     "minimax-m2",
     "gpt-oss",
     "qwen35moe",
+    "qwen3next",
 ];
 
 pub fn run(args: Args) -> CmdResult {
@@ -261,14 +267,15 @@ pub fn run(args: Args) -> CmdResult {
                 );
             }
             "minimax-m2" => md.set(key("expert_gating_func"), Value::U32(2)),
-            "qwen35moe" => md.set(
+            "qwen35moe" | "qwen3next" => md.set(
                 key("expert_shared_feed_forward_length"),
                 Value::U32(u32::try_from(shape.shared_ffn)?),
             ),
             _ => {}
         }
     }
-    if arch == "qwen35moe" {
+    let hybrid = matches!(arch, "qwen35moe" | "qwen3next");
+    if hybrid {
         let u = |v: u64| u32::try_from(v).map(Value::U32);
         md.set(key("ssm.conv_kernel"), u(args.ssm_conv)?);
         md.set(key("ssm.state_size"), u(args.ssm_state)?);
@@ -283,13 +290,15 @@ pub fn run(args: Args) -> CmdResult {
         // 0] split its 32: a text position rotates every pair.
         let pairs = shape.rope_dim / 2;
         let sections = [(pairs + 2) / 3, (pairs + 1) / 3, pairs / 3, 0];
-        md.set(
-            key("rope.dimension_sections"),
-            Value::Array(
-                ramforge_gguf::ValueType::I32,
-                sections.iter().map(|&v| Value::I32(v as i32)).collect(),
-            ),
-        );
+        if arch == "qwen35moe" {
+            md.set(
+                key("rope.dimension_sections"),
+                Value::Array(
+                    ramforge_gguf::ValueType::I32,
+                    sections.iter().map(|&v| Value::I32(v as i32)).collect(),
+                ),
+            );
+        }
     }
     if arch == "gemma3" || arch == "gpt-oss" {
         md.set(
@@ -336,18 +345,23 @@ pub fn run(args: Args) -> CmdResult {
     for l in 0..args.layers + args.nextn {
         let b = |n: &str| format!("blk.{l}.{n}");
         add(b("attn_norm.weight"), f32v, dims(e, 1), Fill::Ones)?;
-        let delta_net = arch == "qwen35moe" && (l + 1) % args.full_attention_interval.max(1) != 0;
+        let delta_net = hybrid && (l + 1) % args.full_attention_interval.max(1) != 0;
         if delta_net {
             let (hd_s, heads_v) = (args.ssm_state, args.ssm_heads);
             let (key_dim, value_dim) = (args.ssm_groups * hd_s, heads_v * hd_s);
             let channels = 2 * key_dim + value_dim;
-            add(b("attn_qkv.weight"), ty, dims(e, channels), Fill::fan_in(e))?;
-            add(
-                b("attn_gate.weight"),
-                ty,
-                dims(e, value_dim),
-                Fill::fan_in(e),
-            )?;
+            if args.ssm_in && arch == "qwen3next" {
+                let rows = channels + value_dim;
+                add(b("ssm_in.weight"), ty, dims(e, rows), Fill::fan_in(e))?;
+            } else {
+                add(b("attn_qkv.weight"), ty, dims(e, channels), Fill::fan_in(e))?;
+                add(
+                    b("attn_gate.weight"),
+                    ty,
+                    dims(e, value_dim),
+                    Fill::fan_in(e),
+                )?;
+            }
             add(
                 b("ssm_conv1d.weight"),
                 f32v,
@@ -357,8 +371,17 @@ pub fn run(args: Args) -> CmdResult {
             add(b("ssm_dt.bias"), f32v, dims(heads_v, 1), Fill::Uniform(1.0))?;
             // -exp(A_log): negative decays.
             add(b("ssm_a"), f32v, dims(heads_v, 1), Fill::Around(-1.0, 0.5))?;
-            add(b("ssm_beta.weight"), ty, dims(e, heads_v), Fill::fan_in(e))?;
-            add(b("ssm_alpha.weight"), ty, dims(e, heads_v), Fill::fan_in(e))?;
+            if arch == "qwen3next" {
+                add(
+                    b("ssm_ba.weight"),
+                    ty,
+                    dims(e, 2 * heads_v),
+                    Fill::fan_in(e),
+                )?;
+            } else {
+                add(b("ssm_beta.weight"), ty, dims(e, heads_v), Fill::fan_in(e))?;
+                add(b("ssm_alpha.weight"), ty, dims(e, heads_v), Fill::fan_in(e))?;
+            }
             add(b("ssm_norm.weight"), f32v, dims(hd_s, 1), near_one)?;
             add(
                 b("ssm_out.weight"),
@@ -366,7 +389,7 @@ pub fn run(args: Args) -> CmdResult {
                 dims(value_dim, e),
                 Fill::fan_in(value_dim),
             )?;
-        } else if arch == "qwen35moe" {
+        } else if hybrid {
             // The gated query: each head's query, then its output gate.
             add(b("attn_q.weight"), ty, dims(e, 2 * q), Fill::fan_in(e))?;
             add(b("attn_k.weight"), ty, dims(e, kv), Fill::fan_in(e))?;
@@ -383,7 +406,7 @@ pub fn run(args: Args) -> CmdResult {
         }
         match arch {
             _ if delta_net => {}
-            "qwen3" | "qwen3moe" | "gemma3" | "glm4moe" | "qwen35moe" => {
+            "qwen3" | "qwen3moe" | "gemma3" | "glm4moe" | "qwen35moe" | "qwen3next" => {
                 add(b("attn_q_norm.weight"), f32v, dims(hd, 1), near_one)?;
                 add(b("attn_k_norm.weight"), f32v, dims(hd, 1), near_one)?;
             }
@@ -411,7 +434,7 @@ pub fn run(args: Args) -> CmdResult {
             add(b("post_attention_norm.weight"), f32v, dims(e, 1), near_one)?;
             add(b("post_ffw_norm.weight"), f32v, dims(e, 1), near_one)?;
         }
-        let ffn_norm = if matches!(arch, "glm4moe" | "gpt-oss" | "qwen35moe") {
+        let ffn_norm = if matches!(arch, "glm4moe" | "gpt-oss" | "qwen35moe" | "qwen3next") {
             "post_attention_norm.weight"
         } else {
             "ffn_norm.weight"
@@ -456,12 +479,12 @@ pub fn run(args: Args) -> CmdResult {
                 add(b("ffn_down_exps.bias"), f32v, dims(e, x), small)?;
             }
             let shared = match arch {
-                "qwen2moe" | "qwen35moe" => shape.shared_ffn,
+                "qwen2moe" | "qwen35moe" | "qwen3next" => shape.shared_ffn,
                 "glm4moe" => f * args.experts_shared,
                 _ => 0,
             };
             if shared > 0 {
-                if matches!(arch, "qwen2moe" | "qwen35moe") {
+                if matches!(arch, "qwen2moe" | "qwen35moe" | "qwen3next") {
                     add(
                         b("ffn_gate_inp_shexp.weight"),
                         f32v,
@@ -595,7 +618,14 @@ impl Shape {
         let arch = a.arch.as_str();
         let moe_only = matches!(
             arch,
-            "qwen3moe" | "qwen2moe" | "olmoe" | "glm4moe" | "minimax-m2" | "gpt-oss" | "qwen35moe"
+            "qwen3moe"
+                | "qwen2moe"
+                | "olmoe"
+                | "glm4moe"
+                | "minimax-m2"
+                | "gpt-oss"
+                | "qwen35moe"
+                | "qwen3next"
         );
         if a.experts > 0 && !moe_only && arch != "llama" {
             return Err(format!("--experts: {} has no expert layout", a.arch).into());
@@ -607,7 +637,7 @@ impl Shape {
             .rope_dim
             .unwrap_or(if matches!(arch, "glm4moe" | "minimax-m2") {
                 head_dim / 2
-            } else if arch == "qwen35moe" {
+            } else if matches!(arch, "qwen35moe" | "qwen3next") {
                 (head_dim / 4).max(2) & !1
             } else {
                 head_dim
@@ -627,7 +657,7 @@ impl Shape {
         if arch == "glm4moe" && a.dense_lead > a.layers {
             return Err("--dense-lead must not exceed --layers".into());
         }
-        if arch == "qwen35moe"
+        if matches!(arch, "qwen35moe" | "qwen3next")
             && (a.full_attention_interval == 0
                 || a.ssm_heads == 0
                 || a.ssm_groups == 0
@@ -635,8 +665,11 @@ impl Shape {
                 || a.ssm_state == 0
                 || a.ssm_conv < 2)
         {
-            return Err("qwen35moe: --full-attention-interval, --ssm-heads, --ssm-groups                         (dividing --ssm-heads), --ssm-state must be positive, --ssm-conv at                         least 2"
-                .into());
+            return Err(concat!(
+                "qwen35moe, qwen3next: --full-attention-interval, --ssm-heads, --ssm-groups ",
+                "(dividing --ssm-heads) and --ssm-state must be positive, --ssm-conv at least 2"
+            )
+            .into());
         }
         if a.experts > 0 && (a.experts_used == 0 || a.experts_used > a.experts) {
             return Err("--experts-used must lie in 1..=--experts".into());

@@ -16,6 +16,7 @@ mod qwen2moe;
 mod qwen3;
 mod qwen35moe;
 mod qwen3moe;
+mod qwen3next;
 mod spec;
 
 pub use spec::{
@@ -36,6 +37,7 @@ pub const ALL: &[&Architecture] = &[
     &minimax_m2::MINIMAX_M2,
     &gpt_oss::GPT_OSS,
     &qwen35moe::QWEN35MOE,
+    &qwen3next::QWEN3NEXT,
 ];
 
 impl Architecture {
@@ -87,7 +89,7 @@ mod tests {
         }
         assert_eq!(
             Architecture::supported_names(),
-            "llama, qwen2, qwen3, qwen3moe, gemma3, qwen2moe, olmoe, glm4moe, minimax-m2, gpt-oss, qwen35moe"
+            "llama, qwen2, qwen3, qwen3moe, gemma3, qwen2moe, olmoe, glm4moe, minimax-m2, gpt-oss, qwen35moe, qwen3next"
         );
     }
 }

@@ -258,11 +258,14 @@ pub enum Role {
     SsmNorm,
     /// The delta-net output projection.
     SsmOut,
+    /// qwen3next's older joint projection of queries, keys, values and `z`, grouped by key
+    /// head (instead of `attn_qkv` and `attn_gate`).
+    SsmIn,
 }
 
 impl Role {
     /// How many roles there are (the size of a per-layer table indexed by role).
-    pub const COUNT: usize = Role::SsmOut as usize + 1;
+    pub const COUNT: usize = Role::SsmIn as usize + 1;
 
     /// An MoE layer's expert stacks, in the order an expert's slices are used: gate, up, down.
     pub const EXPERT_STACKS: [Role; 3] = [Role::FfnGateExps, Role::FfnUpExps, Role::FfnDownExps];
@@ -312,6 +315,7 @@ impl Role {
             SsmBetaAlpha,
             SsmNorm,
             SsmOut,
+            SsmIn,
         ]
     };
 
@@ -405,6 +409,8 @@ pub enum Dim {
     SsmHeadDim,
     /// Taps of the delta-net convolution (`ssm.conv_kernel`).
     SsmKernel,
+    /// Queries, keys, values and `z` of every head (`2 * key + 2 * value`).
+    SsmQkvz,
 }
 
 /// Whether a file must carry a tensor.
@@ -427,6 +433,10 @@ pub enum Presence {
     Attention,
     /// Required in a gated delta-net layer of a hybrid model, absent elsewhere.
     Recurrent,
+    /// In a gated delta-net layer, one of two alternative forms of its input projections
+    /// (`attn_qkv` with `attn_gate`, or `ssm_in`): all of the form or none, and exactly one
+    /// form; absent elsewhere.
+    RecurrentForm(&'static str),
 }
 
 /// The shorthand the description files use.
@@ -650,6 +660,14 @@ pub(crate) const fn layer_tensor(role: Role) -> TensorSpec {
             },
         ),
         SsmNorm => recurrent(SsmNorm, "ssm_norm.weight", Shape::Vector(SsmHeadDim)),
+        SsmIn => recurrent(
+            SsmIn,
+            "ssm_in.weight",
+            Shape::Matrix {
+                cols: Embd,
+                rows: SsmQkvz,
+            },
+        ),
         SsmOut => recurrent(
             SsmOut,
             "ssm_out.weight",
