@@ -63,7 +63,7 @@ impl Engine {
     /// One decoding step of several sequences: appends `tokens[i]` to `seqs[i]` and returns
     /// the logits that follow, row `i` (of [`Engine::n_vocab`]) for `seqs[i]`. Every layer
     /// is obtained once for the step. The sequences' keys and values are charged (reserved)
-    /// before the pass; on error no sequence grows.
+    /// before the pass; on error no sequence grows (one with recurrent state is emptied).
     pub fn decode_batch(
         &mut self,
         seqs: &mut [&mut Sequence],
@@ -103,6 +103,13 @@ impl Engine {
             self.batch_threads.record(secs);
         }
         self.weights.record_eval(secs, added);
+        if result.is_err() {
+            // A recurrent state (hybrid models) may have advanced in some layers: such a
+            // sequence cannot stay as it was, so it starts over.
+            for seq in seqs.iter_mut().filter(|q| q.kv.is_recurrent()) {
+                seq.clear();
+            }
+        }
         result?;
         for (seq, &t) in seqs.iter_mut().zip(tokens) {
             seq.history.push(t);

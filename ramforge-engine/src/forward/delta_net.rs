@@ -17,45 +17,12 @@
 //! [`split_query_gate`] and [`apply_query_gate`].
 
 use super::matmul::matmul;
-use super::{Rows, Scratch};
+use super::scratch::Scratch;
 use crate::error::EngineError;
-use crate::model::arch::{Dim, Role, Shape};
+use crate::kv::KvCache;
+use crate::model::arch::Role;
 use crate::model::{DeltaNetConfig, ModelConfig};
 use crate::weights::{LayerVectors, LayerView};
-
-/// Whether the architecture's query projection also gives an output gate per head
-/// (`attn_q` twice as wide: each head's query, then its gate).
-pub(crate) fn gated_query(cfg: &ModelConfig) -> bool {
-    cfg.arch.spec(Role::AttnQ).is_some_and(|s| {
-        matches!(
-            s.shape,
-            Shape::Matrix {
-                rows: Dim::QGated,
-                ..
-            }
-        )
-    })
-}
-
-/// f32 elements of the scratch a hybrid model's layers need beyond the common buffers, for
-/// `batch` rows: the delta-net projections and outputs, or the gated attention's gates.
-pub(crate) fn scratch_floats(cfg: &ModelConfig, batch: usize) -> usize {
-    let dn = cfg.delta_net.as_ref().map_or(0, |d| {
-        // qwen3next's `ssm_in` form: its grouped output beside the rest, then sorted.
-        let grouped = if d.joint_beta_alpha {
-            batch * (d.channels() + d.value_dim())
-        } else {
-            0
-        };
-        batch * (d.channels() + 2 * d.value_dim() + 2 * d.n_v_heads) + grouped
-    });
-    let gates = if gated_query(cfg) {
-        batch * cfg.q_dim()
-    } else {
-        0
-    };
-    dn.max(gates)
-}
 
 /// Moves the output gates out of the `n` rows of `q` (each `2 * q_dim` wide: per head its
 /// query, then its gate) into `gates` (`q_dim` per row), leaving the queries packed
@@ -81,21 +48,24 @@ pub(crate) fn apply_query_gate(cfg: &ModelConfig, att: &mut [f32], gates: &[f32]
 }
 
 /// Runs delta-net layer `layer` on the `n` normalized rows of `s.xn`, advancing each row's
-/// sequence state, and leaves its output (before the residual add) in `s.xn`.
+/// sequence state, and leaves its output (before the residual add) in `s.xn`. The rows are
+/// consecutive tokens of `caches[0]`'s sequence when it is the only cache, else row `t` is
+/// the next token of `caches[t]` (batched decoding).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn delta_net_layer(
     cfg: &ModelConfig,
     layer: usize,
     w: &LayerView<'_>,
     vecs: &LayerVectors,
     s: &mut Scratch,
-    rows: &mut Rows<'_, '_>,
+    caches: &mut [&mut KvCache],
+    n: usize,
     per_token: bool,
 ) -> Result<(), EngineError> {
     let d = cfg
         .delta_net
         .as_ref()
         .expect("a delta-net layer has its config");
-    let n = rows.len();
     let (c, v, h) = (d.channels(), d.value_dim(), d.n_v_heads);
     let (qkv, rest) = s.hybrid.split_at_mut(n * c);
     let (z, rest) = rest.split_at_mut(n * v);
@@ -171,16 +141,13 @@ pub(crate) fn delta_net_layer(
             &mut out[t * v..(t + 1) * v],
         )
     };
-    match rows {
-        Rows::Run(kv, _) => {
-            for t in 0..n {
-                row(t, qkv, out, kv.recurrent_layer(layer));
-            }
+    if let [kv] = caches {
+        for t in 0..n {
+            row(t, qkv, out, kv.recurrent_layer(layer));
         }
-        Rows::Batch { kvs, .. } => {
-            for (t, kv) in kvs.iter_mut().enumerate() {
-                row(t, qkv, out, kv.recurrent_layer(layer));
-            }
+    } else {
+        for (t, kv) in caches.iter_mut().enumerate().take(n) {
+            row(t, qkv, out, kv.recurrent_layer(layer));
         }
     }
     matmul(

@@ -20,11 +20,12 @@ use crate::model::arch::{Ffn, Role};
 use crate::model::{FfnKind, ModelConfig};
 use crate::weights::{ExpertStore, LayerVectors, LayerView};
 use attention::attention;
-use delta_net::{apply_query_gate, delta_net_layer, gated_query, split_query_gate};
+use delta_net::{apply_query_gate, delta_net_layer, split_query_gate};
 use gate::{gated, Gate};
 use matmul::matmul;
 use moe::moe_ffn;
 use ops::{add_bias, add_into, apply_rope, rms_norm_in_place};
+use scratch::gated_query;
 use std::ops::Range;
 
 /// Fills the RoPE tables of `s` for rows at `positions`: the global one (with `factors`,
@@ -126,7 +127,14 @@ pub(crate) fn block(
         &mut s.xn[..n * e],
     );
     if cfg.is_recurrent(layer_index) {
-        delta_net_layer(cfg, layer_index, w, vecs, s, &mut rows, per_token)?;
+        match &mut rows {
+            Rows::Run(kv, _) => {
+                delta_net_layer(cfg, layer_index, w, vecs, s, &mut [&mut **kv], n, per_token)?
+            }
+            Rows::Batch { kvs, .. } => {
+                delta_net_layer(cfg, layer_index, w, vecs, s, kvs, n, per_token)?
+            }
+        }
         residual(cfg, vecs, Role::AttnPostNorm, s, n);
         return feed_forward(cfg, layer_index, w, vecs, experts, s, n, per_token);
     }

@@ -2,10 +2,10 @@
 //! writes, sized by the one formula the plan also books.
 
 use super::attention::Heads;
-use super::delta_net;
 use super::matmul::MATMUL_GROUPS;
 use crate::budget::{ChargedVec, MemoryBudget};
 use crate::error::EngineError;
+use crate::model::arch::{Dim, Role, Shape};
 use crate::model::{ModelConfig, ModelTensors};
 
 /// Activations for one batch of tokens, each row `batch` tokens long.
@@ -70,7 +70,7 @@ fn f32_lens(cfg: &ModelConfig, batch: usize, ctx: usize) -> [usize; 15] {
         b * e,
         b * e,
         // A gated query projection gives each head's gate beside its query.
-        b * q * if delta_net::gated_query(cfg) { 2 } else { 1 },
+        b * q * if gated_query(cfg) { 2 } else { 1 },
         b * kv,
         b * kv,
         b * q,
@@ -82,8 +82,42 @@ fn f32_lens(cfg: &ModelConfig, batch: usize, ctx: usize) -> [usize; 15] {
         if_moe(b * cfg.n_expert),
         if_moe(b * e),
         if_moe(b * e),
-        delta_net::scratch_floats(cfg, b),
+        hybrid_floats(cfg, b),
     ]
+}
+
+/// Whether the architecture's query projection also gives an output gate per head
+/// (`attn_q` twice as wide: each head's query, then its gate).
+pub(crate) fn gated_query(cfg: &ModelConfig) -> bool {
+    cfg.arch.spec(Role::AttnQ).is_some_and(|s| {
+        matches!(
+            s.shape,
+            Shape::Matrix {
+                rows: Dim::QGated,
+                ..
+            }
+        )
+    })
+}
+
+/// f32 elements of the scratch a hybrid model's layers need beyond the common buffers, for
+/// `batch` rows: the delta-net projections and outputs, or the gated attention's gates.
+fn hybrid_floats(cfg: &ModelConfig, batch: usize) -> usize {
+    let dn = cfg.delta_net.as_ref().map_or(0, |d| {
+        // qwen3next's `ssm_in` form: its grouped output beside the rest, then sorted.
+        let grouped = if d.joint_beta_alpha {
+            batch * (d.channels() + d.value_dim())
+        } else {
+            0
+        };
+        batch * (d.channels() + 2 * d.value_dim() + 2 * d.n_v_heads) + grouped
+    });
+    let gates = if gated_query(cfg) {
+        batch * cfg.q_dim()
+    } else {
+        0
+    };
+    dn.max(gates)
 }
 
 /// Bytes of quantized activations the widest product group of any layer needs for `batch`
