@@ -289,7 +289,7 @@ pub fn run(args: Args) -> CmdResult {
         // Sections of the rotated pairs (time, height, width, extra) as Qwen3.5's [11, 11, 10,
         // 0] split its 32: a text position rotates every pair.
         let pairs = shape.rope_dim / 2;
-        let sections = [(pairs + 2) / 3, (pairs + 1) / 3, pairs / 3, 0];
+        let sections = [pairs.div_ceil(3), (pairs + 1) / 3, pairs / 3, 0];
         if arch == "qwen35moe" {
             md.set(
                 key("rope.dimension_sections"),
