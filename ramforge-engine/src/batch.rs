@@ -6,7 +6,7 @@
 //! so each row's logits equal, bit for bit, those of [`Engine::eval`] of its token on its
 //! sequence alone: greedy decoding gives the same tokens batched or not.
 
-use crate::engine::{input_rows, Engine};
+use crate::engine::{input_rows, reusable_prefix, Engine};
 use crate::error::EngineError;
 use crate::forward::{block, rms_norm, LayerWeights, Rows};
 use crate::kv::KvCache;
@@ -52,7 +52,7 @@ impl Engine {
         if prompt.is_empty() {
             return Err(EngineError::Invalid("the prompt has no tokens".into()));
         }
-        let keep = seq.common_prefix(prompt).min(prompt.len() - 1);
+        let keep = reusable_prefix(&seq.kv, seq.common_prefix(prompt), seq.len(), prompt.len());
         self.swap_context(seq);
         self.truncate_context(keep);
         let done = self.eval_unless_cancelled(&prompt[keep..], Some(cancel));
@@ -63,7 +63,7 @@ impl Engine {
     /// One decoding step of several sequences: appends `tokens[i]` to `seqs[i]` and returns
     /// the logits that follow, row `i` (of [`Engine::n_vocab`]) for `seqs[i]`. Every layer
     /// is obtained once for the step. The sequences' keys and values are charged (reserved)
-    /// before the pass; on error no sequence grows.
+    /// before the pass; on error no sequence grows (one with recurrent state is emptied).
     pub fn decode_batch(
         &mut self,
         seqs: &mut [&mut Sequence],
@@ -103,6 +103,13 @@ impl Engine {
             self.batch_threads.record(secs);
         }
         self.weights.record_eval(secs, added);
+        if result.is_err() {
+            // A recurrent state (hybrid models) may have advanced in some layers: such a
+            // sequence cannot stay as it was, so it starts over.
+            for seq in seqs.iter_mut().filter(|q| q.kv.is_recurrent()) {
+                seq.clear();
+            }
+        }
         result?;
         for (seq, &t) in seqs.iter_mut().zip(tokens) {
             seq.history.push(t);

@@ -335,8 +335,13 @@ impl Engine {
 
     /// Keeps the first `n` tokens of the context (and their keys and values, still charged)
     /// and forgets the rest, so a prompt that starts with them evaluates only what follows.
+    /// A hybrid model's recurrent state cannot be cut back: its context starts over instead.
     pub fn truncate_context(&mut self, n: usize) {
         if n < self.history.len() {
+            if self.kv.is_recurrent() {
+                self.reset();
+                return;
+            }
             self.history.truncate(n);
             self.kv.set_len(n);
         }
@@ -457,6 +462,24 @@ impl Engine {
         // A file written to during the pass may have given it a mix of old and new weights.
         self.check_file(tokens[0], "discarded the pass that started reading")?;
         Ok(true)
+    }
+}
+
+/// How many leading tokens of a prompt of `prompt_len` tokens a context of `held` tokens,
+/// whose first `common` agree with the prompt, can keep: at least the last prompt token is
+/// evaluated (for its logits), and a recurrent state (hybrid models) is kept only whole, as
+/// it cannot be cut back to a shorter prefix.
+pub(crate) fn reusable_prefix(
+    kv: &KvCache,
+    common: usize,
+    held: usize,
+    prompt_len: usize,
+) -> usize {
+    let keep = common.min(prompt_len.saturating_sub(1));
+    if kv.is_recurrent() && keep < held {
+        0
+    } else {
+        keep
     }
 }
 

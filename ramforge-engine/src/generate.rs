@@ -111,7 +111,8 @@ impl Engine {
             .zip(prompt)
             .take_while(|(a, b)| a == b)
             .count();
-        let keep = common.min(prompt.len().saturating_sub(1));
+        let keep =
+            crate::engine::reusable_prefix(&self.kv, common, self.history().len(), prompt.len());
         self.truncate_context(keep);
         self.generate_from(keep, prompt, params, None, on_token, cancel)
     }

@@ -13,7 +13,9 @@ use half::f16;
 use half::slice::HalfFloatSliceExt;
 use std::ops::Range;
 
+mod recurrent;
 mod tile;
+use recurrent::RecurrentState;
 pub(crate) use tile::{BLOCK, TILE_ROWS};
 
 /// Positions per cache chunk.
@@ -59,12 +61,13 @@ impl std::str::FromStr for KvType {
 }
 
 /// Bytes of the cache of `cfg` for a context of `ctx` positions (what [`KvCache`] charges when
-/// full).
+/// full), the recurrent state of delta-net layers included.
 pub fn kv_cache_bytes(cfg: &ModelConfig, ctx: usize, ty: KvType) -> u64 {
     (0..cfg.n_layer)
         .map(|l| planes(cfg) as u64 * cfg.kv_dim() as u64 * cfg.kv_positions(l, ctx) as u64)
         .sum::<u64>()
         * ty.bytes_per_element()
+        + RecurrentState::bytes(cfg)
 }
 
 /// Rows a position keeps per layer: a key and a value, or for multi-head latent attention
@@ -132,6 +135,8 @@ pub struct KvCache {
     /// Each layer's store and its index among the store's layers.
     layers: Vec<(usize, usize)>,
     len: usize,
+    /// The delta-net layers' state (hybrid models).
+    recurrent: RecurrentState,
 }
 
 impl KvCache {
@@ -172,6 +177,7 @@ impl KvCache {
             stores,
             layers,
             len: 0,
+            recurrent: RecurrentState::none(),
         }
     }
 
@@ -186,7 +192,20 @@ impl KvCache {
             cfg.kv_positions(l, capacity)
         });
         kv.planes = planes(cfg);
+        kv.recurrent = RecurrentState::for_model(cfg);
         kv
+    }
+
+    /// Whether this cache holds recurrent state (a hybrid model's delta-net layers), which
+    /// cannot be cut back to a shorter prefix.
+    pub fn is_recurrent(&self) -> bool {
+        self.recurrent.exists()
+    }
+
+    /// Delta-net layer `layer`'s convolution inputs and state matrices (see
+    /// `kv/recurrent.rs`); room must have been reserved.
+    pub(crate) fn recurrent_layer(&mut self, layer: usize) -> (&mut [f32], &mut [f32]) {
+        self.recurrent.layer(layer)
     }
 
     /// The most positions this cache can hold.
@@ -214,6 +233,7 @@ impl KvCache {
         for s in &mut self.stores {
             s.chunks.clear();
         }
+        self.recurrent.clear();
         self.len = 0;
     }
 
@@ -226,6 +246,7 @@ impl KvCache {
                 ctx: self.capacity,
             });
         }
+        self.recurrent.reserve(&self.budget)?;
         for store in &mut self.stores {
             let want = n.min(store.slots);
             while store.chunks.len() * KV_CHUNK_TOKENS < want {

@@ -2,7 +2,7 @@
 //! with a head size other than n_embd/n_head, qwen3moe Q4_0 with 16 experts of which 4 are
 //! used, Mixtral-style llama Q8_0 with 8 experts and 2 used, gemma3 Q8_0 with a 16-position
 //! window so the ring wraps; and the MoE families qwen2moe, olmoe, minimax-m2, glm4moe and
-//! gpt-oss with every tensor they may carry), llama.cpp records its teacher-forced logits at test time, and
+//! gpt-oss with every tensor they may carry; the hybrid qwen35moe with gated delta-net layers), llama.cpp records its teacher-forced logits at test time, and
 //! `verify --golden` compares all-resident, at 40% of the file, and at a budget just above the
 //! minimum (layers streamed, or an MoE model's experts one by one); one and two threads and every budget give the same logits, bit
 //! for bit.
@@ -397,5 +397,49 @@ fn deepseek2_with_the_unsplit_kv_b_matches_llama_cpp() {
         "deepseek2-F16-kv_b",
         &deepseek2_args("F16", &["--q-lora-rank", "64", "--legacy-kv-b"]),
         0.01,
+    );
+}
+
+/// qwen35moe, the hybrid: gated delta-net layers (4 value heads over 2 key heads, so the
+/// head mapping counts; a 4-tap convolution whose state carries across prompt batches and
+/// decoded tokens) around a full-attention layer with a gated query, per-head Q/K norms and a
+/// quarter of the head rotated under `rope.dimension_sections`; softmax-routed experts,
+/// renormalized, and a sigmoid-gated shared expert. In F16 (held to 0.01) and in Q8_0.
+#[test]
+fn qwen35moe_with_delta_net_layers_matches_llama_cpp() {
+    let hybrid = ["--full-attention-interval", "2", "--shared-ffn", "96"];
+    check_within(
+        "qwen35moe-F16",
+        &moe_args("qwen35moe", "F16", &hybrid),
+        0.01,
+    );
+    check(
+        "qwen35moe-Q8_0",
+        &moe_args(
+            "qwen35moe",
+            "Q8_0",
+            &[&hybrid[..], &["--seed", "1"]].concat(),
+        ),
+    );
+}
+
+/// qwen3next: the hybrid with `beta` and `alpha` in one projection, value heads sharing key
+/// heads in runs (4 over 2), plain neox RoPE on a quarter of the head; in F16 with the joint
+/// `attn_qkv`/`attn_gate` projections, and in Q8_0 with the older grouped `ssm_in`.
+#[test]
+fn qwen3next_with_delta_net_layers_matches_llama_cpp() {
+    let hybrid = ["--full-attention-interval", "2", "--shared-ffn", "96"];
+    check_within(
+        "qwen3next-F16",
+        &moe_args("qwen3next", "F16", &hybrid),
+        0.01,
+    );
+    check(
+        "qwen3next-Q8_0-ssm-in",
+        &moe_args(
+            "qwen3next",
+            "Q8_0",
+            &[&hybrid[..], &["--ssm-in", "--seed", "2"]].concat(),
+        ),
     );
 }

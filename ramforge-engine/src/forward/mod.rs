@@ -3,6 +3,7 @@
 //! weights in their quantized form.
 
 mod attention;
+mod delta_net;
 mod gate;
 mod matmul;
 mod mla;
@@ -20,10 +21,12 @@ use crate::model::arch::{Ffn, Role};
 use crate::model::{AttentionKind, FfnKind, ModelConfig};
 use crate::weights::{ExpertStore, LayerVectors, LayerView};
 use attention::attention;
+use delta_net::{apply_query_gate, delta_net_layer, split_query_gate};
 use gate::{gated, Gate};
 use matmul::matmul;
 use moe::moe_ffn;
 use ops::{add_bias, add_into, apply_rope, rms_norm_in_place};
+use scratch::gated_query;
 use std::ops::Range;
 
 /// Fills the RoPE tables of `s` for rows at `positions`: the global one (with `factors`,
@@ -113,7 +116,6 @@ pub(crate) fn block(
     let n = rows.len();
     let per_token = matches!(rows, Rows::Batch { .. });
     let e = cfg.n_embd;
-    let m = |role| w.matrix(role);
 
     // Attention.
     rms_norm(
@@ -122,6 +124,18 @@ pub(crate) fn block(
         cfg.rms_eps,
         &mut s.xn[..n * e],
     );
+    if cfg.is_recurrent(layer_index) {
+        match &mut rows {
+            Rows::Run(kv, _) => {
+                delta_net_layer(cfg, layer_index, w, vecs, s, &mut [&mut **kv], n, per_token)?
+            }
+            Rows::Batch { kvs, .. } => {
+                delta_net_layer(cfg, layer_index, w, vecs, s, kvs, n, per_token)?
+            }
+        }
+        residual(cfg, vecs, Role::AttnPostNorm, s, n);
+        return feed_forward(cfg, layer_index, w, vecs, experts, s, n, per_token);
+    }
     if cfg.layer_kind(layer_index).attention == AttentionKind::Latent {
         // One key/value head whose values are the cached rows themselves.
         mla::queries_and_latent(cfg, w, vecs, s, n, per_token)?;
@@ -131,8 +145,23 @@ pub(crate) fn block(
         attention_qkv(cfg, layer_index, w, vecs, s, &mut rows, per_token)?;
     }
     residual(cfg, vecs, Role::AttnPostNorm, s, n);
+    feed_forward(cfg, layer_index, w, vecs, experts, s, n, per_token)
+}
 
-    // Feed-forward.
+/// The feed-forward half of a block on the `n` rows of `s.x`, its residual add included.
+#[allow(clippy::too_many_arguments)]
+fn feed_forward(
+    cfg: &ModelConfig,
+    layer_index: usize,
+    w: &LayerView<'_>,
+    vecs: &LayerVectors,
+    experts: Option<&mut ExpertStore>,
+    s: &mut Scratch,
+    n: usize,
+    per_token: bool,
+) -> Result<(), EngineError> {
+    let e = cfg.n_embd;
+    let m = |role| w.matrix(role);
     rms_norm(
         &s.x[..n * e],
         vecs.norm(Role::FfnNorm),
@@ -190,6 +219,7 @@ fn attention_qkv(
     let hd = cfg.head_dim;
     let style = cfg.arch.rope;
     let m = |role| w.matrix(role);
+    let gated_q = gated_query(cfg);
     matmul(
         [
             (m(Role::AttnQ), &mut s.q),
@@ -201,6 +231,9 @@ fn attention_qkv(
         &mut s.act,
         per_token,
     )?;
+    if gated_q {
+        split_query_gate(cfg, &mut s.q, &mut s.hybrid, n);
+    }
     for (role, out, width) in [
         (Role::AttnQBias, &mut s.q, qd),
         (Role::AttnKBias, &mut s.k, kvd),
@@ -226,6 +259,9 @@ fn attention_qkv(
     apply_rope(&mut s.q, n, cfg.n_head, hd, cfg.rope_dim, style, table);
     apply_rope(&mut s.k, n, cfg.n_head_kv, hd, cfg.rope_dim, style, table);
     attend_rows(cfg, layer_index, s, rows, vecs.get(Role::AttnSinks));
+    if gated_q {
+        apply_query_gate(cfg, &mut s.att, &s.hybrid, n);
+    }
     matmul(
         [(m(Role::AttnOutput), &mut s.xn)],
         &s.att,

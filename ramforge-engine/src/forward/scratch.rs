@@ -5,6 +5,7 @@ use super::attention::Heads;
 use super::matmul::MATMUL_GROUPS;
 use crate::budget::{ChargedVec, MemoryBudget};
 use crate::error::EngineError;
+use crate::model::arch::{Dim, Role, Shape};
 use crate::model::{ModelConfig, ModelTensors};
 
 /// Activations for one batch of tokens, each row `batch` tokens long.
@@ -40,10 +41,13 @@ pub struct Scratch {
     pub act: ChargedVec<u8>,
     /// Multi-head latent attention's own buffers (empty without it; see `mla_floats`).
     pub mla: ChargedVec<f32>,
+    /// A hybrid model's delta-net projections and outputs, or its attention's output gates
+    /// (`forward/delta_net.rs`; empty for other models).
+    pub hybrid: ChargedVec<f32>,
 }
 
 /// Elements of the f32 buffers, in [`Scratch`]'s field order from `x` to `moe_out`.
-fn f32_lens(cfg: &ModelConfig, batch: usize, ctx: usize) -> [usize; 15] {
+fn f32_lens(cfg: &ModelConfig, batch: usize, ctx: usize) -> [usize; 16] {
     let (e, q, kv) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim());
     let moe = cfg.n_expert > 0;
     // The widest FFN any layer runs: routed experts, the shared expert, leading dense layers.
@@ -67,7 +71,8 @@ fn f32_lens(cfg: &ModelConfig, batch: usize, ctx: usize) -> [usize; 15] {
     [
         b * e,
         b * e,
-        b * q,
+        // A gated query projection gives each head's gate beside its query.
+        b * q * if gated_query(cfg) { 2 } else { 1 },
         b * kv,
         b * kv,
         b * q,
@@ -80,6 +85,7 @@ fn f32_lens(cfg: &ModelConfig, batch: usize, ctx: usize) -> [usize; 15] {
         if_moe(b * e),
         if_moe(b * e),
         mla_floats(cfg, b),
+        hybrid_floats(cfg, b),
     ]
 }
 
@@ -101,6 +107,40 @@ fn mla_floats(cfg: &ModelConfig, batch: usize) -> usize {
         m.qk_nope * m.kv_lora_rank
     };
     batch * (q + lora + head_in + head_out) + k_rows
+}
+
+/// Whether the architecture's query projection also gives an output gate per head
+/// (`attn_q` twice as wide: each head's query, then its gate).
+pub(crate) fn gated_query(cfg: &ModelConfig) -> bool {
+    cfg.arch.spec(Role::AttnQ).is_some_and(|s| {
+        matches!(
+            s.shape,
+            Shape::Matrix {
+                rows: Dim::QGated,
+                ..
+            }
+        )
+    })
+}
+
+/// f32 elements of the scratch a hybrid model's layers need beyond the common buffers, for
+/// `batch` rows: the delta-net projections and outputs, or the gated attention's gates.
+fn hybrid_floats(cfg: &ModelConfig, batch: usize) -> usize {
+    let dn = cfg.delta_net.as_ref().map_or(0, |d| {
+        // qwen3next's `ssm_in` form: its grouped output beside the rest, then sorted.
+        let grouped = if d.joint_beta_alpha {
+            batch * (d.channels() + d.value_dim())
+        } else {
+            0
+        };
+        batch * (d.channels() + 2 * d.value_dim() + 2 * d.n_v_heads) + grouped
+    });
+    let gates = if gated_query(cfg) {
+        batch * cfg.q_dim()
+    } else {
+        0
+    };
+    dn.max(gates)
 }
 
 /// Bytes of quantized activations the widest product group of any layer needs for `batch`
@@ -147,7 +187,7 @@ impl Scratch {
     ) -> Result<Scratch, EngineError> {
         let act = activation_bytes(tensors, batch)?;
         let buf = |len: usize| ChargedVec::zeroed(budget, "scratch", len);
-        let [x, xn, q, k, v, att, att_part, gate, up, rope, rope_local, router, moe_in, moe_out, mla] =
+        let [x, xn, q, k, v, att, att_part, gate, up, rope, rope_local, router, moe_in, moe_out, mla, hybrid] =
             f32_lens(cfg, batch, ctx);
         Ok(Scratch {
             batch,
@@ -167,6 +207,7 @@ impl Scratch {
             moe_out: buf(moe_out)?,
             act: ChargedVec::zeroed(budget, "scratch", act)?,
             mla: buf(mla)?,
+            hybrid: buf(hybrid)?,
         })
     }
 }

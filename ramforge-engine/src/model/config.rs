@@ -66,6 +66,8 @@ pub struct ModelConfig {
     /// Multi-head latent attention's sizes (deepseek2). Its cache row is the latent and the
     /// RoPE key (`head_dim` = `kv_lora_rank + rope_dim`, one key/value head, no values).
     pub mla: Option<MlaConfig>,
+    /// A hybrid model's gated delta-net layers (`None`: attention on every layer).
+    pub delta_net: Option<super::hybrid::DeltaNetConfig>,
 }
 
 /// YaRN's settings from the file (`rope.scaling.*`), with llama.cpp's defaults.
@@ -118,6 +120,9 @@ pub enum AttentionKind {
     /// Multi-head latent attention over every earlier position: a cache of one latent and
     /// one RoPE key per position, no values ([`MlaConfig`]).
     Latent,
+    /// A gated delta-net (linear attention) layer: a fixed-size recurrent state instead of
+    /// keys and values (`forward/delta_net.rs`).
+    DeltaNet,
 }
 
 /// What one block is made of: an attention kind and an FFN kind.
@@ -278,6 +283,13 @@ impl ModelConfig {
             Some(m) => (m.kv_lora_rank + rope_dim, 1),
             None => (head_dim, n_head_kv),
         };
+        let delta_net = super::hybrid::DeltaNetConfig::from_metadata(
+            meta,
+            arch,
+            n_layer,
+            n_layer_all,
+            rope_dim,
+        )?;
         Ok(ModelConfig {
             arch,
             n_layer,
@@ -304,6 +316,7 @@ impl ModelConfig {
             swa_period,
             local_rope,
             mla,
+            delta_net,
         })
     }
 
@@ -312,6 +325,7 @@ impl ModelConfig {
         LayerKind {
             attention: match self.window(layer) {
                 _ if self.mla.is_some() => AttentionKind::Latent,
+                _ if self.is_recurrent(layer) => AttentionKind::DeltaNet,
                 Some(w) => AttentionKind::Window(w),
                 None => AttentionKind::Full,
             },
@@ -342,7 +356,18 @@ impl ModelConfig {
     /// Positions of `layer` a cache for a context of `ctx` must keep: the window of a local
     /// layer, else the whole context.
     pub fn kv_positions(&self, layer: usize, ctx: usize) -> usize {
+        if self.is_recurrent(layer) {
+            // No keys or values; the cache's smallest store (one slot) stands in.
+            return 1;
+        }
         self.window(layer).map_or(ctx, |w| w.min(ctx))
+    }
+
+    /// Whether `layer` is a gated delta-net layer.
+    pub fn is_recurrent(&self, layer: usize) -> bool {
+        self.delta_net
+            .as_ref()
+            .is_some_and(|d| d.is_recurrent(layer))
     }
 
     /// Width of all query heads together.

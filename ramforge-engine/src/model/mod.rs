@@ -3,6 +3,7 @@
 
 pub mod arch;
 mod config;
+mod hybrid;
 mod mla;
 #[cfg(test)]
 mod mla_tests;
@@ -12,6 +13,7 @@ pub use arch::{Architecture, RopeStyle};
 pub use config::{
     AttentionKind, FfnKind, LayerKind, MlaConfig, ModelConfig, RouterConfig, YarnConfig,
 };
+pub use hybrid::DeltaNetConfig;
 pub use tensors::{is_float_type, LayerTensors, ModelTensors};
 
 use crate::error::EngineError;

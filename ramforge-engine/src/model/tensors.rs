@@ -201,6 +201,7 @@ fn size(cfg: &ModelConfig, dim: Dim) -> u64 {
         v_head: 0,
         absorbed: true,
     });
+    let dn = cfg.delta_net.as_ref();
     (match dim {
         Dim::Embd => cfg.n_embd,
         Dim::Q => cfg.q_dim(),
@@ -219,6 +220,14 @@ fn size(cfg: &ModelConfig, dim: Dim) -> u64 {
         Dim::VHead => mla.v_head,
         Dim::VMla => cfg.n_head * mla.v_head,
         Dim::KvB => cfg.n_head * (mla.qk_nope + mla.v_head),
+        Dim::QGated => 2 * cfg.q_dim(),
+        Dim::SsmChannels => dn.map_or(0, |d| d.channels()),
+        Dim::SsmInner => dn.map_or(0, |d| d.value_dim()),
+        Dim::SsmHeads => dn.map_or(0, |d| d.n_v_heads),
+        Dim::SsmHeads2 => dn.map_or(0, |d| 2 * d.n_v_heads),
+        Dim::SsmHeadDim => dn.map_or(0, |d| d.head_dim),
+        Dim::SsmKernel => dn.map_or(0, |d| d.d_conv),
+        Dim::SsmQkvz => dn.map_or(0, |d| d.channels() + d.value_dim()),
     }) as u64
 }
 
@@ -228,8 +237,11 @@ fn bind_layer(file: &GgufFile, cfg: &ModelConfig, i: usize) -> Result<LayerTenso
     let mut by_role: [Option<TensorInfo>; Role::COUNT] = [const { None }; Role::COUNT];
     let name = |s: &TensorSpec| format!("blk.{i}.{}", s.name);
     let moe = cfg.layer_kind(i).ffn == FfnKind::Moe;
+    let recurrent = cfg.is_recurrent(i);
     for spec in cfg.arch.layer {
         let wanted = match spec.presence {
+            Presence::Attention => !recurrent,
+            Presence::Recurrent | Presence::RecurrentForm(_) => recurrent,
             Presence::Dense => !moe,
             Presence::Moe | Presence::MoeGroup(_) => moe,
             Presence::Shared => moe && cfg.n_ff_shexp > 0,
@@ -239,6 +251,23 @@ fn bind_layer(file: &GgufFile, cfg: &ModelConfig, i: usize) -> Result<LayerTenso
         };
         let found = file.header().tensor(&name(spec));
         if !wanted {
+            if found.is_some()
+                && matches!(
+                    spec.presence,
+                    Presence::Attention | Presence::Recurrent | Presence::RecurrentForm(_)
+                )
+            {
+                return Err(EngineError::BadModel(format!(
+                    "tensor {:?} is not used by layer {i}, a {} layer of this {} model",
+                    name(spec),
+                    if recurrent {
+                        "delta-net"
+                    } else {
+                        "full-attention"
+                    },
+                    cfg.arch.name,
+                )));
+            }
             if found.is_some() {
                 return Err(EngineError::BadModel(format!(
                     "tensor {:?} is not used by layer {i} of this {} model ({} = {}, \
@@ -255,7 +284,10 @@ fn bind_layer(file: &GgufFile, cfg: &ModelConfig, i: usize) -> Result<LayerTenso
             continue;
         }
         let Some(t) = found else {
-            if !matches!(spec.presence, Presence::Group(_) | Presence::MoeGroup(_)) {
+            if !matches!(
+                spec.presence,
+                Presence::Group(_) | Presence::MoeGroup(_) | Presence::RecurrentForm(_)
+            ) {
                 return Err(EngineError::BadModel(format!(
                     "missing tensor {:?}",
                     name(spec)
@@ -273,11 +305,14 @@ fn bind_layer(file: &GgufFile, cfg: &ModelConfig, i: usize) -> Result<LayerTenso
             Shape::PerHead { cols, rows } => {
                 experts(t, size(cfg, cols), size(cfg, rows), cfg.n_head as u64)?
             }
+            Shape::Table { cols, rows } => matrix(t, size(cfg, cols), size(cfg, rows))?,
         };
         by_role[spec.role as usize] = Some(t);
     }
     for spec in cfg.arch.layer {
-        let (Presence::Group(group) | Presence::MoeGroup(group)) = spec.presence else {
+        let (Presence::Group(group) | Presence::MoeGroup(group) | Presence::RecurrentForm(group)) =
+            spec.presence
+        else {
             continue;
         };
         let members = || {
@@ -295,6 +330,35 @@ fn bind_layer(file: &GgufFile, cfg: &ModelConfig, i: usize) -> Result<LayerTenso
             return Err(EngineError::BadModel(format!(
                 "layer {i} has some {group} but not {}; they come all or none",
                 missing.join(", ")
+            )));
+        }
+    }
+    let mut forms: Vec<&str> = cfg
+        .arch
+        .layer
+        .iter()
+        .filter_map(|s| match s.presence {
+            Presence::RecurrentForm(form) => Some(form),
+            _ => None,
+        })
+        .collect();
+    forms.dedup();
+    if recurrent && !forms.is_empty() {
+        let present: Vec<&str> = cfg
+            .arch
+            .layer
+            .iter()
+            .filter(|s| by_role[s.role as usize].is_some())
+            .filter_map(|s| match s.presence {
+                Presence::RecurrentForm(form) => Some(form),
+                _ => None,
+            })
+            .collect();
+        let first = present.first().copied();
+        if first.is_none() || present.iter().any(|&f| Some(f) != first) {
+            return Err(EngineError::BadModel(format!(
+                "delta-net layer {i} must have exactly one form of its input projections: {}",
+                forms.join(" or ")
             )));
         }
     }

@@ -52,6 +52,11 @@ impl<'a> LayerView<'a> {
         LayerView { by_role }
     }
 
+    /// The matrix playing `role`, if the layer binds one (alternative forms of a layer).
+    pub fn get(&self, role: Role) -> Option<&MatrixView<'a>> {
+        self.by_role[role as usize].as_ref()
+    }
+
     /// The matrix playing `role`; the architecture's description guarantees the block asks
     /// only for matrices the layer binds.
     pub fn matrix(&self, role: Role) -> &MatrixView<'a> {

@@ -32,7 +32,11 @@ pub struct Args {
     /// experts), deepseek2 (multi-head latent attention in llama.cpp's absorbed layout, with
     /// --q-lora-rank, --kv-lora-rank; --head-dim is the query head, --rope-dim its rotated
     /// part; --kv-heads 1; dense leading layers, sigmoid routing with a selection bias, shared
-    /// experts). Every tensor an architecture may carry is written, random.
+    /// experts), and the hybrid qwen35moe (gated delta-net layers, every
+    /// --full-attention-interval-th layer full attention with a gated query; a quarter of the
+    /// head rotated, sectioned RoPE; experts and a gated shared expert) and qwen3next (the
+    /// same with a joint beta/alpha projection and plain RoPE). Every tensor an architecture
+    /// may carry is written, random.
     #[arg(long, value_parser = ARCHES)]
     pub arch: String,
     /// Transformer blocks.
@@ -119,6 +123,25 @@ pub struct Args {
     /// sets the embedding and output rows.
     #[arg(long, value_name = "MODEL.gguf")]
     pub vocab_from: PathBuf,
+    /// qwen35moe: every N-th layer is full attention, the others gated delta-net.
+    #[arg(long, default_value_t = 4)]
+    pub full_attention_interval: u32,
+    /// qwen35moe: delta-net value heads (`ssm.time_step_rank`).
+    #[arg(long, default_value_t = 4)]
+    pub ssm_heads: u64,
+    /// qwen35moe: delta-net key heads (`ssm.group_count`, divides --ssm-heads).
+    #[arg(long, default_value_t = 2)]
+    pub ssm_groups: u64,
+    /// qwen35moe: elements of one delta-net head (`ssm.state_size`).
+    #[arg(long, default_value_t = 32)]
+    pub ssm_state: u64,
+    /// qwen35moe: taps of the delta-net convolution (`ssm.conv_kernel`).
+    #[arg(long, default_value_t = 4)]
+    pub ssm_conv: u64,
+    /// qwen3next: write the delta-net input projections as one `ssm_in` (grouped by key
+    /// head, as the first converters did) instead of `attn_qkv` and `attn_gate`.
+    #[arg(long)]
+    pub ssm_in: bool,
     /// Random seed.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -136,7 +159,7 @@ pub struct Args {
 }
 
 /// The architectures `synth` writes.
-const ARCHES: [&str; 11] = [
+const ARCHES: [&str; 13] = [
     "llama",
     "qwen2",
     "qwen3",
@@ -148,6 +171,8 @@ const ARCHES: [&str; 11] = [
     "minimax-m2",
     "gpt-oss",
     "deepseek2",
+    "qwen35moe",
+    "qwen3next",
 ];
 
 pub fn run(args: Args) -> CmdResult {
@@ -276,7 +301,37 @@ pub fn run(args: Args) -> CmdResult {
                 );
             }
             "minimax-m2" => md.set(key("expert_gating_func"), Value::U32(2)),
+            "qwen35moe" | "qwen3next" => md.set(
+                key("expert_shared_feed_forward_length"),
+                Value::U32(u32::try_from(shape.shared_ffn)?),
+            ),
             _ => {}
+        }
+    }
+    let hybrid = matches!(arch, "qwen35moe" | "qwen3next");
+    if hybrid {
+        let u = |v: u64| u32::try_from(v).map(Value::U32);
+        md.set(key("ssm.conv_kernel"), u(args.ssm_conv)?);
+        md.set(key("ssm.state_size"), u(args.ssm_state)?);
+        md.set(key("ssm.group_count"), u(args.ssm_groups)?);
+        md.set(key("ssm.time_step_rank"), u(args.ssm_heads)?);
+        md.set(key("ssm.inner_size"), u(args.ssm_heads * args.ssm_state)?);
+        md.set(
+            key("full_attention_interval"),
+            Value::U32(args.full_attention_interval),
+        );
+        // Sections of the rotated pairs (time, height, width, extra) as Qwen3.5's [11, 11, 10,
+        // 0] split its 32: a text position rotates every pair.
+        let pairs = shape.rope_dim / 2;
+        let sections = [pairs.div_ceil(3), (pairs + 1) / 3, pairs / 3, 0];
+        if arch == "qwen35moe" {
+            md.set(
+                key("rope.dimension_sections"),
+                Value::Array(
+                    ramforge_gguf::ValueType::I32,
+                    sections.iter().map(|&v| Value::I32(v as i32)).collect(),
+                ),
+            );
         }
     }
     if arch == "gemma3" || arch == "gpt-oss" {
@@ -342,6 +397,7 @@ pub fn run(args: Args) -> CmdResult {
     for l in 0..args.layers + args.nextn {
         let b = |n: &str| format!("blk.{l}.{n}");
         add(b("attn_norm.weight"), f32v, dims(e, 1), Fill::Ones)?;
+        let delta_net = hybrid && (l + 1) % args.full_attention_interval.max(1) != 0;
         if let Some(m) = &shape.mla {
             let (h, rope) = (shape.heads, shape.rope_dim);
             let nope = hd - rope;
@@ -380,6 +436,54 @@ pub fn run(args: Args) -> CmdResult {
             }
             let vd = h * m.v_head;
             add(b("attn_output.weight"), ty, dims(vd, e), Fill::fan_in(vd))?;
+        } else if delta_net {
+            let (hd_s, heads_v) = (args.ssm_state, args.ssm_heads);
+            let (key_dim, value_dim) = (args.ssm_groups * hd_s, heads_v * hd_s);
+            let channels = 2 * key_dim + value_dim;
+            if args.ssm_in && arch == "qwen3next" {
+                let rows = channels + value_dim;
+                add(b("ssm_in.weight"), ty, dims(e, rows), Fill::fan_in(e))?;
+            } else {
+                add(b("attn_qkv.weight"), ty, dims(e, channels), Fill::fan_in(e))?;
+                add(
+                    b("attn_gate.weight"),
+                    ty,
+                    dims(e, value_dim),
+                    Fill::fan_in(e),
+                )?;
+            }
+            add(
+                b("ssm_conv1d.weight"),
+                f32v,
+                dims(args.ssm_conv, channels),
+                Fill::fan_in(args.ssm_conv),
+            )?;
+            add(b("ssm_dt.bias"), f32v, dims(heads_v, 1), Fill::Uniform(1.0))?;
+            // -exp(A_log): negative decays.
+            add(b("ssm_a"), f32v, dims(heads_v, 1), Fill::Around(-1.0, 0.5))?;
+            if arch == "qwen3next" {
+                add(
+                    b("ssm_ba.weight"),
+                    ty,
+                    dims(e, 2 * heads_v),
+                    Fill::fan_in(e),
+                )?;
+            } else {
+                add(b("ssm_beta.weight"), ty, dims(e, heads_v), Fill::fan_in(e))?;
+                add(b("ssm_alpha.weight"), ty, dims(e, heads_v), Fill::fan_in(e))?;
+            }
+            add(b("ssm_norm.weight"), f32v, dims(hd_s, 1), near_one)?;
+            add(
+                b("ssm_out.weight"),
+                ty,
+                dims(value_dim, e),
+                Fill::fan_in(value_dim),
+            )?;
+        } else if hybrid {
+            // The gated query: each head's query, then its output gate.
+            add(b("attn_q.weight"), ty, dims(e, 2 * q), Fill::fan_in(e))?;
+            add(b("attn_k.weight"), ty, dims(e, kv), Fill::fan_in(e))?;
+            add(b("attn_v.weight"), ty, dims(e, kv), Fill::fan_in(e))?;
         } else {
             add(b("attn_q.weight"), ty, dims(e, q), Fill::fan_in(e))?;
             add(b("attn_k.weight"), ty, dims(e, kv), Fill::fan_in(e))?;
@@ -391,7 +495,8 @@ pub fn run(args: Args) -> CmdResult {
             add(b("attn_v.bias"), f32v, dims(kv, 1), small)?;
         }
         match arch {
-            "qwen3" | "qwen3moe" | "gemma3" | "glm4moe" => {
+            _ if delta_net => {}
+            "qwen3" | "qwen3moe" | "gemma3" | "glm4moe" | "qwen35moe" | "qwen3next" => {
                 add(b("attn_q_norm.weight"), f32v, dims(hd, 1), near_one)?;
                 add(b("attn_k_norm.weight"), f32v, dims(hd, 1), near_one)?;
             }
@@ -401,7 +506,7 @@ pub fn run(args: Args) -> CmdResult {
             }
             _ => {}
         }
-        if shape.mla.is_none() {
+        if shape.mla.is_none() && !delta_net {
             add(b("attn_output.weight"), ty, dims(q, e), Fill::fan_in(q))?;
         }
         if arch == "gpt-oss" {
@@ -419,7 +524,7 @@ pub fn run(args: Args) -> CmdResult {
             add(b("post_attention_norm.weight"), f32v, dims(e, 1), near_one)?;
             add(b("post_ffw_norm.weight"), f32v, dims(e, 1), near_one)?;
         }
-        let ffn_norm = if matches!(arch, "glm4moe" | "gpt-oss") {
+        let ffn_norm = if matches!(arch, "glm4moe" | "gpt-oss" | "qwen35moe" | "qwen3next") {
             "post_attention_norm.weight"
         } else {
             "ffn_norm.weight"
@@ -461,12 +566,12 @@ pub fn run(args: Args) -> CmdResult {
                 add(b("ffn_down_exps.bias"), f32v, dims(e, x), small)?;
             }
             let shared = match arch {
-                "qwen2moe" => shape.shared_ffn,
+                "qwen2moe" | "qwen35moe" | "qwen3next" => shape.shared_ffn,
                 "glm4moe" | "deepseek2" => f * args.experts_shared,
                 _ => 0,
             };
             if shared > 0 {
-                if arch == "qwen2moe" {
+                if matches!(arch, "qwen2moe" | "qwen35moe" | "qwen3next") {
                     add(
                         b("ffn_gate_inp_shexp.weight"),
                         f32v,
@@ -611,7 +716,15 @@ impl Shape {
         let arch = a.arch.as_str();
         let moe_only = matches!(
             arch,
-            "qwen3moe" | "qwen2moe" | "olmoe" | "glm4moe" | "minimax-m2" | "gpt-oss" | "deepseek2"
+            "qwen3moe"
+                | "qwen2moe"
+                | "olmoe"
+                | "glm4moe"
+                | "minimax-m2"
+                | "gpt-oss"
+                | "deepseek2"
+                | "qwen35moe"
+                | "qwen3next"
         );
         if a.experts > 0 && !moe_only && arch != "llama" {
             return Err(format!("--experts: {} has no expert layout", a.arch).into());
@@ -623,6 +736,8 @@ impl Shape {
             a.rope_dim
                 .unwrap_or(if matches!(arch, "glm4moe" | "minimax-m2" | "deepseek2") {
                     head_dim / 2
+                } else if matches!(arch, "qwen35moe" | "qwen3next") {
+                    (head_dim / 4).max(2) & !1
                 } else {
                     head_dim
                 });
@@ -640,6 +755,20 @@ impl Shape {
         }
         if matches!(arch, "glm4moe" | "deepseek2") && a.dense_lead > a.layers {
             return Err("--dense-lead must not exceed --layers".into());
+        }
+        if matches!(arch, "qwen35moe" | "qwen3next")
+            && (a.full_attention_interval == 0
+                || a.ssm_heads == 0
+                || a.ssm_groups == 0
+                || !a.ssm_heads.is_multiple_of(a.ssm_groups)
+                || a.ssm_state == 0
+                || a.ssm_conv < 2)
+        {
+            return Err(concat!(
+                "qwen35moe, qwen3next: --full-attention-interval, --ssm-heads, --ssm-groups ",
+                "(dividing --ssm-heads) and --ssm-state must be positive, --ssm-conv at least 2"
+            )
+            .into());
         }
         if a.experts > 0 && (a.experts_used == 0 || a.experts_used > a.experts) {
             return Err("--experts-used must lie in 1..=--experts".into());

@@ -15,7 +15,9 @@ mod olmoe;
 mod qwen2;
 mod qwen2moe;
 mod qwen3;
+mod qwen35moe;
 mod qwen3moe;
+mod qwen3next;
 mod spec;
 
 pub use spec::{
@@ -36,6 +38,8 @@ pub const ALL: &[&Architecture] = &[
     &minimax_m2::MINIMAX_M2,
     &gpt_oss::GPT_OSS,
     &deepseek2::DEEPSEEK2,
+    &qwen35moe::QWEN35MOE,
+    &qwen3next::QWEN3NEXT,
 ];
 
 impl Architecture {
@@ -87,7 +91,7 @@ mod tests {
         }
         assert_eq!(
             Architecture::supported_names(),
-            "llama, qwen2, qwen3, qwen3moe, gemma3, qwen2moe, olmoe, glm4moe, minimax-m2, gpt-oss, deepseek2"
+            "llama, qwen2, qwen3, qwen3moe, gemma3, qwen2moe, olmoe, glm4moe, minimax-m2, gpt-oss, deepseek2, qwen35moe, qwen3next"
         );
     }
 }

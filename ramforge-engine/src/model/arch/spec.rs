@@ -255,11 +255,34 @@ pub enum Role {
     /// Every head's non-rotated key and value from the latent, unsplit (older conversions of
     /// `deepseek2`): per head `qk_nope` key rows, then `v_head` value rows.
     AttnKvB,
+    /// A gated delta-net layer's joint Q/K/V projection (before its convolution).
+    AttnQkv,
+    /// A gated delta-net layer's output gate `z` (its norm is multiplied by `silu(z)`).
+    AttnGate,
+    /// The delta-net causal convolution: `ssm.conv_kernel` taps per Q/K/V channel.
+    SsmConv1d,
+    /// The delta-net time-step bias, added to `alpha` before the softplus.
+    SsmDtBias,
+    /// The delta-net decay `-exp(A_log)`, one per value head.
+    SsmA,
+    /// The delta-net `beta` projection (update strength, through a sigmoid).
+    SsmBeta,
+    /// The delta-net `alpha` projection (decay, through the softplus).
+    SsmAlpha,
+    /// `beta` and `alpha` in one projection (qwen3next).
+    SsmBetaAlpha,
+    /// The delta-net output's per-head RMSNorm.
+    SsmNorm,
+    /// The delta-net output projection.
+    SsmOut,
+    /// qwen3next's older joint projection of queries, keys, values and `z`, grouped by key
+    /// head (instead of `attn_qkv` and `attn_gate`).
+    SsmIn,
 }
 
 impl Role {
     /// How many roles there are (the size of a per-layer table indexed by role).
-    pub const COUNT: usize = Role::AttnKvB as usize + 1;
+    pub const COUNT: usize = Role::SsmIn as usize + 1;
 
     /// An MoE layer's expert stacks, in the order an expert's slices are used: gate, up, down.
     pub const EXPERT_STACKS: [Role; 3] = [Role::FfnGateExps, Role::FfnUpExps, Role::FfnDownExps];
@@ -307,6 +330,17 @@ impl Role {
             AttnKB,
             AttnVB,
             AttnKvB,
+            AttnQkv,
+            AttnGate,
+            SsmConv1d,
+            SsmDtBias,
+            SsmA,
+            SsmBeta,
+            SsmAlpha,
+            SsmBetaAlpha,
+            SsmNorm,
+            SsmOut,
+            SsmIn,
         ]
     };
 
@@ -347,6 +381,14 @@ pub enum Shape {
     /// One vector per expert (expert biases): GGUF shape `[len, n_expert]`, kept resident as
     /// f32 like every vector.
     ExpertVectors(Dim),
+    /// A small 2-D table kept resident as f32, like a vector: GGUF shape `[cols, rows]`
+    /// (the delta-net convolution's taps).
+    Table {
+        /// Elements of a row.
+        cols: Dim,
+        /// Rows.
+        rows: Dim,
+    },
     /// One matrix per expert, stacked: GGUF shape `[cols, rows, n_expert]`. Read and streamed
     /// whole, like any matrix.
     Experts {
@@ -402,6 +444,22 @@ pub enum Dim {
     VMla,
     /// MLA: every head's key and value rows of the unsplit `attn_kv_b`.
     KvB,
+    /// All query heads with their output gates (`2 * n_head * head_dim`, gated attention).
+    QGated,
+    /// The delta-net convolution's channels: queries, keys and values (`2 * key + value`).
+    SsmChannels,
+    /// The delta-net values of all heads (`ssm.inner_size`).
+    SsmInner,
+    /// Delta-net value heads (`ssm.time_step_rank`).
+    SsmHeads,
+    /// Both `beta` and `alpha` of every value head (`2 * ssm.time_step_rank`).
+    SsmHeads2,
+    /// Elements of one delta-net head (`ssm.state_size`).
+    SsmHeadDim,
+    /// Taps of the delta-net convolution (`ssm.conv_kernel`).
+    SsmKernel,
+    /// Queries, keys, values and `z` of every head (`2 * key + 2 * value`).
+    SsmQkvz,
 }
 
 /// Whether a file must carry a tensor.
@@ -426,6 +484,14 @@ pub enum Presence {
     /// Required when MLA's `attn_k_b`/`attn_v_b` are split (`true`, the absorbed layout) or
     /// when the file has the older unsplit `attn_kv_b` (`false`).
     Absorbed(bool),
+    /// Required in a full-attention layer of a hybrid model (every layer of another).
+    Attention,
+    /// Required in a gated delta-net layer of a hybrid model, absent elsewhere.
+    Recurrent,
+    /// In a gated delta-net layer, one of two alternative forms of its input projections
+    /// (`attn_qkv` with `attn_gate`, or `ssm_in`): all of the form or none, and exactly one
+    /// form; absent elsewhere.
+    RecurrentForm(&'static str),
 }
 
 /// The shorthand the description files use.
@@ -450,6 +516,16 @@ pub(crate) const fn grouped(
         name,
         shape,
         presence: Presence::Group(group),
+    }
+}
+
+/// A tensor of the gated delta-net layers only.
+const fn recurrent(role: Role, name: &'static str, shape: Shape) -> TensorSpec {
+    TensorSpec {
+        role,
+        name,
+        shape,
+        presence: Presence::Recurrent,
     }
 }
 
@@ -591,6 +667,73 @@ pub(crate) const fn layer_tensor(role: Role) -> TensorSpec {
         FfnGateExps => experts(FfnGateExps, "ffn_gate_exps.weight", Embd, FfExp),
         FfnUpExps => experts(FfnUpExps, "ffn_up_exps.weight", Embd, FfExp),
         FfnDownExps => experts(FfnDownExps, "ffn_down_exps.weight", FfExp, Embd),
+        AttnQkv => recurrent(
+            AttnQkv,
+            "attn_qkv.weight",
+            Shape::Matrix {
+                cols: Embd,
+                rows: SsmChannels,
+            },
+        ),
+        AttnGate => recurrent(
+            AttnGate,
+            "attn_gate.weight",
+            Shape::Matrix {
+                cols: Embd,
+                rows: SsmInner,
+            },
+        ),
+        SsmConv1d => recurrent(
+            SsmConv1d,
+            "ssm_conv1d.weight",
+            Shape::Table {
+                cols: SsmKernel,
+                rows: SsmChannels,
+            },
+        ),
+        SsmDtBias => recurrent(SsmDtBias, "ssm_dt.bias", Shape::Vector(SsmHeads)),
+        SsmA => recurrent(SsmA, "ssm_a", Shape::Vector(SsmHeads)),
+        SsmBeta => recurrent(
+            SsmBeta,
+            "ssm_beta.weight",
+            Shape::Matrix {
+                cols: Embd,
+                rows: SsmHeads,
+            },
+        ),
+        SsmAlpha => recurrent(
+            SsmAlpha,
+            "ssm_alpha.weight",
+            Shape::Matrix {
+                cols: Embd,
+                rows: SsmHeads,
+            },
+        ),
+        SsmBetaAlpha => recurrent(
+            SsmBetaAlpha,
+            "ssm_ba.weight",
+            Shape::Matrix {
+                cols: Embd,
+                rows: SsmHeads2,
+            },
+        ),
+        SsmNorm => recurrent(SsmNorm, "ssm_norm.weight", Shape::Vector(SsmHeadDim)),
+        SsmIn => recurrent(
+            SsmIn,
+            "ssm_in.weight",
+            Shape::Matrix {
+                cols: Embd,
+                rows: SsmQkvz,
+            },
+        ),
+        SsmOut => recurrent(
+            SsmOut,
+            "ssm_out.weight",
+            Shape::Matrix {
+                cols: SsmInner,
+                rows: Embd,
+            },
+        ),
         AttnNorm => tensor(AttnNorm, "attn_norm.weight", Shape::Vector(Embd)),
         AttnQ => tensor(
             AttnQ,

@@ -1,0 +1,97 @@
+//! The recurrent state of a hybrid model's gated delta-net layers, per sequence: for each such
+//! layer the last `d_conv - 1` inputs of its convolution and one `head_dim x head_dim` matrix
+//! per value head. Its size does not grow with the context: it is allocated (and charged)
+//! whole when the sequence first holds a token, and zero until then.
+//!
+//! It summarizes every position at once, so it cannot be cut back to a shorter prefix: a
+//! context that would keep fewer tokens than it holds starts over instead
+//! ([`crate::Engine::truncate_context`]).
+
+use crate::budget::{ChargedVec, MemoryBudget};
+use crate::error::EngineError;
+use crate::model::ModelConfig;
+
+/// The recurrent state of one sequence (empty for a model without delta-net layers).
+pub(crate) struct RecurrentState {
+    /// For each block, its index among the delta-net layers.
+    index: Vec<Option<usize>>,
+    /// Floats of the convolution inputs of one layer.
+    conv: usize,
+    /// Floats of one layer's whole state.
+    per_layer: usize,
+    data: Option<ChargedVec<f32>>,
+}
+
+impl RecurrentState {
+    /// The state `cfg`'s delta-net layers need (nothing allocated yet).
+    pub(crate) fn for_model(cfg: &ModelConfig) -> RecurrentState {
+        let mut next = 0;
+        let index = (0..cfg.n_layer)
+            .map(|l| {
+                cfg.is_recurrent(l).then(|| {
+                    next += 1;
+                    next - 1
+                })
+            })
+            .collect();
+        let (conv, per_layer) = cfg.delta_net.as_ref().map_or((0, 0), |d| {
+            ((d.d_conv - 1) * d.channels(), d.state_floats())
+        });
+        RecurrentState {
+            index,
+            conv,
+            per_layer,
+            data: None,
+        }
+    }
+
+    /// No recurrent layers.
+    pub(crate) fn none() -> RecurrentState {
+        RecurrentState {
+            index: Vec::new(),
+            conv: 0,
+            per_layer: 0,
+            data: None,
+        }
+    }
+
+    fn layers(&self) -> usize {
+        self.index.iter().flatten().count()
+    }
+
+    /// Bytes of the whole state of one sequence of `cfg` (what [`RecurrentState::reserve`]
+    /// charges).
+    pub(crate) fn bytes(cfg: &ModelConfig) -> u64 {
+        let s = RecurrentState::for_model(cfg);
+        4 * (s.layers() * s.per_layer) as u64
+    }
+
+    /// Whether the model has delta-net layers.
+    pub(crate) fn exists(&self) -> bool {
+        self.layers() > 0
+    }
+
+    /// Allocates and charges the zero state, if not yet done.
+    pub(crate) fn reserve(&mut self, budget: &MemoryBudget) -> Result<(), EngineError> {
+        if self.data.is_none() && self.exists() {
+            let len = self.layers() * self.per_layer;
+            self.data = Some(ChargedVec::zeroed(budget, "recurrent state", len)?);
+        }
+        Ok(())
+    }
+
+    /// Forgets the state and releases its memory.
+    pub(crate) fn clear(&mut self) {
+        self.data = None;
+    }
+
+    /// Layer `layer`'s convolution inputs (oldest first, `d_conv - 1` rows of every channel)
+    /// and its per-head state matrices (head `h`, row `j` (value), column `i` (key) at
+    /// `(h * head_dim + j) * head_dim + i`). The state must have been reserved.
+    pub(crate) fn layer(&mut self, layer: usize) -> (&mut [f32], &mut [f32]) {
+        let i = self.index[layer].expect("a delta-net layer");
+        let data = self.data.as_mut().expect("the recurrent state is reserved");
+        let all = &mut data[i * self.per_layer..(i + 1) * self.per_layer];
+        all.split_at_mut(self.conv)
+    }
+}

@@ -1,0 +1,158 @@
+//! The recurrent state of a hybrid model's gated delta-net layers (qwen35moe synth file) as a
+//! sequence's context: it cannot be cut back, so a prompt that shares only part of the held
+//! context starts over (cached 0) and gives the logits of a fresh context, while a prompt
+//! that extends the whole held context (the next turn of a chat) evaluates only its new
+//! tokens; batched decoding gives every sequence the logits of its single run; the state is
+//! charged to the budget with the sequence.
+
+mod common;
+
+use ramforge_engine::{Engine, EngineOptions, Model};
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+
+fn hybrid_model() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ramforge-hybrid-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("qwen35moe.gguf");
+    common::synth(
+        &out,
+        &[
+            "--arch",
+            "qwen35moe",
+            "--layers",
+            "3",
+            "--embd",
+            "128",
+            "--ffn",
+            "64",
+            "--heads",
+            "4",
+            "--kv-heads",
+            "2",
+            "--experts",
+            "8",
+            "--experts-used",
+            "2",
+            "--full-attention-interval",
+            "2",
+            "--type",
+            "F32",
+        ],
+    );
+    out
+}
+
+fn engine(path: &PathBuf) -> Engine {
+    let o = EngineOptions {
+        ctx: Some(128),
+        threads: 1,
+        sequences: 2,
+        ..EngineOptions::default()
+    };
+    Engine::new(Model::open(path).unwrap(), &o).unwrap()
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+#[test]
+fn a_recurrent_context_is_reused_only_whole_and_batched_rows_equal_single_runs() {
+    let path = hybrid_model();
+    let mut e = engine(&path);
+    let tok = e.model().tokenizer.clone();
+    let a = tok.encode("The quick brown fox jumps over the lazy dog", true, true);
+    let mut b = a[..4].to_vec();
+    b.extend(tok.encode(" and a slow green turtle", false, true));
+    let mut longer = a.clone();
+    longer.extend(tok.encode(" again and again", false, true));
+    let cancel = AtomicBool::new(false);
+
+    // Fresh logits of each prompt.
+    let fresh = |e: &mut Engine, p: &[u32]| {
+        e.reset();
+        e.eval(p).unwrap().to_vec()
+    };
+    let fresh_b = fresh(&mut e, &b);
+    let fresh_longer = fresh(&mut e, &longer);
+    let fresh_a = fresh(&mut e, &a);
+    e.reset();
+
+    let mut seq = e.new_sequence();
+    assert_eq!(e.prefill(&mut seq, &a, &cancel).unwrap(), Some(0));
+    assert_eq!(max_diff(e.logits(), &fresh_a), 0.0);
+    // Shares 4 tokens with the held 9: the state holds all 9, so nothing is kept.
+    assert_eq!(e.prefill(&mut seq, &b, &cancel).unwrap(), Some(0));
+    assert_eq!(seq.tokens(), &b[..]);
+    assert_eq!(max_diff(e.logits(), &fresh_b), 0.0, "diverged prompt");
+    // The same prompt again: its last token cannot be evaluated alone on a state that has
+    // seen it, so the whole prompt runs again.
+    assert_eq!(e.prefill(&mut seq, &b, &cancel).unwrap(), Some(0));
+    assert_eq!(max_diff(e.logits(), &fresh_b), 0.0, "repeated prompt");
+    // A next turn extends the held context: only its new tokens run.
+    assert_eq!(e.prefill(&mut seq, &a, &cancel).unwrap(), Some(0));
+    assert_eq!(
+        e.prefill(&mut seq, &longer, &cancel).unwrap(),
+        Some(a.len())
+    );
+    // Evaluated in two batches instead of one: equal up to f32 rounding.
+    let d = max_diff(e.logits(), &fresh_longer);
+    assert!(d < 1e-3, "extended prompt: max diff {d}");
+
+    // The engine's own context: truncating a recurrent context starts it over.
+    e.reset();
+    e.eval(&a).unwrap();
+    e.truncate_context(3);
+    assert_eq!(e.n_past(), 0);
+
+    // Two sequences decoded together: each row is its single run's logits, bit for bit.
+    let mut s1 = e.new_sequence();
+    let mut s2 = e.new_sequence();
+    e.prefill(&mut s1, &a, &cancel).unwrap();
+    e.prefill(&mut s2, &b, &cancel).unwrap();
+    let (t1, t2) = (a[1], b[2]);
+    let v = e.n_vocab();
+    let rows = e
+        .decode_batch(&mut [&mut s1, &mut s2], &[t1, t2])
+        .unwrap()
+        .to_vec();
+    for (prompt, t, row) in [(&a, t1, &rows[..v]), (&b, t2, &rows[v..2 * v])] {
+        let mut single = e.new_sequence();
+        e.prefill(&mut single, prompt, &cancel).unwrap();
+        let alone = e.decode_batch(&mut [&mut single], &[t]).unwrap().to_vec();
+        assert_eq!(max_diff(row, &alone), 0.0, "batched row");
+    }
+}
+
+#[test]
+fn the_plan_charges_each_sequence_its_recurrent_state() {
+    let path = hybrid_model();
+    let m = Model::open(&path).unwrap();
+    let d = m.config.delta_net.clone().unwrap();
+    assert_eq!(
+        (d.n_k_heads, d.n_v_heads, d.head_dim, d.d_conv),
+        (2, 4, 32, 4)
+    );
+    assert_eq!(d.recurrent, vec![true, false, true]);
+    // Two delta-net layers, each (d_conv - 1) x channels + heads x head_dim^2 floats.
+    let per_seq = 2 * 4 * ((4 - 1) * (2 * 64 + 128) + 4 * 32 * 32) as u64;
+    let plan = |sequences| {
+        m.plan(&EngineOptions {
+            ctx: Some(128),
+            sequences,
+            ..EngineOptions::default()
+        })
+        .unwrap()
+    };
+    let (one, three) = (plan(1), plan(3));
+    let kv = |p: &ramforge_engine::MemoryPlan| p.kv_bytes;
+    // The attention layer's keys and values (f16) plus the one-slot stand-ins of the two
+    // delta-net layers, and the state.
+    let kv_per_seq = 2 * 2 * 64 * (128 + 2) + per_seq;
+    assert_eq!(kv(&three) - kv(&one), 2 * kv_per_seq);
+}
