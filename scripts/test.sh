@@ -48,6 +48,7 @@ step() { # step NAME MINUTES COMMAND [ARGS...]: run one step under a time limit,
 verify_models() { # every file the tests need is present, and every listed file present has its sha256
   local f sum name missing=0
   for f in SmolLM2-135M-Instruct.Q4_1.gguf gemma-3-270m-q4_k_m.gguf qwen2ish-Q4_1.gguf qwen2ish-Q8_0.gguf \
+           qwen25-coder-0.5b.gguf qwen25-coder-1.5b.gguf \
            smollm2-{F16,BF16,Q4_0,Q5_0,Q5_1,Q8_0,Q2_K-pure,Q3_K_S-pure,Q3_K_M,Q4_K_M,Q5_K_M,Q6_K,IQ4_NL,IQ4_XS}.gguf; do
     [ -f "$RAMFORGE_MODELS/$f" ] || { echo "error: $RAMFORGE_MODELS/$f is missing" >&2; missing=1; }
   done
@@ -69,7 +70,9 @@ need_models() { # the model files and the reference python every test needs; wit
   # the last file listed in golden/README.md (the optional qwen pair) is absent; so its status alone
   # does not say whether the fetch worked: check the files and their checksums here.
   local fetch_rc=0
-  bash "$shared/reference/fetch_models.sh" "$RAMFORGE_MODELS" --all || fetch_rc=$?
+  # --qwen-pair: Qwen2.5-Coder-Instruct 0.5B (whose template renders tools: the agent API's
+  # test) and 1.5B, 1.5 GB together, fetched once.
+  bash "$shared/reference/fetch_models.sh" "$RAMFORGE_MODELS" --all --qwen-pair || fetch_rc=$?
   verify_models || { echo "error: fetching models failed (fetch_models.sh exit $fetch_rc)" >&2; exit 1; }
   [ $fetch_rc -eq 0 ] || echo "== models: fetch_models.sh exited $fetch_rc, but every file the tests need is present with its listed sha256"
   RAMFORGE_REFERENCE_PY="$(bash "$shared/reference/setup.sh" "$RAMFORGE_MODELS/.venv-reference")" \

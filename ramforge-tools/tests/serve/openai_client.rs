@@ -1,5 +1,7 @@
 //! The real `openai` python package (pinned, installed by this test into a venv beside the
-//! models) against a running server: `openai_client.py` beside this file does the talking.
+//! models, with `jsonschema`) against a running server: `openai_client.py` beside this file
+//! does the talking on the default model, `openai_agent.py` on Qwen2.5-Coder-0.5B-Instruct,
+//! whose own chat template renders tools.
 
 use super::server::Server;
 use std::path::PathBuf;
@@ -7,6 +9,8 @@ use std::process::Command;
 
 /// The pinned client version.
 const OPENAI: &str = "openai==2.15.0";
+/// The pinned validator the agent checks use.
+const JSONSCHEMA: &str = "jsonschema==4.25.1";
 
 /// `$RAMFORGE_MODELS/.venv-openai/bin/python` with the pinned `openai`, made if missing.
 /// No python3, venv or pip fails the test: it is not skipped.
@@ -19,7 +23,7 @@ fn openai_python() -> PathBuf {
             .args([
                 "-c",
                 &format!(
-                    "import openai, sys; sys.exit(openai.__version__ != '{}')",
+                    "import openai, jsonschema, sys; sys.exit(openai.__version__ != '{}')",
                     &OPENAI[8..]
                 ),
             ])
@@ -47,16 +51,17 @@ fn openai_python() -> PathBuf {
             "-q",
             "--disable-pip-version-check",
             OPENAI,
+            JSONSCHEMA,
         ])
         .status();
     assert!(
         pip.is_ok_and(|s| s.success()),
-        "pip install {OPENAI} into {} failed",
+        "pip install {OPENAI} {JSONSCHEMA} into {} failed",
         venv.display()
     );
     assert!(
         has(&python),
-        "{OPENAI} is not importable after installing it"
+        "{OPENAI} or {JSONSCHEMA} is not importable after installing it"
     );
     python
 }
@@ -84,4 +89,24 @@ fn the_openai_python_client_works_against_the_server() {
     assert_eq!(status, 200);
     let busiest = health["busiest_step"].as_u64().unwrap();
     assert!(busiest > 1, "nothing was decoded together: {health}");
+}
+
+/// An agent's requests on a model whose template renders tools: a required tool call whose
+/// arguments validate against the schema, the same call streamed, the tool's result fed back
+/// and used, `json_schema` under sampling and `json_object`, logprobs, penalties.
+#[test]
+fn an_agent_with_the_openai_client_on_qwen_coder_0_5b() {
+    let python = openai_python();
+    let model = super::common::model_path("qwen25-coder-0.5b.gguf");
+    let server = Server::start_model(&model, &["--ctx", "2048"]);
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/serve/openai_agent.py");
+    let out = Command::new(python)
+        .arg(script)
+        .arg(server.url("/v1"))
+        .output()
+        .expect("run openai_agent.py");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "openai_agent.py failed");
+    assert!(stdout.contains("all agent checks passed"), "{stdout}");
 }

@@ -27,9 +27,14 @@ pub struct Server {
 impl Server {
     /// Starts `serve` on the default model with `extra` flags, waiting for its address line.
     pub fn start(extra: &[&str]) -> Server {
+        Server::start_model(&smollm(), extra)
+    }
+
+    /// Starts `serve` on `model` with `extra` flags, waiting for its address line.
+    pub fn start_model(model: &std::path::Path, extra: &[&str]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_ramforge-tools"))
             .arg("serve")
-            .arg(smollm())
+            .arg(model)
             .args(["--port", "0", "--threads", "2"])
             .args(extra)
             .stdin(Stdio::null())
