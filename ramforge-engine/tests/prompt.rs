@@ -46,3 +46,31 @@ fn a_model_without_a_template_says_so() {
     let smol = GgufFile::open(model()).unwrap();
     assert!(ChatPrompt::new(&smol.header().metadata, None).is_ok());
 }
+
+/// An opened model keeps no token texts in its metadata (`Model::open` drops them: several
+/// uncharged MiB), yet its chat prompt gets the same BOS and EOS texts as one made from the
+/// file's metadata.
+#[test]
+fn an_opened_models_prompt_has_the_files_bos_and_eos_texts() {
+    for name in [
+        "gemma-3-270m-q4_k_m.gguf",
+        "SmolLM2-135M-Instruct.Q4_1.gguf",
+    ] {
+        let path = model_file(name);
+        let file = GgufFile::open(&path).unwrap();
+        let opened = ramforge_engine::Model::open(&path).unwrap();
+        let kept = &opened.file.header().metadata;
+        assert!(!kept.contains("tokenizer.ggml.tokens"), "{name}");
+        let both = "[{{ bos_token }}|{{ eos_token }}]";
+        let from_file = ChatPrompt::new(&file.header().metadata, Some(both.into()))
+            .unwrap()
+            .render(&[message("user", "x")], false)
+            .unwrap();
+        let from_model = ChatPrompt::for_model(kept, &opened.tokenizer, Some(both.into()))
+            .unwrap()
+            .render(&[message("user", "x")], false)
+            .unwrap();
+        assert_eq!(from_model, from_file, "{name}");
+        assert!(from_file.len() > "[|]".len(), "{name}: {from_file:?}");
+    }
+}

@@ -24,6 +24,7 @@ use std::sync::Arc;
 
 /// Metadata arrays dropped once the tokenizer is built (use `model.tokenizer` instead).
 pub const DROPPED_METADATA: &[&str] = &[
+    "tokenizer.ggml.tokens",
     "tokenizer.ggml.merges",
     "tokenizer.ggml.token_type",
     "tokenizer.ggml.scores",
@@ -51,8 +52,8 @@ impl Model {
         let tokenizer = Tokenizer::from_gguf(&file.header().metadata)
             .map_err(|e| EngineError::Tokenizer(e.to_string()))?;
         // The tokenizer has its own copy of these; as metadata values they would cost several
-        // uncharged MiB for the engine's lifetime. (`tokenizer.ggml.tokens` stays: chat
-        // templates look up the BOS/EOS texts in it.)
+        // uncharged MiB for the engine's lifetime (chat templates get the BOS/EOS texts from
+        // the tokenizer: `ChatPrompt::for_model`).
         for key in DROPPED_METADATA {
             file.metadata_mut().remove(key);
         }

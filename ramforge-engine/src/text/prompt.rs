@@ -28,6 +28,31 @@ impl ChatPrompt {
         Ok(ChatPrompt { template, bos, eos })
     }
 
+    /// [`ChatPrompt::new`] for an opened model, whose metadata no longer holds the token texts
+    /// (`Model::open` drops them): the BOS and EOS texts come from its tokenizer.
+    pub fn for_model(
+        meta: &Metadata,
+        tokenizer: &Tokenizer,
+        template: Option<String>,
+    ) -> Result<ChatPrompt, ChatError> {
+        let template = match template {
+            Some(t) => t,
+            None => model_chat_template(meta)?.to_string(),
+        };
+        let text = |key: &str| {
+            meta.get_u32(key)
+                .ok()
+                .and_then(|id| tokenizer.token_text(id))
+                .unwrap_or_default()
+                .to_string()
+        };
+        let (bos, eos) = (
+            text("tokenizer.ggml.bos_token_id"),
+            text("tokenizer.ggml.eos_token_id"),
+        );
+        Ok(ChatPrompt { template, bos, eos })
+    }
+
     /// The conversation rendered as text, ending with the assistant's turn when
     /// `add_generation_prompt`.
     pub fn render(

@@ -75,7 +75,7 @@ pub fn run(args: Args) -> CmdResult {
     let model = Model::open(&path)?;
     let meta = &model.file.header().metadata;
     let mut chat = Conversation {
-        prompt: ChatPrompt::new(meta, args.template.read()?)?,
+        prompt: ChatPrompt::for_model(meta, &model.tokenizer, args.template.read()?)?,
         system: args.system.clone(),
         messages: Vec::new(),
     };

@@ -164,8 +164,9 @@ fn prompt_tokens(model: &Model, args: &Args) -> Result<Vec<u32>, CmdError> {
     if !args.chat {
         return Ok(tok.encode(&args.prompt, true, true));
     }
-    let prompt = ChatPrompt::new(
+    let prompt = ChatPrompt::for_model(
         &model.file.header().metadata,
+        &model.tokenizer,
         read_template(args.template.as_deref())?,
     )?;
     let mut messages = Vec::new();
@@ -230,6 +231,8 @@ fn json_report(
         "mapped_io": r.mapped_io,
         "experts": crate::expert_stats::json(r, d),
     });
+    // Not charged to the budget: see `Model`.
+    report["tokenizer_bytes"] = engine.model().tokenizer.heap_bytes().into();
     report["isa"] = ramforge_quant::isa::active().name().into();
     report
 }

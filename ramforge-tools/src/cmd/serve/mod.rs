@@ -70,7 +70,7 @@ pub fn run(args: Args) -> CmdResult {
     let model = Model::open(&path)?;
     let meta = &model.file.header().metadata;
     let chat = match (
-        ChatPrompt::new(meta, args.template.read()?),
+        ChatPrompt::for_model(meta, &model.tokenizer, args.template.read()?),
         &args.template.template,
     ) {
         (Ok(chat), _) => Some(chat),
