@@ -16,14 +16,19 @@ pub struct ChatPrompt {
     eos: String,
 }
 
+/// `template` when given (e.g. from `--template FILE`), else the model's own.
+fn chosen_template(meta: &Metadata, template: Option<String>) -> Result<String, ChatError> {
+    match template {
+        Some(t) => Ok(t),
+        None => Ok(model_chat_template(meta)?.to_string()),
+    }
+}
+
 impl ChatPrompt {
     /// The model's own template (`tokenizer.chat_template`), or `template` instead when
     /// given (e.g. from `--template FILE`).
     pub fn new(meta: &Metadata, template: Option<String>) -> Result<ChatPrompt, ChatError> {
-        let template = match template {
-            Some(t) => t,
-            None => model_chat_template(meta)?.to_string(),
-        };
+        let template = chosen_template(meta, template)?;
         let (bos, eos) = bos_eos_texts(meta);
         Ok(ChatPrompt { template, bos, eos })
     }
@@ -35,10 +40,7 @@ impl ChatPrompt {
         tokenizer: &Tokenizer,
         template: Option<String>,
     ) -> Result<ChatPrompt, ChatError> {
-        let template = match template {
-            Some(t) => t,
-            None => model_chat_template(meta)?.to_string(),
-        };
+        let template = chosen_template(meta, template)?;
         let text = |key: &str| {
             meta.get_u32(key)
                 .ok()
