@@ -89,7 +89,8 @@ need_chromium() { # the chat page's test (tests/serve/page.rs) drives headless C
 }
 export -f need_chromium
 
-[ $list -eq 1 ] || need_models
+disk_free() { df -h --output=avail "$root" | tail -1 | tr -d ' '; }
+[ $list -eq 1 ] || { echo "== disk: $(disk_free) free on the checkout's file system"; need_models; }
 
 # ---- the steps, in order: NAME MINUTES COMMAND ----
 step fmt      2  cargo fmt --all --check -- --color never
@@ -101,5 +102,6 @@ step fuzz     20 bash scripts/fuzz.sh "$fuzz_seconds"
 
 [ $list -eq 1 ] && exit 0
 echo
+echo "== disk: $(disk_free) free at the end"
 echo "== test.sh: ${#passed[@]} steps ok (${passed[*]:-}), ${#failed[@]} failed (${failed[*]:-}) in $(( $(date +%s) - started ))s"
 [ ${#failed[@]} -eq 0 ]
