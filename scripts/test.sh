@@ -98,6 +98,7 @@ step cycles   2  python3 scripts/import_cycles.py
 step clippy   15 cargo clippy --workspace --all-targets -- -D warnings
 step chromium 10 need_chromium
 step test     45 cargo test --workspace --no-fail-fast
+step arm      25 bash scripts/arm.sh
 step fuzz     20 bash scripts/fuzz.sh "$fuzz_seconds"
 
 [ $list -eq 1 ] && exit 0

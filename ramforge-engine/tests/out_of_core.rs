@@ -99,7 +99,13 @@ fn warm_copy(tag: &str) -> std::path::PathBuf {
 /// A copy of the model in its own directory, none of it in the page cache.
 fn cold_copy(tag: &str) -> std::path::PathBuf {
     let path = warm_copy(tag);
-    let f = std::fs::File::open(&path).unwrap();
+    drop_from_page_cache(&path);
+    path
+}
+
+#[cfg(target_os = "linux")]
+fn drop_from_page_cache(path: &std::path::Path) {
+    let f = std::fs::File::open(path).unwrap();
     // Written pages are dirty, and only clean ones can be dropped.
     f.sync_all().unwrap();
     // SAFETY: posix_fadvise only reads its integer arguments; the descriptor is open.
@@ -111,7 +117,15 @@ fn cold_copy(tag: &str) -> std::path::PathBuf {
             libc::POSIX_FADV_DONTNEED,
         );
     }
-    path
+}
+
+/// Only Linux can drop one file from the page cache (macOS has no per-file drop).
+#[cfg(not(target_os = "linux"))]
+fn drop_from_page_cache(path: &std::path::Path) {
+    panic!(
+        "cannot drop {} from the page cache on this system",
+        path.display()
+    );
 }
 
 #[test]

@@ -327,7 +327,8 @@ impl GgufFile {
         let mut resident = vec![0u8; len.div_ceil(page)];
         // SAFETY: `base..base + len` is a live mapping owned by `map`, and `resident` has one
         // byte per page of it, as mincore requires.
-        let rc = unsafe { libc::mincore(base as *mut libc::c_void, len, resident.as_mut_ptr()) };
+        let rc =
+            unsafe { libc::mincore(base as *mut libc::c_void, len, resident.as_mut_ptr().cast()) };
         if rc != 0 {
             return None;
         }

@@ -20,11 +20,23 @@ pub enum Isa {
     /// `vpdpbusd` in its EVEX encoding, for CPUs that lack the VEX one (Ice Lake and Cascade
     /// Lake servers, Zen 4). Still 256-bit vectors; the same results.
     Avx512Vnni,
+    /// aarch64's Advanced SIMD, which every ARMv8-A CPU has.
+    Neon,
+    /// [`Isa::Neon`] plus the dot-product extension (`sdot`: ARMv8.2-A and later, e.g. Apple
+    /// M1 and later, Graviton 2 and later). The same results as [`Isa::Neon`].
+    Dotprod,
 }
 
 impl Isa {
     /// Every instruction set, the reference first.
-    pub const ALL: [Isa; 4] = [Isa::Scalar, Isa::Avx2, Isa::AvxVnni, Isa::Avx512Vnni];
+    pub const ALL: [Isa; 6] = [
+        Isa::Scalar,
+        Isa::Avx2,
+        Isa::AvxVnni,
+        Isa::Avx512Vnni,
+        Isa::Neon,
+        Isa::Dotprod,
+    ];
 
     /// Lower-case name, as `RAMFORGE_ISA` and the tools spell it.
     pub fn name(self) -> &'static str {
@@ -33,6 +45,8 @@ impl Isa {
             Isa::Avx2 => "avx2",
             Isa::AvxVnni => "avxvnni",
             Isa::Avx512Vnni => "avx512vnni",
+            Isa::Neon => "neon",
+            Isa::Dotprod => "dotprod",
         }
     }
 
@@ -49,6 +63,8 @@ impl Isa {
             Isa::Avx2 => avx2_available(),
             Isa::AvxVnni => avx2_available() && avx_vnni_available(),
             Isa::Avx512Vnni => avx2_available() && avx512_vnni_available(),
+            Isa::Neon => neon_available(),
+            Isa::Dotprod => neon_available() && dotprod_available(),
         }
     }
 
@@ -97,6 +113,26 @@ fn avx512_vnni_available() -> bool {
     false
 }
 
+#[cfg(target_arch = "aarch64")]
+fn neon_available() -> bool {
+    std::arch::is_aarch64_feature_detected!("neon")
+}
+
+#[cfg(not(target_arch = "aarch64"))]
+fn neon_available() -> bool {
+    false
+}
+
+#[cfg(target_arch = "aarch64")]
+fn dotprod_available() -> bool {
+    std::arch::is_aarch64_feature_detected!("dotprod")
+}
+
+#[cfg(not(target_arch = "aarch64"))]
+fn dotprod_available() -> bool {
+    false
+}
+
 /// The best instruction set this CPU supports (AVX-VNNI before AVX512-VNNI where both are:
 /// the same kernels, the shorter encoding).
 pub fn detected() -> Isa {
@@ -106,6 +142,10 @@ pub fn detected() -> Isa {
         Isa::Avx512Vnni
     } else if Isa::Avx2.is_available() {
         Isa::Avx2
+    } else if Isa::Dotprod.is_available() {
+        Isa::Dotprod
+    } else if Isa::Neon.is_available() {
+        Isa::Neon
     } else {
         Isa::Scalar
     }
@@ -120,6 +160,8 @@ fn code(isa: Isa) -> u8 {
         Isa::Avx2 => 2,
         Isa::AvxVnni => 3,
         Isa::Avx512Vnni => 4,
+        Isa::Neon => 5,
+        Isa::Dotprod => 6,
     }
 }
 
@@ -131,6 +173,8 @@ pub fn active() -> Isa {
         2 => Isa::Avx2,
         3 => Isa::AvxVnni,
         4 => Isa::Avx512Vnni,
+        5 => Isa::Neon,
+        6 => Isa::Dotprod,
         _ => {
             let isa = requested().ok().flatten().unwrap_or_else(detected);
             ACTIVE.store(code(isa), Ordering::Relaxed);

@@ -29,9 +29,11 @@ pub(crate) enum Tile {
     /// [`TILE_ROWS`] consecutive weight rows (back to back in the first argument) times
     /// [`TILE`] tokens: `out[r][t]`. Also amortises the per-token work (activation loads and
     /// scales) over the rows; a matrix's last rows that fill no group run per token.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // x86 kernels only, so far
     QuantRows(RowsTile),
     /// The same for float weights and f32 activations; equals `TILE_ROWS * TILE` calls of
     /// the type's `Dot` bit for bit.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     FloatRows(FloatRowsTile),
 }
 

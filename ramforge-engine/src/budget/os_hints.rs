@@ -5,6 +5,7 @@
 /// transparent huge pages (where THP is in `madvise` mode): weights are streamed through
 /// once per token, and 4 KiB pages make that a TLB miss every 4 KiB. Only whole huge pages
 /// inside the buffer are advised, so RSS never exceeds the buffer itself.
+#[cfg(target_os = "linux")]
 pub(crate) fn advise_huge_pages(ptr: *const u8, bytes: usize) {
     const HUGE: usize = 2 << 20;
     let start = (ptr as usize).next_multiple_of(HUGE);
@@ -16,6 +17,12 @@ pub(crate) fn advise_huge_pages(ptr: *const u8, bytes: usize) {
             libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
         }
     }
+}
+
+/// Other systems have no transparent huge pages to ask for (macOS picks page sizes itself).
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn advise_huge_pages(ptr: *const u8, bytes: usize) {
+    let _ = (ptr, bytes);
 }
 
 /// Makes glibc return large freed buffers to the kernel at once, so the process's RSS follows

@@ -1,4 +1,7 @@
-//! The process's resident memory (VmRSS, VmHWM) as the kernel reports it: the figure the budget is judged by.
+//! The process's resident memory as the kernel reports it: the figure the budget is judged by.
+//! Linux: VmRSS and VmHWM from `/proc`. macOS: the physical footprint and its lifetime
+//! maximum (`proc_pid_rusage`), what Activity Monitor shows as a process's memory; it counts
+//! dirty and compressed pages but not clean file pages mapped in place.
 
 use super::size::KIB;
 
@@ -12,9 +15,29 @@ pub struct ProcessMemory {
 }
 
 /// Reads VmRSS and VmHWM of this process; `None` where `/proc` is unavailable.
+#[cfg(not(target_os = "macos"))]
 pub fn process_memory() -> Option<ProcessMemory> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     parse_proc_status(&status)
+}
+
+/// Reads this process's physical footprint now and at its peak; `None` if the kernel refuses.
+#[cfg(target_os = "macos")]
+pub fn process_memory() -> Option<ProcessMemory> {
+    // SAFETY: an all-zero rusage_info_v4 is a valid value of this plain C struct.
+    let mut info: libc::rusage_info_v4 = unsafe { std::mem::zeroed() };
+    // SAFETY: RUSAGE_INFO_V4 asks for exactly a rusage_info_v4, which `info` is.
+    let rc = unsafe {
+        libc::proc_pid_rusage(
+            std::process::id() as libc::c_int,
+            libc::RUSAGE_INFO_V4,
+            (&mut info as *mut libc::rusage_info_v4).cast(),
+        )
+    };
+    (rc == 0).then_some(ProcessMemory {
+        rss: info.ri_phys_footprint,
+        peak_rss: info.ri_lifetime_max_phys_footprint,
+    })
 }
 
 /// Parses the VmRSS and VmHWM lines of a `/proc/<pid>/status` text.

@@ -149,6 +149,9 @@ impl Window {
     /// so the compute does not take the faults. Fails with `EFAULT` where the file ends
     /// before the window does.
     pub fn populate(&self) -> io::Result<()> {
+        #[cfg(not(target_os = "linux"))]
+        return self.map.advise(libc::MADV_WILLNEED);
+        #[cfg(target_os = "linux")]
         match self.map.advise(libc::MADV_POPULATE_READ) {
             // Kernels before 5.14: start the reads; the compute takes the faults.
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {

@@ -1,8 +1,10 @@
 //! Page-cache hints for streamed reads: what was read is dropped by whole folios, so streaming
 //! leaves no more in the cache than a chunk and the readahead window.
 
-use std::fs::File;
+use std::fs::{File, OpenOptions};
+use std::io;
 use std::os::unix::io::AsRawFd;
+use std::path::Path;
 
 /// Buffered streaming reads drop what they read from the page cache every this many bytes.
 pub(super) const DROP_CHUNK: usize = 4 << 20;
@@ -19,18 +21,57 @@ pub(super) const FOLIO: u64 = 2 << 20;
 /// goes now, and successive reads drop everything they read.
 pub fn drop_read(file: &File, from: u64, to: u64) {
     let start = from / FOLIO * FOLIO;
-    advise(file, start, to - start, libc::POSIX_FADV_DONTNEED);
+    drop_range(file, start, to - start);
 }
 
-/// A `posix_fadvise` hint; hints are advice, so a refusal is ignored.
-pub fn advise(file: &File, offset: u64, len: u64, advice: libc::c_int) {
+/// Drops `len` bytes of `file` from `offset` out of the page cache (`len` 0: to the end); a
+/// hint, so a refusal is ignored.
+#[cfg(target_os = "linux")]
+pub fn drop_range(file: &File, offset: u64, len: u64) {
     // SAFETY: posix_fadvise only reads its integer arguments; the descriptor is open.
     unsafe {
         libc::posix_fadvise(
             file.as_raw_fd(),
             offset as libc::off_t,
             len as libc::off_t,
-            advice,
+            libc::POSIX_FADV_DONTNEED,
         );
     }
+}
+
+/// macOS has no per-range drop of cached pages: cold reads there bypass the cache instead
+/// (`F_NOCACHE`, see `reader.rs`), and buffered reads leave what they read to the kernel.
+#[cfg(not(target_os = "linux"))]
+pub fn drop_range(file: &File, offset: u64, len: u64) {
+    let _ = (file.as_raw_fd(), offset, len);
+}
+
+/// Opens `path` for reads that go around the page cache: `O_DIRECT` on Linux (aligned
+/// offsets, lengths and buffers), `F_NOCACHE` on macOS.
+#[cfg(target_os = "linux")]
+pub fn open_uncached(path: &Path) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+}
+
+/// Opens `path` for reads that go around the page cache: `O_DIRECT` on Linux (aligned
+/// offsets, lengths and buffers), `F_NOCACHE` on macOS.
+#[cfg(target_os = "macos")]
+pub fn open_uncached(path: &Path) -> io::Result<File> {
+    let file = OpenOptions::new().read(true).open(path)?;
+    // SAFETY: F_NOCACHE takes an integer argument and changes only how this descriptor reads.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_NOCACHE, 1) } == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(file)
+}
+
+/// Elsewhere reads cannot go around the cache: refused, so the buffered path is used.
+#[cfg(not(any(target_os = "linux", target_os = "macos")))]
+pub fn open_uncached(path: &Path) -> io::Result<File> {
+    let _ = path;
+    Err(io::Error::from(io::ErrorKind::Unsupported))
 }

@@ -10,10 +10,10 @@
 
 use super::aligned::AlignedBuf;
 use super::layout::{LayerLayout, MapError, MappedLayer};
-use super::page_cache::{advise, drop_read, DROP_CHUNK, FOLIO, READAHEAD_TAIL};
+use super::page_cache::{drop_range, drop_read, open_uncached, DROP_CHUNK, FOLIO, READAHEAD_TAIL};
 use ramforge_gguf::{GgufError, GgufFile};
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 /// How streamed layers are read.
@@ -120,10 +120,7 @@ impl StreamFile {
                 .iter()
                 .zip(&buffered)
                 .map(|((path, _), b)| {
-                    OpenOptions::new()
-                        .read(true)
-                        .custom_flags(libc::O_DIRECT)
-                        .open(path)
+                    open_uncached(path)
                         .ok()
                         // Only if it is still the same file as the engine's handle.
                         .filter(|d| same_file(d, b))
@@ -278,11 +275,10 @@ impl StreamFile {
         if let Some((stale_shard, range)) = stale {
             // Dropped only now: at the jump the readahead there was still in flight, and
             // pages under I/O are not dropped.
-            advise(
+            drop_range(
                 &self.buffered[stale_shard],
                 range.start,
                 range.end - range.start,
-                libc::POSIX_FADV_DONTNEED,
             );
         }
         Ok(done as u64)
@@ -433,7 +429,7 @@ mod tests {
         let file = File::open(&path).unwrap();
         // Written pages are dirty, and only clean ones can be dropped.
         file.sync_all().unwrap();
-        advise(&file, 0, 0, libc::POSIX_FADV_DONTNEED);
+        drop_range(&file, 0, 0);
         assert_eq!(cached_pages(&file, 0..len as u64), 0, "evicted");
         (path, file)
     }
@@ -462,7 +458,7 @@ mod tests {
             );
             assert_ne!(at, libc::MAP_FAILED);
             let mut vec = vec![0u8; len.div_ceil(4096)];
-            assert_eq!(libc::mincore(at, len, vec.as_mut_ptr()), 0);
+            assert_eq!(libc::mincore(at, len, vec.as_mut_ptr().cast()), 0);
             libc::munmap(at, len);
             vec.iter().filter(|&&b| b & 1 != 0).count()
         }

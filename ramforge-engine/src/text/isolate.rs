@@ -4,7 +4,9 @@
 //! Elsewhere the render runs in-process under the instruction, recursion, loop and output
 //! limits alone.
 
-use super::limits::{RenderLimits, TEMPLATE_TIME_LIMIT};
+use super::limits::RenderLimits;
+#[cfg(target_os = "linux")]
+use super::limits::TEMPLATE_TIME_LIMIT;
 use super::template_error::ChatError;
 
 /// Runs `render` under `limits`; its result comes back as if it had run here. A panic in the
@@ -25,6 +27,7 @@ pub fn run_isolated(
 }
 
 /// The child's answer on the pipe: a tag byte, then the text.
+#[cfg(target_os = "linux")]
 pub(super) fn encode(result: std::thread::Result<Result<String, ChatError>>) -> Vec<u8> {
     let (tag, text) = match result {
         Ok(Ok(s)) => (b'O', s),
@@ -46,6 +49,7 @@ pub(super) fn encode(result: std::thread::Result<Result<String, ChatError>>) -> 
 }
 
 /// The child's answer, or None when it is not one (the child died before finishing it).
+#[cfg(target_os = "linux")]
 pub(super) fn decode(bytes: Vec<u8>) -> Option<Result<String, ChatError>> {
     let (&tag, text) = bytes.split_first()?;
     let text = String::from_utf8(text.to_vec()).ok()?;

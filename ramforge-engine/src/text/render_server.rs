@@ -3,8 +3,11 @@
 //! address-space limit and the deadline), but one fork for many renders instead of one each.
 //! A render that breaks the memory or time limit costs the child; the next render forks anew.
 
+#[cfg(target_os = "linux")]
 use super::limits::{RenderLimits, TEMPLATE_TIME_LIMIT};
-use super::template::{input_limits, render_in_process, ChatError, ChatMessage};
+#[cfg(target_os = "linux")]
+use super::template::input_limits;
+use super::template::{render_in_process, ChatError, ChatMessage};
 use serde::{Deserialize, Serialize};
 
 /// One render, as the child receives it.
@@ -28,6 +31,7 @@ impl Request {
         )
     }
 
+    #[cfg(target_os = "linux")]
     fn limits(&self) -> RenderLimits {
         input_limits(&self.messages, &self.bos, &self.eos)
     }

@@ -2,6 +2,9 @@
 //! generated one for its format) and is tested against it; a type without a fast path on
 //! the active instruction set runs the reference.
 
+#[cfg(target_arch = "aarch64")]
+mod aarch64;
+mod register;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
@@ -19,8 +22,15 @@ pub(crate) fn tile_is_exact(isa: Isa, ty: GgmlType) -> bool {
         Isa::Avx2 => x86::tile_is_exact(ty),
         #[cfg(target_arch = "x86_64")]
         Isa::AvxVnni | Isa::Avx512Vnni => x86::vnni_tile_is_exact(ty),
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon | Isa::Dotprod => aarch64::tile_is_exact(ty),
         #[cfg(not(target_arch = "x86_64"))]
         Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni => {
+            let _ = ty;
+            false
+        }
+        #[cfg(not(target_arch = "aarch64"))]
+        Isa::Neon | Isa::Dotprod => {
             let _ = ty;
             false
         }
@@ -37,8 +47,17 @@ pub(crate) fn kernels(isa: Isa, ty: GgmlType) -> Option<&'static Kernels> {
         Isa::AvxVnni => x86::vnni_kernels(ty),
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512Vnni => x86::vnni512_kernels(ty),
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon => aarch64::neon_kernels(ty),
+        #[cfg(target_arch = "aarch64")]
+        Isa::Dotprod => aarch64::dotprod_kernels(ty),
         #[cfg(not(target_arch = "x86_64"))]
         Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni => {
+            let _ = ty;
+            None
+        }
+        #[cfg(not(target_arch = "aarch64"))]
+        Isa::Neon | Isa::Dotprod => {
             let _ = ty;
             None
         }

@@ -109,6 +109,7 @@ pub fn synth(file: &Path, args: &[&str]) {
 
 /// Drops `file` from the page cache (written pages are synced first: only clean ones can be
 /// dropped), so the next reader finds it cold.
+#[cfg(target_os = "linux")]
 pub fn evict(file: &Path) {
     let f = std::fs::File::open(file).unwrap();
     f.sync_all().unwrap();
@@ -122,4 +123,13 @@ pub fn evict(file: &Path) {
         )
     };
     assert_eq!(rc, 0, "posix_fadvise on {}", file.display());
+}
+
+/// Only Linux can drop one file from the page cache (macOS has no per-file drop).
+#[cfg(not(target_os = "linux"))]
+pub fn evict(file: &Path) {
+    panic!(
+        "cannot drop {} from the page cache on this system",
+        file.display()
+    );
 }

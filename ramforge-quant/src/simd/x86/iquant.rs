@@ -24,7 +24,7 @@ mod nvfp4;
 mod tests;
 mod tq;
 
-use super::register::fast_kernels;
+use crate::simd::register::fast_kernels;
 
 fast_kernels! {
     iq2_xxs: block(iq2::iq2_xxs);

@@ -21,7 +21,7 @@ mod q8k;
 #[cfg(test)]
 mod tests;
 
-use super::register::fast_kernels;
+use crate::simd::register::fast_kernels;
 
 fast_kernels! {
     q8_k: block, quantize: q8k::quantize_row;

@@ -26,8 +26,8 @@ mod gemm;
 mod tests;
 mod vnni;
 
-use super::register::fast_kernels;
 use crate::kernel_table::{Tile, ROWS, TILE, TILE_ROWS};
+use crate::simd::register::fast_kernels;
 
 // SAFETY (every wrapper below): these functions are reachable only through the table entries
 // of `kernels`, which the kernel table uses only for `Isa::Avx2`, and only when

@@ -8,7 +8,6 @@ mod iquant;
 mod kquant;
 mod legacy;
 mod prefetch;
-mod register;
 
 use crate::kernel_table::Kernels;
 use crate::GgmlType;

@@ -1,0 +1,151 @@
+//! The block dots: one exact integer dot per block (NEON's widening multiplies, or `sdot`),
+//! scaled and summed in f32 exactly as the generated reference does, so `vec_dot`, the
+//! decode `rows` and the prefill tile all return the reference's result bit for bit.
+
+use super::blocks::{
+    Act32, ActQ8_0, ActQ8_1, Block32, Iq4Nl, Mxfp4, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1,
+};
+use crate::kernel_table::Kernels;
+use crate::simd::register::fast_kernels;
+use crate::GgmlType;
+use std::arch::aarch64::*;
+
+/// How the exact integer dot of 32 weight quants with 32 activation quants is taken.
+pub(super) trait IntDot {
+    unsafe fn dot(w: (int8x16_t, int8x16_t), a: (int8x16_t, int8x16_t)) -> i32;
+}
+
+/// Plain NEON: widening multiplies to i16 (|q| <= 128, so a product fits), pairwise
+/// accumulated into i32.
+pub(super) struct Mull;
+impl IntDot for Mull {
+    #[inline(always)]
+    unsafe fn dot(w: (int8x16_t, int8x16_t), a: (int8x16_t, int8x16_t)) -> i32 {
+        let s = vpaddlq_s16(vmull_s8(vget_low_s8(w.0), vget_low_s8(a.0)));
+        let s = vpadalq_s16(s, vmull_high_s8(w.0, a.0));
+        let s = vpadalq_s16(s, vmull_s8(vget_low_s8(w.1), vget_low_s8(a.1)));
+        let s = vpadalq_s16(s, vmull_high_s8(w.1, a.1));
+        vaddvq_s32(s)
+    }
+}
+
+/// The dot-product extension: four 4-element i8 dots into i32 lanes per `sdot`.
+pub(super) struct Sdot;
+impl IntDot for Sdot {
+    #[inline(always)]
+    unsafe fn dot(w: (int8x16_t, int8x16_t), a: (int8x16_t, int8x16_t)) -> i32 {
+        let s = sdot(vdupq_n_s32(0), w.0, a.0);
+        vaddvq_s32(sdot(s, w.1, a.1))
+    }
+}
+
+/// `acc + sdot(a, b)`; written as assembly because the intrinsic is not stable Rust yet.
+/// Only inlined into `#[target_feature(enable = "dotprod")]` bodies.
+#[inline(always)]
+unsafe fn sdot(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
+    let mut acc = acc;
+    std::arch::asm!(
+        "sdot {acc:v}.4s, {a:v}.16b, {b:v}.16b",
+        acc = inout(vreg) acc,
+        a = in(vreg) a,
+        b = in(vreg) b,
+        options(pure, nomem, nostack, preserves_flags),
+    );
+    acc
+}
+
+/// A row of `F` blocks dotted with a row of `A` blocks: the reference's `vec_dot`, term by
+/// term (per block `sum = 0; sum += s * dot; sum += m * sum(a)` with a min; `acc += da * sum`).
+#[inline(always)]
+unsafe fn block_dot<F: Block32, A: Act32, D: IntDot>(w: &[u8], a: &[u8]) -> f32 {
+    assert!(a.len() / A::BYTES >= w.len() / F::BYTES);
+    let mut acc = 0f32;
+    for (wb, ab) in w.chunks_exact(F::BYTES).zip(a.chunks_exact(A::BYTES)) {
+        let q = F::quants(wb.as_ptr());
+        let aq = ab.as_ptr().add(A::QS).cast::<i8>();
+        let aq = (vld1q_s8(aq), vld1q_s8(aq.add(16)));
+        let da = A::scale(ab);
+        let (s, m) = F::params(wb);
+        let mut sum = 0f32;
+        sum += s * D::dot(q, aq) as f32;
+        if F::HAS_MIN {
+            let total = vaddlvq_s8(aq.0) as i32 + vaddlvq_s8(aq.1) as i32;
+            sum += m * total as f32;
+        }
+        acc += da * sum;
+    }
+    acc
+}
+
+/// Module `$table` with the kernels of every 32-element format over integer dot `$dot`,
+/// compiled for `$feature` (`$table::kernels`). `rows` and the tile call `vec_dot` per row
+/// and token: each block's work is small next to its load, and the results stay exact.
+macro_rules! table {
+    ($table:ident: $feature:literal, $dot:ident; $($module:ident: $format:ident, $act:ident;)*) => {
+        pub(super) mod $table {
+            use super::*;
+            use crate::kernel_table::{Tile, ROWS, TILE};
+            $(
+                mod $module {
+                    use super::*;
+
+                    #[target_feature(enable = $feature)]
+                    unsafe fn dot(w: &[u8], a: &[u8]) -> f32 {
+                        block_dot::<$format, $act, $dot>(w, a)
+                    }
+
+                    pub(in super::super) fn vec_dot(w: &[u8], a: &[u8]) -> f32 {
+                        // SAFETY: reachable only through this table, which the kernel table
+                        // uses only when `$feature` was detected (see `isa.rs`); reads stay
+                        // within `w` and `a`, whose lengths `vec_dot` checks.
+                        unsafe { dot(w, a) }
+                    }
+
+                    pub(in super::super) fn rows(w: &[u8], a: &[u8]) -> [f32; ROWS] {
+                        let row = w.len() / ROWS;
+                        std::array::from_fn(|r| vec_dot(&w[r * row..(r + 1) * row], a))
+                    }
+
+                    fn tile(w: &[u8], a: [&[u8]; TILE]) -> [f32; TILE] {
+                        a.map(|a| vec_dot(w, a))
+                    }
+
+                    pub(in super::super) const PREFILL: Tile = Tile::Quant(tile);
+                }
+            )*
+            fast_kernels! { $($module: block($module);)* }
+        }
+    };
+}
+
+table!(neon: "neon", Mull;
+    q4_0: Q4_0, ActQ8_0;
+    q4_1: Q4_1, ActQ8_1;
+    q5_0: Q5_0, ActQ8_0;
+    q5_1: Q5_1, ActQ8_1;
+    q8_0: Q8_0, ActQ8_0;
+    q8_1: Q8_1, ActQ8_1;
+    iq4_nl: Iq4Nl, ActQ8_0;
+    mxfp4: Mxfp4, ActQ8_0;
+);
+
+table!(dotprod: "neon,dotprod", Sdot;
+    q4_0: Q4_0, ActQ8_0;
+    q4_1: Q4_1, ActQ8_1;
+    q5_0: Q5_0, ActQ8_0;
+    q5_1: Q5_1, ActQ8_1;
+    q8_0: Q8_0, ActQ8_0;
+    q8_1: Q8_1, ActQ8_1;
+    iq4_nl: Iq4Nl, ActQ8_0;
+    mxfp4: Mxfp4, ActQ8_0;
+);
+
+/// The NEON kernels for `ty`, if written.
+pub(super) fn neon_kernels(ty: GgmlType) -> Option<&'static Kernels> {
+    neon::kernels(ty)
+}
+
+/// The `sdot` kernels for `ty`, if written.
+pub(super) fn dotprod_kernels(ty: GgmlType) -> Option<&'static Kernels> {
+    dotprod::kernels(ty)
+}

@@ -1,0 +1,32 @@
+//! aarch64 kernels: NEON, which every ARMv8-A CPU has, and the same kernels with the
+//! dot-product extension's `sdot` (ARMv8.2-A and later: Apple M1 on, Graviton 2 on, Ampere).
+//!
+//! The 32-element block formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, IQ4_NL, MXFP4) unpack a
+//! block's quants into two vectors and take its exact integer dot with the activation's
+//! quants there ([`dots`]); scales, mins and the f32 sums are the generated reference's own
+//! code in its own order, so every kernel here returns bit for bit what the reference does,
+//! whichever instruction set runs and however rows and tokens are grouped. The other formats
+//! and the float dots run the reference (kernels of their own are issue #36's next step).
+
+mod blocks;
+mod dots;
+#[cfg(test)]
+mod tests;
+
+use crate::kernel_table::Kernels;
+use crate::GgmlType;
+
+/// Whether `ty`'s tile kernel is, per token, bit for bit its dot: true of every kernel here.
+pub(crate) fn tile_is_exact(ty: GgmlType) -> bool {
+    neon_kernels(ty).is_some()
+}
+
+/// The NEON kernels for `ty`, if written.
+pub(crate) fn neon_kernels(ty: GgmlType) -> Option<&'static Kernels> {
+    dots::neon_kernels(ty)
+}
+
+/// The `sdot` kernels for `ty`, if written (bit for bit the NEON ones).
+pub(crate) fn dotprod_kernels(ty: GgmlType) -> Option<&'static Kernels> {
+    dots::dotprod_kernels(ty)
+}

@@ -1,0 +1,125 @@
+//! Every aarch64 kernel against the generated reference, bit for bit: `vec_dot`, `rows` and
+//! the tile of each 32-element format, on random rows of blocks the reference quantized and on
+//! blocks of random bytes (every quant value) under a finite scale.
+
+use crate::isa::Isa;
+use crate::kernel_table::{Dot, Kernels, Tile, ROWS, TILE};
+use crate::{dispatch, GgmlType};
+
+const FORMATS: [GgmlType; 8] = [
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Q8_1,
+    GgmlType::IQ4_NL,
+    GgmlType::MXFP4,
+];
+
+/// xorshift64*: reproducible noise without a dependency.
+struct Noise(u64);
+impl Noise {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn float(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    }
+}
+
+fn reference(ty: GgmlType) -> &'static Kernels {
+    dispatch::kernels_for(Isa::Scalar, ty).unwrap()
+}
+
+fn quantize(ty: GgmlType, x: &[f32]) -> Vec<u8> {
+    let mut out = vec![0u8; ty.row_size(x.len()).unwrap()];
+    (reference(ty).quantize)(x, &mut out);
+    out
+}
+
+/// `rows` rows of `cols` weights: quantized from noise, then every second block's bytes past
+/// its first 2 (the f16 scale of all but MXFP4, whose 1-byte scale is kept too) made random.
+fn weights(ty: GgmlType, rows: usize, cols: usize, noise: &mut Noise) -> Vec<u8> {
+    let x: Vec<f32> = (0..rows * cols).map(|_| noise.float()).collect();
+    let mut w = quantize(ty, &x);
+    let keep = if ty == GgmlType::Q4_1 || ty == GgmlType::Q5_1 {
+        4
+    } else {
+        2
+    };
+    for block in w.chunks_exact_mut(ty.type_size()).step_by(2) {
+        for b in &mut block[keep..] {
+            *b = noise.next() as u8;
+        }
+    }
+    w
+}
+
+/// A block format's dot: weight row bytes, activation row bytes.
+type VecDot = fn(&[u8], &[u8]) -> f32;
+
+fn vec_dot(k: &Kernels) -> (GgmlType, VecDot) {
+    match k.dot {
+        Dot::Quant { act, vec_dot } => (act, vec_dot),
+        Dot::Float(_) => unreachable!("block formats only"),
+    }
+}
+
+#[test]
+fn every_kernel_equals_the_reference_bit_for_bit() {
+    let isas: Vec<Isa> = [Isa::Neon, Isa::Dotprod]
+        .into_iter()
+        .filter(|i| i.is_available())
+        .collect();
+    assert!(isas.contains(&Isa::Neon), "every aarch64 CPU has NEON");
+    let mut noise = Noise(0x9e37_79b9_7f4a_7c15);
+    let cols = 8 * 32;
+    for ty in FORMATS {
+        let (act, reference_dot) = vec_dot(reference(ty));
+        let w = weights(ty, ROWS, cols, &mut noise);
+        let row = ty.row_size(cols).unwrap();
+        let acts: Vec<Vec<u8>> = (0..TILE)
+            .map(|_| {
+                let x: Vec<f32> = (0..cols).map(|_| 4.0 * noise.float()).collect();
+                quantize(act, &x)
+            })
+            .collect();
+        let want: Vec<Vec<u32>> = w
+            .chunks_exact(row)
+            .map(|r| acts.iter().map(|a| reference_dot(r, a).to_bits()).collect())
+            .collect();
+        for &isa in &isas {
+            let k = crate::simd::kernels(isa, ty).unwrap_or_else(|| panic!("{ty:?} on {isa}"));
+            let (fast_act, fast_dot) = vec_dot(k);
+            assert_eq!(fast_act, act, "{ty:?} on {isa}: activation type");
+            for (r, wr) in w.chunks_exact(row).enumerate() {
+                for (t, a) in acts.iter().enumerate() {
+                    assert_eq!(
+                        fast_dot(wr, a).to_bits(),
+                        want[r][t],
+                        "{ty:?} on {isa}: row {r} token {t}"
+                    );
+                }
+            }
+            let rows = k.rows.expect("a rows kernel");
+            for (t, a) in acts.iter().enumerate() {
+                let got = rows(&w, a).map(f32::to_bits);
+                let expected: Vec<u32> = want.iter().map(|r| r[t]).collect();
+                assert_eq!(got.to_vec(), expected, "{ty:?} on {isa}: rows, token {t}");
+            }
+            let Some(Tile::Quant(tile)) = k.tile else {
+                panic!("{ty:?} on {isa}: a one-row tile");
+            };
+            let a: [&[u8]; TILE] = std::array::from_fn(|t| acts[t].as_slice());
+            for (r, wr) in w.chunks_exact(row).enumerate() {
+                let got = tile(wr, a).map(f32::to_bits);
+                assert_eq!(got.to_vec(), want[r], "{ty:?} on {isa}: tile, row {r}");
+            }
+            assert!(crate::simd::tile_is_exact(isa, ty));
+        }
+    }
+}
