@@ -400,6 +400,23 @@ fn deepseek2_with_the_unsplit_kv_b_matches_llama_cpp() {
     );
 }
 
+/// glm-dsa (GLM-5.x): deepseek2's latent attention with a q-LoRA plus the lightning indexer
+/// of DeepSeek sparse attention (16 indexer heads of 64, its key LayerNormed, RoPEd and
+/// Hadamard-rotated, cached beside the latent). Its top-k is 8, so every position from the
+/// ninth on (the first prompt's 18 tokens, the decoded steps of every prompt) attends only to
+/// the 8 positions its indexer chooses. In F16 (held to 0.01) and Q8_0.
+#[test]
+fn glm_dsa_sparse_attention_matches_llama_cpp() {
+    let glm = |ty, extra: &[&'static str]| {
+        let mut a = deepseek2_args(ty, &["--q-lora-rank", "64", "--indexer-top-k", "8"]);
+        a[1] = "glm-dsa";
+        a.extend_from_slice(extra);
+        a
+    };
+    check_within("glm-dsa-F16", &glm("F16", &[]), 0.01);
+    check("glm-dsa-Q8_0", &glm("Q8_0", &["--seed", "1"]));
+}
+
 /// qwen35moe, the hybrid: gated delta-net layers (4 value heads over 2 key heads, so the
 /// head mapping counts; a 4-tap convolution whose state carries across prompt batches and
 /// decoded tokens) around a full-attention layer with a gated query, per-head Q/K norms and a

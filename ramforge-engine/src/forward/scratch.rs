@@ -92,6 +92,11 @@ fn f32_lens(cfg: &ModelConfig, batch: usize, ctx: usize) -> [usize; 16] {
 /// Floats of MLA's own scratch for `batch` tokens: the projected queries, the q-LoRA latent
 /// (later the heads' values), and one head's input and output of its per-head products.
 fn mla_floats(cfg: &ModelConfig, batch: usize) -> usize {
+    mla_base_floats(cfg, batch) + super::indexer::indexer_floats(cfg, batch)
+}
+
+/// MLA's own part of [`mla_floats`] (the indexer's scratch follows it).
+pub(super) fn mla_base_floats(cfg: &ModelConfig, batch: usize) -> usize {
     let Some(m) = cfg.mla else {
         return 0;
     };

@@ -8,6 +8,7 @@
 mod deepseek2;
 mod gemma3;
 mod glm4moe;
+mod glm_dsa;
 mod gpt_oss;
 mod llama;
 mod minimax_m2;
@@ -38,6 +39,7 @@ pub const ALL: &[&Architecture] = &[
     &minimax_m2::MINIMAX_M2,
     &gpt_oss::GPT_OSS,
     &deepseek2::DEEPSEEK2,
+    &glm_dsa::GLM_DSA,
     &qwen35moe::QWEN35MOE,
     &qwen3next::QWEN3NEXT,
 ];

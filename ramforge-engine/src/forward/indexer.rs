@@ -1,0 +1,288 @@
+//! DeepSeek sparse attention's lightning indexer (`glm-dsa`), as llama.cpp's
+//! `src/models/glm-dsa.cpp` computes it. Per token: a key of one head (`indexer.attn_k` of the
+//! normed input, LayerNormed with its bias), queries of `indexer.head_count` heads
+//! (`indexer.attn_q_b` of the normed q-LoRA latent), both RoPEd on their leading
+//! `rope.dimension_count` elements (adjacent pairs) and rotated by the normalized Hadamard
+//! matrix, and one weight per head (`indexer.proj` of the normed input, scaled by
+//! `1/sqrt(key_length * head_count)`). The key is cached after the MLA row. A query at
+//! position `p` scores each position `j <= p` as `sum_h weight_h * relu(q_h . key_j)` and
+//! attends only to the `top_k` best; while `p < top_k` that is every position, and the dense
+//! attention's result stands.
+
+use super::matmul::matmul;
+use super::ops::apply_rope;
+use super::scratch::{mla_base_floats, Scratch};
+use super::Rows;
+use crate::error::EngineError;
+use crate::kv::{KvCache, KvType};
+use crate::model::arch::Role;
+use crate::model::ModelConfig;
+use crate::weights::{LayerVectors, LayerView};
+use half::f16;
+
+/// Floats of the indexer's scratch beyond MLA's for `batch` rows: each row's queries and
+/// weights, the key being built, the selection (scores and positions), each head's running
+/// maximum and sum, and one cached row.
+pub(super) fn indexer_floats(cfg: &ModelConfig, batch: usize) -> usize {
+    cfg.indexer.map_or(0, |x| {
+        batch * (x.n_head * x.head_dim + x.n_head + x.head_dim)
+            + 2 * x.top_k
+            + 2 * cfg.n_head
+            + cfg.head_dim
+    })
+}
+
+/// The normalized Walsh-Hadamard transform of `x` (a power of two long), in place. It is
+/// orthogonal, so it keeps every dot product of two transformed vectors; llama.cpp applies
+/// its Hadamard matrix to the indexer's queries and keys alike.
+fn hadamard(x: &mut [f32]) {
+    let n = x.len();
+    let mut h = 1;
+    while h < n {
+        for i in (0..n).step_by(2 * h) {
+            for j in i..i + h {
+                let (a, b) = (x[j], x[j + h]);
+                x[j] = a + b;
+                x[j + h] = a - b;
+            }
+        }
+        h *= 2;
+    }
+    let s = 1.0 / (n as f32).sqrt();
+    for v in x {
+        *v *= s;
+    }
+}
+
+/// LayerNorm with weight and bias, in place (llama.cpp's `LLM_NORM`).
+fn layer_norm(x: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
+    let n = x.len() as f32;
+    let mean = x.iter().sum::<f32>() / n;
+    let var = x.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / n;
+    let inv = 1.0 / (var + eps).sqrt();
+    for ((v, &w), &b) in x.iter_mut().zip(w).zip(b) {
+        *v = (*v - mean) * inv * w + b;
+    }
+}
+
+/// For the `n` rows of `s.xn` (normed input) whose normed q-LoRA latents MLA left in its
+/// scratch: each row's indexer key into the tail of its cache row in `s.k`, its queries and
+/// head weights into the indexer's scratch. Runs after [`super::mla::queries_and_latent`] and
+/// before the rows are written to the cache.
+pub(super) fn keys_and_queries(
+    cfg: &ModelConfig,
+    w: &LayerView<'_>,
+    vecs: &LayerVectors,
+    s: &mut Scratch,
+    n: usize,
+    per_token: bool,
+) -> Result<(), EngineError> {
+    let (Some(m), Some(x)) = (cfg.mla, cfg.indexer) else {
+        return Ok(());
+    };
+    let (hi, di, rope, hw) = (x.n_head, x.head_dim, cfg.rope_dim, cfg.head_dim);
+    let row = rope + m.kv_lora_rank;
+    let style = cfg.arch.rope;
+    let Scratch {
+        xn,
+        k,
+        act,
+        mla,
+        rope: table,
+        ..
+    } = &mut *s;
+    let (base, tail) = mla.split_at_mut(mla_base_floats(cfg, n));
+    let lora = &base[n * cfg.n_head * (m.qk_nope + rope)..][..n * m.q_lora_rank];
+    let (iq, rest) = tail.split_at_mut(n * hi * di);
+    let (iw, rest) = rest.split_at_mut(n * hi);
+    let ik = &mut rest[..n * di];
+    matmul(
+        [(w.matrix(Role::IndexerQB), &mut iq[..])],
+        lora,
+        n,
+        act,
+        per_token,
+    )?;
+    matmul(
+        [
+            (w.matrix(Role::IndexerK), &mut ik[..]),
+            (w.matrix(Role::IndexerProj), &mut iw[..]),
+        ],
+        xn,
+        n,
+        act,
+        per_token,
+    )?;
+    let (norm_w, norm_b) = (
+        vecs.norm(Role::IndexerKNorm),
+        vecs.norm(Role::IndexerKNormBias),
+    );
+    for key in ik.chunks_exact_mut(di) {
+        layer_norm(key, norm_w, norm_b, x.norm_eps);
+    }
+    apply_rope(iq, n, hi, di, rope, style, table);
+    apply_rope(ik, n, 1, di, rope, style, table);
+    for v in iq.chunks_exact_mut(di).chain(ik.chunks_exact_mut(di)) {
+        hadamard(v);
+    }
+    let scale = 1.0 / ((di * hi) as f32).sqrt();
+    for v in iw.iter_mut() {
+        *v *= scale;
+    }
+    for t in 0..n {
+        k[t * hw + row..][..di].copy_from_slice(&ik[t * di..][..di]);
+    }
+    Ok(())
+}
+
+/// The selection: a min-heap by score of at most `cap` positions (kept as f32, exact below
+/// 2^24), its root the worst kept.
+struct TopK<'a> {
+    score: &'a mut [f32],
+    pos: &'a mut [f32],
+    len: usize,
+}
+
+impl TopK<'_> {
+    fn push(&mut self, score: f32, pos: usize) {
+        let cap = self.score.len();
+        let mut i = if self.len < cap {
+            self.len += 1;
+            let mut i = self.len - 1;
+            while i > 0 && self.score[(i - 1) / 2] > score {
+                let p = (i - 1) / 2;
+                self.score[i] = self.score[p];
+                self.pos[i] = self.pos[p];
+                i = p;
+            }
+            self.score[i] = score;
+            self.pos[i] = pos as f32;
+            return;
+        } else if score > self.score[0] {
+            0
+        } else {
+            return;
+        };
+        loop {
+            let (l, r) = (2 * i + 1, 2 * i + 2);
+            let mut c = i;
+            let mut best = score;
+            if l < cap && self.score[l] < best {
+                c = l;
+                best = self.score[l];
+            }
+            if r < cap && self.score[r] < best {
+                c = r;
+            }
+            if c == i {
+                break;
+            }
+            self.score[i] = self.score[c];
+            self.pos[i] = self.pos[c];
+            i = c;
+        }
+        self.score[i] = score;
+        self.pos[i] = pos as f32;
+    }
+}
+
+/// Replaces the dense attention output in `s.att` of every row whose position is at least
+/// `top_k` by attention over the `top_k` positions its indexer scores highest. The rows'
+/// cache rows (the latent row and the indexer key) must already be stored.
+pub(super) fn sparse_attention(
+    cfg: &ModelConfig,
+    layer: usize,
+    s: &mut Scratch,
+    rows: &Rows<'_, '_>,
+) -> Result<(), EngineError> {
+    let (Some(m), Some(x)) = (cfg.mla, cfg.indexer) else {
+        return Ok(());
+    };
+    let n = rows.len();
+    let (h, hi, di, hw) = (cfg.n_head, x.n_head, x.head_dim, cfg.head_dim);
+    let row = cfg.rope_dim + m.kv_lora_rank;
+    let Scratch { q, att, mla, .. } = &mut *s;
+    let tail = &mut mla[mla_base_floats(cfg, n)..];
+    let (iq, rest) = tail.split_at_mut(n * hi * di);
+    let (iw, rest) = rest.split_at_mut(n * hi);
+    let rest = &mut rest[n * di..];
+    let (sel_s, rest) = rest.split_at_mut(x.top_k);
+    let (sel_p, rest) = rest.split_at_mut(x.top_k);
+    let (run_m, rest) = rest.split_at_mut(h);
+    let (run_s, rest) = rest.split_at_mut(h);
+    let buf = &mut rest[..hw];
+    for t in 0..n {
+        let (kv, p): (&KvCache, usize) = match rows {
+            Rows::Run(kv, positions) => (&**kv, positions.start + t),
+            Rows::Batch { kvs, positions } => (&*kvs[t], positions[t]),
+        };
+        if p < x.top_k {
+            continue;
+        }
+        if p >= 1 << 24 {
+            return Err(EngineError::Unsupported(format!(
+                "sparse attention at position {p} (at most 2^24)"
+            )));
+        }
+        // Score every earlier position by the indexer; keep the best top_k. Against an f16
+        // cache llama.cpp's product takes the queries in f16 too.
+        let mut top = TopK {
+            score: &mut sel_s[..],
+            pos: &mut sel_p[..],
+            len: 0,
+        };
+        if kv.kv_type() == KvType::F16 {
+            for v in &mut iq[t * hi * di..][..hi * di] {
+                *v = f16::from_f32(*v).to_f32();
+            }
+        }
+        let (qs, ws) = (&iq[t * hi * di..][..hi * di], &iw[t * hi..][..hi]);
+        for j in 0..=p {
+            let key = &mut buf[..di];
+            kv.read_row(layer, j, row, key);
+            let mut score = 0.0f32;
+            for (qh, &wh) in qs.chunks_exact(di).zip(ws) {
+                let d: f32 = qh.iter().zip(key.iter()).map(|(a, b)| a * b).sum();
+                score += d.max(0.0) * wh;
+            }
+            top.push(score, j);
+        }
+        let count = top.len;
+        let chosen = &mut sel_p[..count];
+        chosen.sort_by(|a, b| a.total_cmp(b));
+        // Attention over the chosen positions, online softmax per head.
+        let out = &mut att[t * h * hw..][..h * hw];
+        out.fill(0.0);
+        run_m.fill(f32::NEG_INFINITY);
+        run_s.fill(0.0);
+        for &jf in chosen.iter() {
+            let r = &mut buf[..row];
+            kv.read_row(layer, jf as usize, 0, r);
+            for hd in 0..h {
+                let qh = &q[(t * h + hd) * hw..][..row];
+                let sc = cfg.attn_scale * qh.iter().zip(r.iter()).map(|(a, b)| a * b).sum::<f32>();
+                let acc = &mut out[hd * hw..][..row];
+                if sc > run_m[hd] {
+                    let c = (run_m[hd] - sc).exp();
+                    run_s[hd] *= c;
+                    for v in acc.iter_mut() {
+                        *v *= c;
+                    }
+                    run_m[hd] = sc;
+                }
+                let wgt = (sc - run_m[hd]).exp();
+                run_s[hd] += wgt;
+                for (a, &v) in acc.iter_mut().zip(r.iter()) {
+                    *a += wgt * v;
+                }
+            }
+        }
+        for hd in 0..h {
+            let inv = 1.0 / run_s[hd];
+            for v in &mut out[hd * hw..][..row] {
+                *v *= inv;
+            }
+        }
+    }
+    Ok(())
+}
