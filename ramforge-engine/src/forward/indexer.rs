@@ -12,25 +12,12 @@
 use super::matmul::matmul;
 use super::ops::apply_rope;
 use super::scratch::{mla_base_floats, Scratch};
-use super::Rows;
 use crate::error::EngineError;
 use crate::kv::{KvCache, KvType};
 use crate::model::arch::Role;
 use crate::model::ModelConfig;
 use crate::weights::{LayerVectors, LayerView};
 use half::f16;
-
-/// Floats of the indexer's scratch beyond MLA's for `batch` rows: each row's queries and
-/// weights, the key being built, the selection (scores and positions), each head's running
-/// maximum and sum, and one cached row.
-pub(super) fn indexer_floats(cfg: &ModelConfig, batch: usize) -> usize {
-    cfg.indexer.map_or(0, |x| {
-        batch * (x.n_head * x.head_dim + x.n_head + x.head_dim)
-            + 2 * x.top_k
-            + 2 * cfg.n_head
-            + cfg.head_dim
-    })
-}
 
 /// The normalized Walsh-Hadamard transform of `x` (a power of two long), in place. It is
 /// orthogonal, so it keeps every dot product of two transformed vectors; llama.cpp applies
@@ -39,11 +26,10 @@ fn hadamard(x: &mut [f32]) {
     let n = x.len();
     let mut h = 1;
     while h < n {
-        for i in (0..n).step_by(2 * h) {
-            for j in i..i + h {
-                let (a, b) = (x[j], x[j + h]);
-                x[j] = a + b;
-                x[j + h] = a - b;
+        for block in x.chunks_exact_mut(2 * h) {
+            let (lo, hi) = block.split_at_mut(h);
+            for (a, b) in lo.iter_mut().zip(hi.iter_mut()) {
+                (*a, *b) = (*a + *b, *a - *b);
             }
         }
         h *= 2;
@@ -189,16 +175,17 @@ impl TopK<'_> {
 /// Replaces the dense attention output in `s.att` of every row whose position is at least
 /// `top_k` by attention over the `top_k` positions its indexer scores highest. The rows'
 /// cache rows (the latent row and the indexer key) must already be stored.
-pub(super) fn sparse_attention(
+/// Row `t` of the `n` rows belongs to the sequence `at(t)` names, at its position.
+pub(super) fn sparse_attention<'k>(
     cfg: &ModelConfig,
     layer: usize,
     s: &mut Scratch,
-    rows: &Rows<'_, '_>,
+    n: usize,
+    at: impl Fn(usize) -> (&'k KvCache, usize),
 ) -> Result<(), EngineError> {
     let (Some(m), Some(x)) = (cfg.mla, cfg.indexer) else {
         return Ok(());
     };
-    let n = rows.len();
     let (h, hi, di, hw) = (cfg.n_head, x.n_head, x.head_dim, cfg.head_dim);
     let row = cfg.rope_dim + m.kv_lora_rank;
     let Scratch { q, att, mla, .. } = &mut *s;
@@ -212,10 +199,7 @@ pub(super) fn sparse_attention(
     let (run_s, rest) = rest.split_at_mut(h);
     let buf = &mut rest[..hw];
     for t in 0..n {
-        let (kv, p): (&KvCache, usize) = match rows {
-            Rows::Run(kv, positions) => (&**kv, positions.start + t),
-            Rows::Batch { kvs, positions } => (&*kvs[t], positions[t]),
-        };
+        let (kv, p) = at(t);
         if p < x.top_k {
             continue;
         }

@@ -142,7 +142,15 @@ pub(crate) fn block(
         mla::queries_and_latent(cfg, w, vecs, s, n, per_token)?;
         indexer::keys_and_queries(cfg, w, vecs, s, n, per_token)?;
         attend_rows(cfg, layer_index, s, &mut rows, None);
-        indexer::sparse_attention(cfg, layer_index, s, &rows)?;
+        match &rows {
+            Rows::Run(kv, positions) => {
+                let (kv, first): (&KvCache, usize) = (kv, positions.start);
+                indexer::sparse_attention(cfg, layer_index, s, n, |t| (kv, first + t))?
+            }
+            Rows::Batch { kvs, positions } => {
+                indexer::sparse_attention(cfg, layer_index, s, n, |t| (&*kvs[t], positions[t]))?
+            }
+        }
         mla::output(cfg, w, s, n, per_token)?;
     } else {
         attention_qkv(cfg, layer_index, w, vecs, s, &mut rows, per_token)?;
