@@ -303,11 +303,6 @@ impl KvCache {
         }
     }
 
-    /// How keys and values are stored.
-    pub(crate) fn kv_type(&self) -> KvType {
-        self.ty
-    }
-
     /// Reads elements `first..first + dst.len()` of the (key) row of `layer` at `pos` as f32.
     pub(crate) fn read_row(&self, layer: usize, pos: usize, first: usize, dst: &mut [f32]) {
         let (si, li) = self.layers[layer];

@@ -13,11 +13,10 @@ use super::matmul::matmul;
 use super::ops::apply_rope;
 use super::scratch::{mla_base_floats, Scratch};
 use crate::error::EngineError;
-use crate::kv::{KvCache, KvType};
+use crate::kv::KvCache;
 use crate::model::arch::Role;
 use crate::model::ModelConfig;
 use crate::weights::{LayerVectors, LayerView};
-use half::f16;
 
 /// The normalized Walsh-Hadamard transform of `x` (a power of two long), in place. It is
 /// orthogonal, so it keeps every dot product of two transformed vectors; llama.cpp applies
@@ -121,44 +120,51 @@ pub(super) fn keys_and_queries(
     Ok(())
 }
 
-/// The selection: a min-heap by score of at most `cap` positions (kept as f32, exact below
-/// 2^24), its root the worst kept.
+/// The selection: a heap of at most `cap` positions (kept as f32, exact below 2^24), its root
+/// the worst kept. A lower score is worse, and among equal scores the later position, so a
+/// tie at the cut keeps the earlier position whatever order the positions come in.
 struct TopK<'a> {
     score: &'a mut [f32],
     pos: &'a mut [f32],
     len: usize,
 }
 
+/// Whether `(s, p)` ranks below `(t, q)`: a lower score, or an equal one at a later position.
+fn worse(s: f32, p: f32, t: f32, q: f32) -> bool {
+    s < t || (s == t && p > q)
+}
+
 impl TopK<'_> {
     fn push(&mut self, score: f32, pos: usize) {
         let cap = self.score.len();
+        let pos = pos as f32;
         let mut i = if self.len < cap {
             self.len += 1;
             let mut i = self.len - 1;
-            while i > 0 && self.score[(i - 1) / 2] > score {
+            while i > 0 {
                 let p = (i - 1) / 2;
+                if !worse(score, pos, self.score[p], self.pos[p]) {
+                    break;
+                }
                 self.score[i] = self.score[p];
                 self.pos[i] = self.pos[p];
                 i = p;
             }
             self.score[i] = score;
-            self.pos[i] = pos as f32;
+            self.pos[i] = pos;
             return;
-        } else if score > self.score[0] {
+        } else if cap > 0 && worse(self.score[0], self.pos[0], score, pos) {
             0
         } else {
             return;
         };
         loop {
             let (l, r) = (2 * i + 1, 2 * i + 2);
-            let mut c = i;
-            let mut best = score;
-            if l < cap && self.score[l] < best {
-                c = l;
-                best = self.score[l];
-            }
-            if r < cap && self.score[r] < best {
-                c = r;
+            let (mut c, mut bs, mut bp) = (i, score, pos);
+            for ch in [l, r] {
+                if ch < cap && worse(self.score[ch], self.pos[ch], bs, bp) {
+                    (c, bs, bp) = (ch, self.score[ch], self.pos[ch]);
+                }
             }
             if c == i {
                 break;
@@ -168,7 +174,7 @@ impl TopK<'_> {
             i = c;
         }
         self.score[i] = score;
-        self.pos[i] = pos as f32;
+        self.pos[i] = pos;
     }
 }
 
@@ -208,18 +214,13 @@ pub(super) fn sparse_attention<'k>(
                 "sparse attention at position {p} (at most 2^24)"
             )));
         }
-        // Score every earlier position by the indexer; keep the best top_k. Against an f16
-        // cache llama.cpp's product takes the queries in f16 too.
+        // Score every earlier position by the indexer; keep the best top_k. As llama.cpp's
+        // fused `ggml_lightning_indexer`: the queries in f32, each cached key widened to f32.
         let mut top = TopK {
             score: &mut sel_s[..],
             pos: &mut sel_p[..],
             len: 0,
         };
-        if kv.kv_type() == KvType::F16 {
-            for v in &mut iq[t * hi * di..][..hi * di] {
-                *v = f16::from_f32(*v).to_f32();
-            }
-        }
         let (qs, ws) = (&iq[t * hi * di..][..hi * di], &iw[t * hi..][..hi]);
         for j in 0..=p {
             let key = &mut buf[..di];
@@ -269,4 +270,145 @@ pub(super) fn sparse_attention<'k>(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{hadamard, TopK};
+
+    /// llama.cpp's rotation matrix (`ggml_gen_hadamard`): Sylvester's construction from
+    /// `1/sqrt(n)`, row-major.
+    fn sylvester(n: usize) -> Vec<f32> {
+        let mut m = vec![0.0f32; n * n];
+        m[0] = 1.0 / (n as f32).sqrt();
+        let mut s = 1;
+        while s < n {
+            for i in 0..s {
+                for j in 0..s {
+                    let v = m[i * n + j];
+                    m[(i + s) * n + j] = v;
+                    m[i * n + j + s] = v;
+                    m[(i + s) * n + j + s] = -v;
+                }
+            }
+            s *= 2;
+        }
+        m
+    }
+
+    fn vector(n: usize, seed: u32) -> Vec<f32> {
+        (0..n)
+            .map(|i| {
+                let x = (i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) >> 8;
+                x as f32 / (1 << 24) as f32 - 0.5
+            })
+            .collect()
+    }
+
+    #[test]
+    fn hadamard_is_the_sylvester_matrix_product() {
+        for n in [1, 2, 4, 64, 128, 256] {
+            let (m, x) = (sylvester(n), vector(n, 7));
+            let mut y = x.clone();
+            hadamard(&mut y);
+            for (i, &got) in y.iter().enumerate() {
+                let want: f32 = m[i * n..][..n].iter().zip(&x).map(|(a, b)| a * b).sum();
+                assert!(
+                    (got - want).abs() <= 1e-5,
+                    "n {n}, row {i}: {got} vs {want}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn hadamard_is_orthogonal_and_its_own_inverse() {
+        let n = 128;
+        let (a, b) = (vector(n, 1), vector(n, 2));
+        let dot = |x: &[f32], y: &[f32]| x.iter().zip(y).map(|(p, q)| p * q).sum::<f32>();
+        let (mut ha, mut hb) = (a.clone(), b.clone());
+        hadamard(&mut ha);
+        hadamard(&mut hb);
+        // Dot products (the indexer's scores) and norms are kept.
+        assert!((dot(&ha, &hb) - dot(&a, &b)).abs() <= 1e-5);
+        assert!((dot(&ha, &ha) - dot(&a, &a)).abs() <= 1e-5);
+        // H is symmetric and orthogonal, so H H = I.
+        hadamard(&mut ha);
+        for (x, y) in ha.iter().zip(&a) {
+            assert!((x - y).abs() <= 1e-6);
+        }
+        // Rows of the matrix are orthonormal.
+        let m = sylvester(n);
+        for i in 0..n {
+            for j in 0..n {
+                let d = dot(&m[i * n..][..n], &m[j * n..][..n]);
+                let want = if i == j { 1.0 } else { 0.0 };
+                assert!((d - want).abs() <= 1e-5, "rows {i}, {j}: {d}");
+            }
+        }
+    }
+
+    /// The positions [`TopK`] keeps of `scores` (pushed in order), sorted.
+    fn top(scores: &[f32], k: usize) -> Vec<usize> {
+        let (mut s, mut p) = (vec![0.0; k], vec![0.0; k]);
+        let mut t = TopK {
+            score: &mut s,
+            pos: &mut p,
+            len: 0,
+        };
+        for (j, &v) in scores.iter().enumerate() {
+            t.push(v, j);
+        }
+        let len = t.len;
+        let mut kept: Vec<usize> = p[..len].iter().map(|&v| v as usize).collect();
+        kept.sort_unstable();
+        kept
+    }
+
+    /// The reference: the `k` best by score, the earlier position first among equals.
+    fn naive(scores: &[f32], k: usize) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..scores.len()).collect();
+        order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
+        let mut kept = order[..k.min(scores.len())].to_vec();
+        kept.sort_unstable();
+        kept
+    }
+
+    #[test]
+    fn top_k_keeps_the_best_scores() {
+        let scores: Vec<f32> = vector(300, 3).iter().map(|v| v * 10.0).collect();
+        for k in [1, 2, 7, 8, 64, 299] {
+            assert_eq!(top(&scores, k), naive(&scores, k), "k {k}");
+        }
+        // k = 1: the maximum, wherever it is.
+        let mut s = vec![0.5f32; 9];
+        s[4] = 2.0;
+        assert_eq!(top(&s, 1), vec![4]);
+        s[0] = 3.0;
+        assert_eq!(top(&s, 1), vec![0]);
+        s[8] = 4.0;
+        assert_eq!(top(&s, 1), vec![8]);
+    }
+
+    #[test]
+    fn top_k_of_k_or_more_keeps_every_position() {
+        let scores = [0.3f32, -1.0, 0.0, 7.0, 0.3];
+        assert_eq!(top(&scores, 5), vec![0, 1, 2, 3, 4]);
+        assert_eq!(top(&scores, 8), vec![0, 1, 2, 3, 4]);
+        assert_eq!(top(&scores[..1], 1), vec![0]);
+    }
+
+    #[test]
+    fn top_k_ties_keep_the_earlier_position() {
+        // Equal scores at the cut: the position seen first stays.
+        let scores = [1.0f32, 2.0, 1.0, 1.0, 2.0, 0.0];
+        assert_eq!(top(&scores, 1), vec![1]);
+        assert_eq!(top(&scores, 2), vec![1, 4]);
+        assert_eq!(top(&scores, 3), vec![0, 1, 4]);
+        assert_eq!(top(&scores, 4), vec![0, 1, 2, 4]);
+        assert_eq!(top(&[0.0f32; 6], 3), vec![0, 1, 2]);
+        for k in 1..=6 {
+            assert_eq!(top(&scores, k), naive(&scores, k), "k {k}");
+        }
+    }
 }

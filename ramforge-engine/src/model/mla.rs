@@ -197,7 +197,8 @@ pub struct IndexerConfig {
     pub head_dim: usize,
     /// `attention.indexer.top_k`: the positions each query attends to.
     pub top_k: usize,
-    /// The epsilon of the key's LayerNorm (`attention.layer_norm_epsilon`, else 1e-5).
+    /// The epsilon of the key's LayerNorm: 0, as llama.cpp has it (its glm-dsa reads no
+    /// `attention.layer_norm_epsilon`; a file's value is ignored there and here).
     pub norm_eps: f32,
 }
 
@@ -260,22 +261,10 @@ pub(super) fn read_indexer(
             key("attention.indexer.top_k")
         )));
     }
-    let eps_key = key("attention.layer_norm_epsilon");
-    let norm_eps = if meta.contains(&eps_key) {
-        let v = meta.get_f32(&eps_key)?;
-        if !(v.is_finite() && v > 0.0 && v < 1.0) {
-            return Err(EngineError::BadModel(format!(
-                "metadata {eps_key} = {v} must lie in (0, 1)"
-            )));
-        }
-        v
-    } else {
-        1e-5
-    };
     Ok(IndexerConfig {
         n_head,
         head_dim,
         top_k,
-        norm_eps,
+        norm_eps: 0.0,
     })
 }
