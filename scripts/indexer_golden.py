@@ -35,7 +35,11 @@ class Tensor(ctypes.Structure):
 
 
 GGML_TYPE_F32 = 0
-rows = []  # (layer, scores of the row's visible positions)
+# Per layer, the rows of the last `indexer_score-<layer>` tensor of the graph being computed:
+# the fused op's output, or in the unfused graph the last of the tensors of that name (the
+# scores with the mask added; the earlier ones are partial products).
+latest = {}
+rows = []  # (layer, scores of the row's visible positions), per evaluation in layer order
 
 
 @C.ggml_backend_sched_eval_callback
@@ -47,14 +51,18 @@ def observe(t, ask, _user):
     if ask:
         return True
     ne, nb = list(x.ne), list(x.nb)
-    assert x.type == GGML_TYPE_F32 and nb[0] == 4 and nb[1] == 4 * ne[0], (name, x.type, ne, nb)
-    n = ne[0] * ne[1] * ne[2] * ne[3]
-    data = np.ctypeslib.as_array(ctypes.cast(x.data, ctypes.POINTER(ctypes.c_float)), shape=(n,))
-    scores = data.reshape(-1, ne[0])
-    for row in scores:
-        visible = row[np.isfinite(row)]
-        rows.append((int(name.split("-")[1]), visible.copy()))
+    if x.type != GGML_TYPE_F32 or nb[0] != 4 or nb[1] != 4 * ne[0] or ne[2] * ne[3] != 1:
+        return True
+    data = np.ctypeslib.as_array(ctypes.cast(x.data, ctypes.POINTER(ctypes.c_float)), shape=(ne[0] * ne[1],))
+    latest[int(name.split("-")[1])] = [row[np.isfinite(row)].copy() for row in data.reshape(-1, ne[0])]
     return True
+
+
+def collect() -> None:
+    """Moves the last evaluation's rows from `latest` to `rows`."""
+    for layer in sorted(latest):
+        rows.extend((layer, r) for r in latest[layer])
+    latest.clear()
 
 
 def unescape(line: str) -> str:
@@ -107,6 +115,7 @@ def main() -> None:
         rows.clear()
         toks = llm.tokenize(text.encode("utf-8"), add_bos=True, special=True)
         llm.eval(toks)
+        collect()
         generated, steps = [], []
         for _ in range(n_gen):
             logits = np.asarray(llm.scores[llm.n_tokens - 1], dtype=np.float32)
@@ -114,6 +123,7 @@ def main() -> None:
             steps.append([[int(t), round(float(logits[t]), 5)] for t in top])
             generated.append(int(top[0]))
             llm.eval([int(top[0])])
+            collect()
         print(json.dumps({"model_sha256": digest, "text": text, "tokens": toks,
                           "generated": generated, "top": steps,
                           "reference": f"llama.cpp, {a.kv} KV cache (scripts/indexer_golden.py)"},
