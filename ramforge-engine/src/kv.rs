@@ -303,6 +303,24 @@ impl KvCache {
         }
     }
 
+    /// Reads elements `first..first + dst.len()` of the (key) row of `layer` at `pos` as f32.
+    pub(crate) fn read_row(&self, layer: usize, pos: usize, first: usize, dst: &mut [f32]) {
+        let (si, li) = self.layers[layer];
+        let slot = pos % self.stores[si].slots;
+        let (ci, p) = (slot / KV_CHUNK_TOKENS, slot % KV_CHUNK_TOKENS);
+        let tokens = self.stores[si].chunks[ci].tokens;
+        let o = self.offset(tokens, li, 0, p) + first;
+        let len = dst.len();
+        match &self.stores[si].chunks[ci].data {
+            ChunkData::F16(data) => {
+                for (d, v) in dst.iter_mut().zip(&data[o..o + len]) {
+                    *d = v.to_f32();
+                }
+            }
+            ChunkData::F32(data) => dst.copy_from_slice(&data[o..o + len]),
+        }
+    }
+
     /// Marks positions `0..n` as filled.
     pub fn set_len(&mut self, n: usize) {
         self.len = n;

@@ -1,7 +1,7 @@
-//! deepseek2's latent cache as a sequence's state: sequences decoded together
-//! ([`Engine::decode_batch`]) get exactly the logits each gets alone, and a prompt that
-//! extends what a sequence holds reuses its cached latents and gets the logits of a fresh
-//! prefill.
+//! deepseek2's latent cache as a sequence's state (and glm-dsa's, the indexer's keys in the
+//! same rows): sequences decoded together ([`Engine::decode_batch`]) get exactly the logits
+//! each gets alone, and a prompt that extends what a sequence holds reuses its cached latents
+//! and gets the logits of a fresh prefill.
 
 mod common;
 
@@ -10,42 +10,52 @@ use std::sync::atomic::AtomicBool;
 
 #[test]
 fn deepseek2_batched_decoding_and_prompt_reuse_equal_single_runs() {
-    let dir = std::env::temp_dir().join(format!("ramforge-mla-seq-{}", std::process::id()));
+    batched_decoding_and_prompt_reuse_equal_single_runs("deepseek2", &[]);
+}
+
+/// glm-dsa with a top-k of 4: the prompts' later positions and every decoded step attend
+/// sparsely, each row of a batch over its own sequence's positions.
+#[test]
+fn glm_dsa_batched_decoding_and_prompt_reuse_equal_single_runs() {
+    batched_decoding_and_prompt_reuse_equal_single_runs("glm-dsa", &["--indexer-top-k", "4"]);
+}
+
+fn batched_decoding_and_prompt_reuse_equal_single_runs(arch: &str, extra: &[&str]) {
+    let dir = std::env::temp_dir().join(format!("ramforge-mla-seq-{arch}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("deepseek2.gguf");
-    common::synth(
-        &file,
-        &[
-            "--arch",
-            "deepseek2",
-            "--layers",
-            "3",
-            "--embd",
-            "128",
-            "--ffn",
-            "64",
-            "--heads",
-            "4",
-            "--kv-heads",
-            "1",
-            "--head-dim",
-            "48",
-            "--rope-dim",
-            "16",
-            "--q-lora-rank",
-            "64",
-            "--kv-lora-rank",
-            "64",
-            "--v-head-dim",
-            "32",
-            "--experts",
-            "8",
-            "--experts-used",
-            "2",
-            "--type",
-            "Q8_0",
-        ],
-    );
+    let file = dir.join(format!("{arch}.gguf"));
+    let mut args = vec![
+        "--arch",
+        arch,
+        "--layers",
+        "3",
+        "--embd",
+        "128",
+        "--ffn",
+        "64",
+        "--heads",
+        "4",
+        "--kv-heads",
+        "1",
+        "--head-dim",
+        "48",
+        "--rope-dim",
+        "16",
+        "--q-lora-rank",
+        "64",
+        "--kv-lora-rank",
+        "64",
+        "--v-head-dim",
+        "32",
+        "--experts",
+        "8",
+        "--experts-used",
+        "2",
+        "--type",
+        "Q8_0",
+    ];
+    args.extend_from_slice(extra);
+    common::synth(&file, &args);
     let opts = EngineOptions {
         ctx: Some(64),
         threads: 2,
@@ -58,6 +68,8 @@ fn deepseek2_batched_decoding_and_prompt_reuse_equal_single_runs() {
         .iter()
         .map(|s| tok.encode(s, true, true))
         .collect();
+    // Longer than glm-dsa's top-k: its prompts end, and decode, on the sparse path.
+    assert!(prompts.iter().all(|p| p.len() > 4), "{prompts:?}");
     let cancel = AtomicBool::new(false);
     let v = e.n_vocab();
 

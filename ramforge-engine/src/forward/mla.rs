@@ -40,7 +40,9 @@ pub(super) fn queries_and_latent(
     let (nope, vh) = (m.qk_nope, m.v_head);
     let qh = nope + rope;
     let row = rope + kl;
-    debug_assert_eq!(row, cfg.head_dim);
+    // Each cached row (and each head's query) is `hw` wide: the RoPE key and the latent, then
+    // the indexer's key where the model has one (zero in the queries).
+    let hw = cfg.head_dim;
     let style = cfg.arch.rope;
     let mat = |role| w.matrix(role);
 
@@ -101,21 +103,23 @@ pub(super) fn queries_and_latent(
         let kv_norm = vecs.norm(Role::AttnKvANorm);
         for t in 0..n {
             let src = &v[t * row..(t + 1) * row];
-            let dst = &mut k[t * row..(t + 1) * row];
+            let dst = &mut k[t * hw..t * hw + row];
             dst[..rope].copy_from_slice(&src[kl..]);
             dst[rope..].copy_from_slice(&src[..kl]);
             rms_norm_in_place(&mut dst[rope..], kv_norm, cfg.rms_eps);
         }
-        apply_rope(k, n, 1, row, rope, style, table);
+        apply_rope(k, n, 1, hw, rope, style, table);
 
         // Each head's query: its RoPE part, then its non-rotated part through attn_k_b.
         for t in 0..n {
             for hd in 0..h {
                 let src = &q_raw[(t * h + hd) * qh..][..qh];
-                q[(t * h + hd) * row..][..rope].copy_from_slice(&src[nope..]);
+                let dst = &mut q[(t * h + hd) * hw..][..hw];
+                dst[..rope].copy_from_slice(&src[nope..]);
+                dst[row..].fill(0.0);
             }
         }
-        apply_rope(q, n, h, row, rope, style, table);
+        apply_rope(q, n, h, hw, rope, style, table);
         if !m.absorbed {
             // attn_kv_b's key rows of each head (query · (W c) = (W^T query) · c), applied
             // transposed from their dequantized rows.
@@ -130,7 +134,7 @@ pub(super) fn queries_and_latent(
                 for t in 0..n {
                     let (src, dst) = (
                         &q_raw[(t * h + hd) * qh..][..nope],
-                        &mut q[(t * h + hd) * row + rope..][..kl],
+                        &mut q[(t * h + hd) * hw + rope..][..kl],
                     );
                     dst.fill(0.0);
                     for (&x, w) in src.iter().zip(k_rows.chunks_exact(kl)) {
@@ -155,7 +159,7 @@ pub(super) fn queries_and_latent(
                 per_token,
             )?;
             for t in 0..n {
-                q[(t * h + hd) * row + rope..][..kl]
+                q[(t * h + hd) * hw + rope..][..kl]
                     .copy_from_slice(&head_out[t * kl..(t + 1) * kl]);
             }
         }
@@ -176,7 +180,7 @@ pub(super) fn output(
     let m = cfg.mla.expect("an MLA layer of a model with MLA sizes");
     let (h, rope, kl) = (cfg.n_head, cfg.rope_dim, m.kv_lora_rank);
     let (nope, vh) = (m.qk_nope, m.v_head);
-    let (qh, row) = (nope + rope, rope + kl);
+    let (qh, hw) = (nope + rope, cfg.head_dim);
     let mat = |role| w.matrix(role);
     let Scratch {
         xn, att, act, mla, ..
@@ -192,7 +196,7 @@ pub(super) fn output(
             row_slice(mat(Role::AttnKvB), hd * (nope + vh) + nope, vh)
         };
         for t in 0..n {
-            head_in[t * kl..(t + 1) * kl].copy_from_slice(&att[(t * h + hd) * row + rope..][..kl]);
+            head_in[t * kl..(t + 1) * kl].copy_from_slice(&att[(t * h + hd) * hw + rope..][..kl]);
         }
         matmul([(&v_b, &mut head_out[..])], head_in, n, act, per_token)?;
         for t in 0..n {

@@ -5,6 +5,7 @@
 mod attention;
 mod delta_net;
 mod gate;
+mod indexer;
 mod matmul;
 mod mla;
 mod moe;
@@ -139,7 +140,17 @@ pub(crate) fn block(
     if cfg.layer_kind(layer_index).attention == AttentionKind::Latent {
         // One key/value head whose values are the cached rows themselves.
         mla::queries_and_latent(cfg, w, vecs, s, n, per_token)?;
+        indexer::keys_and_queries(cfg, w, vecs, s, n, per_token)?;
         attend_rows(cfg, layer_index, s, &mut rows, None);
+        match &rows {
+            Rows::Run(kv, positions) => {
+                let (kv, first): (&KvCache, usize) = (kv, positions.start);
+                indexer::sparse_attention(cfg, layer_index, s, n, |t| (kv, first + t))?
+            }
+            Rows::Batch { kvs, positions } => {
+                indexer::sparse_attention(cfg, layer_index, s, n, |t| (&*kvs[t], positions[t]))?
+            }
+        }
         mla::output(cfg, w, s, n, per_token)?;
     } else {
         attention_qkv(cfg, layer_index, w, vecs, s, &mut rows, per_token)?;

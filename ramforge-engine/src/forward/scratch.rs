@@ -92,6 +92,23 @@ fn f32_lens(cfg: &ModelConfig, batch: usize, ctx: usize) -> [usize; 16] {
 /// Floats of MLA's own scratch for `batch` tokens: the projected queries, the q-LoRA latent
 /// (later the heads' values), and one head's input and output of its per-head products.
 fn mla_floats(cfg: &ModelConfig, batch: usize) -> usize {
+    mla_base_floats(cfg, batch) + indexer_floats(cfg, batch)
+}
+
+/// Floats of glm-dsa's lightning indexer (`indexer.rs`) beyond MLA's for `batch` rows: each
+/// row's queries and weights, the key being built, the selection (scores and positions),
+/// each head's running maximum and sum, and one cached row.
+fn indexer_floats(cfg: &ModelConfig, batch: usize) -> usize {
+    cfg.indexer.map_or(0, |x| {
+        batch * (x.n_head * x.head_dim + x.n_head + x.head_dim)
+            + 2 * x.top_k
+            + 2 * cfg.n_head
+            + cfg.head_dim
+    })
+}
+
+/// MLA's own part of [`mla_floats`] (the indexer's scratch follows it).
+pub(super) fn mla_base_floats(cfg: &ModelConfig, batch: usize) -> usize {
     let Some(m) = cfg.mla else {
         return 0;
     };

@@ -5,7 +5,7 @@ use super::arch::{
     Architecture, ExpertActivation, ExpertWidth, Gating, LocalRopeBase, Normalize, Role,
     SharedExpert, SlidingWindow,
 };
-pub use super::mla::MlaConfig;
+pub use super::mla::{IndexerConfig, MlaConfig};
 use crate::error::EngineError;
 use ramforge_gguf::Metadata;
 
@@ -66,6 +66,10 @@ pub struct ModelConfig {
     /// Multi-head latent attention's sizes (deepseek2). Its cache row is the latent and the
     /// RoPE key (`head_dim` = `kv_lora_rank + rope_dim`, one key/value head, no values).
     pub mla: Option<MlaConfig>,
+    /// DeepSeek sparse attention's lightning indexer (glm-dsa). Its key is cached after the
+    /// latent row (`head_dim` = `kv_lora_rank + rope_dim + indexer head`), where the heads'
+    /// queries are zero.
+    pub indexer: Option<IndexerConfig>,
     /// A hybrid model's gated delta-net layers (`None`: attention on every layer).
     pub delta_net: Option<super::hybrid::DeltaNetConfig>,
 }
@@ -277,10 +281,25 @@ impl ModelConfig {
         } else {
             (None, attn_scale, rope_yarn)
         };
-        // Latent attention caches one row of the latent and the RoPE key per position: one
-        // key/value head that wide, whatever layout the file's attention keys describe.
+        let indexer = match mla {
+            Some(m) if arch.spec(Role::IndexerK).is_some() => Some(super::mla::read_indexer(
+                meta,
+                &key,
+                &m,
+                rope_dim,
+                n_ctx_train,
+                rope_yarn.is_some(),
+            )?),
+            _ => None,
+        };
+        // Latent attention caches one row of the latent and the RoPE key per position (and
+        // the indexer's key after them): one key/value head that wide, whatever layout the
+        // file's attention keys describe.
         let (head_dim, n_head_kv) = match mla {
-            Some(m) => (m.kv_lora_rank + rope_dim, 1),
+            Some(m) => (
+                m.kv_lora_rank + rope_dim + indexer.map_or(0, |x| x.head_dim),
+                1,
+            ),
             None => (head_dim, n_head_kv),
         };
         let delta_net = super::hybrid::DeltaNetConfig::from_metadata(
@@ -316,6 +335,7 @@ impl ModelConfig {
             swa_period,
             local_rope,
             mla,
+            indexer,
             delta_net,
         })
     }

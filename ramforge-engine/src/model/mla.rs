@@ -186,3 +186,85 @@ pub(super) fn scales(
     let k_len = m.qk_nope + rope_dim;
     Ok((mscale * mscale / (k_len as f32).sqrt(), yarn))
 }
+
+/// The lightning indexer of DeepSeek sparse attention (`glm-dsa`): its sizes and how many
+/// positions each query attends to.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct IndexerConfig {
+    /// `attention.indexer.head_count`.
+    pub n_head: usize,
+    /// `attention.indexer.key_length`: one head's query and the cached key.
+    pub head_dim: usize,
+    /// `attention.indexer.top_k`: the positions each query attends to.
+    pub top_k: usize,
+    /// The epsilon of the key's LayerNorm: 0, as llama.cpp has it (its glm-dsa reads no
+    /// `attention.layer_norm_epsilon`; a file's value is ignored there and here).
+    pub norm_eps: f32,
+}
+
+/// The most positions a query may select (bounds the selection's scratch).
+const MAX_TOP_K: u64 = 1 << 16;
+
+/// Reads the indexer's keys and checks them: the key is RoPEd on its leading `rope_dim`
+/// elements and rotated by a Hadamard matrix, so it must be a power of two of at least 64
+/// (llama.cpp keeps rotations of 64 and up) above `rope_dim`. glm-dsa needs the q-LoRA and
+/// the absorbed layout; indexer layers that share a previous layer's choice
+/// (`attention.indexer_types`, GLM-5.2) and YaRN are refused.
+pub(super) fn read_indexer(
+    meta: &Metadata,
+    key: &dyn Fn(&str) -> String,
+    m: &MlaConfig,
+    rope_dim: usize,
+    n_ctx_train: usize,
+    yarn: bool,
+) -> Result<IndexerConfig, EngineError> {
+    let required = |k: &str, max: u64| -> Result<usize, EngineError> {
+        let full = key(k);
+        match optional(meta, &full, max)? {
+            Some(v) if v > 0 => Ok(v),
+            Some(_) => Err(EngineError::BadModel(format!(
+                "metadata {full} = 0 must be positive"
+            ))),
+            None => Err(EngineError::BadModel(format!("metadata {full} is missing"))),
+        }
+    };
+    let n_head = required("attention.indexer.head_count", 4096)?;
+    let head_dim = required("attention.indexer.key_length", MAX_DIM)?;
+    let top_k = required("attention.indexer.top_k", MAX_TOP_K)?;
+    if !head_dim.is_power_of_two() || head_dim < 64 || head_dim <= rope_dim {
+        return Err(EngineError::Unsupported(format!(
+            "metadata {} = {head_dim}: the indexer's Hadamard rotation needs a power of two \
+             of at least 64, above {} = {rope_dim}",
+            key("attention.indexer.key_length"),
+            key("rope.dimension_count")
+        )));
+    }
+    if m.q_lora_rank == 0 || !m.absorbed {
+        return Err(EngineError::BadModel(format!(
+            "{} needs {} above 0 and the split attn_k_b/attn_v_b ({} and {})",
+            key("attention.indexer.top_k"),
+            key("attention.q_lora_rank"),
+            key("attention.key_length_mla"),
+            key("attention.value_length_mla")
+        )));
+    }
+    let types = key("attention.indexer_types");
+    if meta.contains(&types) || n_ctx_train >= 1 << 20 {
+        return Err(EngineError::Unsupported(format!(
+            "{types} (indexer layers sharing a previous layer's choice, GLM-5.2) is not \
+             implemented"
+        )));
+    }
+    if yarn {
+        return Err(EngineError::Unsupported(format!(
+            "{} with YaRN scaling is not implemented",
+            key("attention.indexer.top_k")
+        )));
+    }
+    Ok(IndexerConfig {
+        n_head,
+        head_dim,
+        top_k,
+        norm_eps: 0.0,
+    })
+}

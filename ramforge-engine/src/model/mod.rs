@@ -11,7 +11,8 @@ mod tensors;
 
 pub use arch::{Architecture, RopeStyle};
 pub use config::{
-    AttentionKind, FfnKind, LayerKind, MlaConfig, ModelConfig, RouterConfig, YarnConfig,
+    AttentionKind, FfnKind, IndexerConfig, LayerKind, MlaConfig, ModelConfig, RouterConfig,
+    YarnConfig,
 };
 pub use hybrid::DeltaNetConfig;
 pub use tensors::{is_float_type, LayerTensors, ModelTensors};

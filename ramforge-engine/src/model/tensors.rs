@@ -228,6 +228,9 @@ fn size(cfg: &ModelConfig, dim: Dim) -> u64 {
         Dim::SsmHeadDim => dn.map_or(0, |d| d.head_dim),
         Dim::SsmKernel => dn.map_or(0, |d| d.d_conv),
         Dim::SsmQkvz => dn.map_or(0, |d| d.channels() + d.value_dim()),
+        Dim::IdxQ => cfg.indexer.map_or(0, |x| x.n_head * x.head_dim),
+        Dim::IdxHead => cfg.indexer.map_or(0, |x| x.head_dim),
+        Dim::IdxHeads => cfg.indexer.map_or(0, |x| x.n_head),
     }) as u64
 }
 

@@ -215,6 +215,12 @@ fn text(model: &Model, args: &Args, sizes: &MemoryPlan, plan: Option<&MemoryPlan
             h(full)
         );
     }
+    if let Some(x) = cfg.indexer {
+        s += &format!(
+            "DeepSeek sparse attention: the cache row also holds the lightning indexer's key of {} per position and layer; each query attends to the {} positions its {} indexer heads score highest\n",
+            x.head_dim, x.top_k, x.n_head
+        );
+    }
     let parallel = match sizes.request.sequences {
         0 | 1 => String::new(),
         n => format!(", {n} sequences in parallel"),

@@ -32,7 +32,9 @@ pub struct Args {
     /// experts), deepseek2 (multi-head latent attention in llama.cpp's absorbed layout, with
     /// --q-lora-rank, --kv-lora-rank; --head-dim is the query head, --rope-dim its rotated
     /// part; --kv-heads 1; dense leading layers, sigmoid routing with a selection bias, shared
-    /// experts), and the hybrid qwen35moe (gated delta-net layers, every
+    /// experts), glm-dsa (deepseek2's latent attention with a q-LoRA plus the lightning
+    /// indexer of DeepSeek sparse attention: --indexer-heads, --indexer-dim,
+    /// --indexer-top-k), and the hybrid qwen35moe (gated delta-net layers, every
     /// --full-attention-interval-th layer full attention with a gated query; a quarter of the
     /// head rotated, sectioned RoPE; experts and a gated shared expert) and qwen3next (the
     /// same with a joint beta/alpha projection and plain RoPE). Every tensor an architecture
@@ -107,6 +109,17 @@ pub struct Args {
     /// come from (`expert_group_used_count`), as G:U.
     #[arg(long, value_name = "G:U")]
     pub expert_groups: Option<String>,
+    /// glm-dsa: the lightning indexer's heads (`attention.indexer.head_count`).
+    #[arg(long, default_value_t = 16)]
+    pub indexer_heads: u64,
+    /// glm-dsa: the indexer's key width (`attention.indexer.key_length`; a power of two of
+    /// at least 64, as llama.cpp's Hadamard rotation needs).
+    #[arg(long, default_value_t = 64)]
+    pub indexer_dim: u64,
+    /// glm-dsa: the positions each query attends to (`attention.indexer.top_k`); small, so
+    /// that short prompts take the sparse path.
+    #[arg(long, default_value_t = 8)]
+    pub indexer_top_k: u64,
     /// glm4moe: MTP (nextn) layers after the blocks, written whole but never run.
     #[arg(long, default_value_t = 0)]
     pub nextn: u32,
@@ -159,7 +172,7 @@ pub struct Args {
 }
 
 /// The architectures `synth` writes.
-const ARCHES: [&str; 13] = [
+const ARCHES: [&str; 14] = [
     "llama",
     "qwen2",
     "qwen3",
@@ -171,6 +184,7 @@ const ARCHES: [&str; 13] = [
     "minimax-m2",
     "gpt-oss",
     "deepseek2",
+    "glm-dsa",
     "qwen35moe",
     "qwen3next",
 ];
@@ -276,7 +290,7 @@ pub fn run(args: Args) -> CmdResult {
                 key("expert_shared_feed_forward_length"),
                 Value::U32(u32::try_from(shape.shared_ffn)?),
             ),
-            "glm4moe" | "deepseek2" => {
+            "glm4moe" | "deepseek2" | "glm-dsa" => {
                 md.set(
                     key("expert_shared_count"),
                     Value::U32(args.experts_shared as u32),
@@ -357,6 +371,11 @@ pub fn run(args: Args) -> CmdResult {
             md.set(key("attention.value_length_mla"), u(m.v_head)?);
             md.set(key("attention.head_count_kv"), Value::U32(1));
         }
+        if let Some(x) = &m.indexer {
+            md.set(key("attention.indexer.head_count"), u(x.heads)?);
+            md.set(key("attention.indexer.key_length"), u(x.dim)?);
+            md.set(key("attention.indexer.top_k"), u(x.top_k)?);
+        }
     }
     md.set(key("vocab_size"), Value::U32(u32::try_from(vocab)?));
     for (k, v) in donor_md.iter().filter(|(k, _)| k.starts_with("tokenizer.")) {
@@ -436,6 +455,30 @@ pub fn run(args: Args) -> CmdResult {
             }
             let vd = h * m.v_head;
             add(b("attn_output.weight"), ty, dims(vd, e), Fill::fan_in(vd))?;
+            if let Some(x) = &m.indexer {
+                let ql = m.q_lora;
+                let iq = x.heads * x.dim;
+                add(
+                    b("indexer.attn_q_b.weight"),
+                    ty,
+                    dims(ql, iq),
+                    Fill::fan_in(ql),
+                )?;
+                add(
+                    b("indexer.attn_k.weight"),
+                    ty,
+                    dims(e, x.dim),
+                    Fill::fan_in(e),
+                )?;
+                add(b("indexer.k_norm.weight"), f32v, dims(x.dim, 1), near_one)?;
+                add(b("indexer.k_norm.bias"), f32v, dims(x.dim, 1), small)?;
+                add(
+                    b("indexer.proj.weight"),
+                    ty,
+                    dims(e, x.heads),
+                    Fill::fan_in(e),
+                )?;
+            }
         } else if delta_net {
             let (hd_s, heads_v) = (args.ssm_state, args.ssm_heads);
             let (key_dim, value_dim) = (args.ssm_groups * hd_s, heads_v * hd_s);
@@ -530,7 +573,7 @@ pub fn run(args: Args) -> CmdResult {
             "ffn_norm.weight"
         };
         add(b(ffn_norm), f32v, dims(e, 1), Fill::Ones)?;
-        let lead = matches!(arch, "glm4moe" | "deepseek2");
+        let lead = matches!(arch, "glm4moe" | "deepseek2" | "glm-dsa");
         let dense = shape.experts == 0 || (lead && l < args.dense_lead);
         if dense {
             let f = if lead { shape.dense_ffn } else { f };
@@ -543,7 +586,7 @@ pub fn run(args: Args) -> CmdResult {
             if arch == "gpt-oss" {
                 add(b("ffn_gate_inp.bias"), f32v, dims(x, 1), Fill::Uniform(0.5))?;
             }
-            if matches!(arch, "glm4moe" | "minimax-m2" | "deepseek2") {
+            if matches!(arch, "glm4moe" | "minimax-m2" | "deepseek2" | "glm-dsa") {
                 add(b("exp_probs_b.bias"), f32v, dims(x, 1), Fill::Uniform(0.5))?;
             }
             let xt = expert_ty;
@@ -567,7 +610,7 @@ pub fn run(args: Args) -> CmdResult {
             }
             let shared = match arch {
                 "qwen2moe" | "qwen35moe" | "qwen3next" => shape.shared_ffn,
-                "glm4moe" | "deepseek2" => f * args.experts_shared,
+                "glm4moe" | "deepseek2" | "glm-dsa" => f * args.experts_shared,
                 _ => 0,
             };
             if shared > 0 {
@@ -692,6 +735,15 @@ struct Mla {
     q_lora: u64,
     kv_lora: u64,
     v_head: u64,
+    /// glm-dsa's lightning indexer.
+    indexer: Option<Indexer>,
+}
+
+/// The lightning indexer's sizes (glm-dsa).
+struct Indexer {
+    heads: u64,
+    dim: u64,
+    top_k: u64,
 }
 
 impl Shape {
@@ -723,6 +775,7 @@ impl Shape {
                 | "minimax-m2"
                 | "gpt-oss"
                 | "deepseek2"
+                | "glm-dsa"
                 | "qwen35moe"
                 | "qwen3next"
         );
@@ -732,15 +785,15 @@ impl Shape {
         if moe_only && a.experts == 0 {
             return Err(format!("{arch} needs --experts and --experts-used").into());
         }
-        let rope_dim =
-            a.rope_dim
-                .unwrap_or(if matches!(arch, "glm4moe" | "minimax-m2" | "deepseek2") {
-                    head_dim / 2
-                } else if matches!(arch, "qwen35moe" | "qwen3next") {
-                    (head_dim / 4).max(2) & !1
-                } else {
-                    head_dim
-                });
+        let rope_dim = a.rope_dim.unwrap_or(
+            if matches!(arch, "glm4moe" | "minimax-m2" | "deepseek2" | "glm-dsa") {
+                head_dim / 2
+            } else if matches!(arch, "qwen35moe" | "qwen3next") {
+                (head_dim / 4).max(2) & !1
+            } else {
+                head_dim
+            },
+        );
         if rope_dim == 0 || rope_dim > head_dim || !rope_dim.is_multiple_of(2) {
             return Err(
                 format!("--rope-dim {rope_dim} must be even and at most {head_dim}").into(),
@@ -753,7 +806,7 @@ impl Shape {
         if a.nextn > 0 && arch != "glm4moe" {
             return Err("--nextn: only glm4moe files carry MTP layers here".into());
         }
-        if matches!(arch, "glm4moe" | "deepseek2") && a.dense_lead > a.layers {
+        if matches!(arch, "glm4moe" | "deepseek2" | "glm-dsa") && a.dense_lead > a.layers {
             return Err("--dense-lead must not exceed --layers".into());
         }
         if matches!(arch, "qwen35moe" | "qwen3next")
@@ -773,22 +826,48 @@ impl Shape {
         if a.experts > 0 && (a.experts_used == 0 || a.experts_used > a.experts) {
             return Err("--experts-used must lie in 1..=--experts".into());
         }
-        let mla = if arch == "deepseek2" {
+        let mla = if matches!(arch, "deepseek2" | "glm-dsa") {
             if a.kv_lora_rank == 0 || a.kv_heads != 1 || rope_dim == head_dim {
-                return Err(
-                    "deepseek2 needs --kv-lora-rank, --kv-heads 1 and a --rope-dim \
-                            below --head-dim"
-                        .into(),
-                );
+                return Err(format!(
+                    "{arch} needs --kv-lora-rank, --kv-heads 1 and a --rope-dim below \
+                     --head-dim"
+                )
+                .into());
             }
+            let indexer = if arch == "glm-dsa" {
+                let dim = a.indexer_dim;
+                if a.q_lora_rank == 0
+                    || a.legacy_kv_b
+                    || a.indexer_heads == 0
+                    || a.indexer_top_k == 0
+                    || !dim.is_power_of_two()
+                    || dim < 64
+                    || dim <= rope_dim
+                {
+                    return Err("glm-dsa needs --q-lora-rank, the split attn_k_b/attn_v_b, \
+                         --indexer-heads, --indexer-top-k, and an --indexer-dim that is a \
+                         power of two of at least 64 above --rope-dim"
+                        .into());
+                }
+                Some(Indexer {
+                    heads: a.indexer_heads,
+                    dim,
+                    top_k: a.indexer_top_k,
+                })
+            } else {
+                None
+            };
             Some(Mla {
                 q_lora: a.q_lora_rank,
                 kv_lora: a.kv_lora_rank,
                 v_head: a.v_head_dim.unwrap_or(head_dim - rope_dim),
+                indexer,
             })
         } else {
             if a.q_lora_rank > 0 || a.kv_lora_rank > 0 || a.v_head_dim.is_some() {
-                return Err("--q-lora-rank, --kv-lora-rank, --v-head-dim: deepseek2 only".into());
+                return Err(
+                    "--q-lora-rank, --kv-lora-rank, --v-head-dim: deepseek2, glm-dsa only".into(),
+                );
             }
             None
         };

@@ -49,6 +49,17 @@ pub struct Verified {
 
 /// `verify --golden --json` of `model` under `ram` (all resident when `None`) on `threads`.
 pub fn verify(model: &Path, golden: &Path, ram: Option<u64>, threads: usize) -> Verified {
+    verify_with(model, golden, ram, threads, &[])
+}
+
+/// [`verify`] with `extra` arguments (e.g. `--kv-type f32`).
+pub fn verify_with(
+    model: &Path,
+    golden: &Path,
+    ram: Option<u64>,
+    threads: usize,
+    extra: &[&str],
+) -> Verified {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_ramforge-tools"));
     cmd.args([
         "verify",
@@ -62,6 +73,7 @@ pub fn verify(model: &Path, golden: &Path, ram: Option<u64>, threads: usize) -> 
     if let Some(r) = ram {
         cmd.args(["--ram", &r.to_string()]);
     }
+    cmd.args(extra);
     let o = cmd.output().unwrap();
     let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&o.stdout)
         .lines()

@@ -8,6 +8,7 @@
 mod deepseek2;
 mod gemma3;
 mod glm4moe;
+mod glm_dsa;
 mod gpt_oss;
 mod llama;
 mod minimax_m2;
@@ -38,6 +39,7 @@ pub const ALL: &[&Architecture] = &[
     &minimax_m2::MINIMAX_M2,
     &gpt_oss::GPT_OSS,
     &deepseek2::DEEPSEEK2,
+    &glm_dsa::GLM_DSA,
     &qwen35moe::QWEN35MOE,
     &qwen3next::QWEN3NEXT,
 ];
@@ -80,9 +82,15 @@ mod tests {
             for (i, &r) in Role::ALL.iter().enumerate() {
                 assert_eq!(r as usize, i);
             }
-            for role in [Role::AttnNorm, Role::AttnQ, Role::AttnOutput] {
+            for role in [Role::AttnNorm, Role::AttnOutput] {
                 assert!(a.spec(role).is_some(), "{} lacks {role:?}", a.name);
             }
+            // A query projection: plain, or through a q-LoRA (glm-dsa has only the latter).
+            assert!(
+                a.spec(Role::AttnQ).is_some() || a.spec(Role::AttnQA).is_some(),
+                "{} has no query projection",
+                a.name
+            );
             assert!(
                 a.spec(Role::FfnDown).is_some() || a.spec(Role::FfnDownExps).is_some(),
                 "{} has no FFN",
@@ -91,7 +99,7 @@ mod tests {
         }
         assert_eq!(
             Architecture::supported_names(),
-            "llama, qwen2, qwen3, qwen3moe, gemma3, qwen2moe, olmoe, glm4moe, minimax-m2, gpt-oss, deepseek2, qwen35moe, qwen3next"
+            "llama, qwen2, qwen3, qwen3moe, gemma3, qwen2moe, olmoe, glm4moe, minimax-m2, gpt-oss, deepseek2, glm-dsa, qwen35moe, qwen3next"
         );
     }
 }

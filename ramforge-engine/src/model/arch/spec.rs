@@ -278,11 +278,22 @@ pub enum Role {
     /// qwen3next's older joint projection of queries, keys, values and `z`, grouped by key
     /// head (instead of `attn_qkv` and `attn_gate`).
     SsmIn,
+    /// The lightning indexer's queries from the normed q-LoRA latent (glm-dsa): every indexer
+    /// head's `indexer.key_length`.
+    IndexerQB,
+    /// The lightning indexer's key (one head) from the normed input.
+    IndexerK,
+    /// The LayerNorm weight of the indexer's key.
+    IndexerKNorm,
+    /// The LayerNorm bias of the indexer's key.
+    IndexerKNormBias,
+    /// The indexer's per-head weights from the normed input.
+    IndexerProj,
 }
 
 impl Role {
     /// How many roles there are (the size of a per-layer table indexed by role).
-    pub const COUNT: usize = Role::SsmIn as usize + 1;
+    pub const COUNT: usize = Role::IndexerProj as usize + 1;
 
     /// An MoE layer's expert stacks, in the order an expert's slices are used: gate, up, down.
     pub const EXPERT_STACKS: [Role; 3] = [Role::FfnGateExps, Role::FfnUpExps, Role::FfnDownExps];
@@ -341,6 +352,11 @@ impl Role {
             SsmNorm,
             SsmOut,
             SsmIn,
+            IndexerQB,
+            IndexerK,
+            IndexerKNorm,
+            IndexerKNormBias,
+            IndexerProj,
         ]
     };
 
@@ -460,6 +476,12 @@ pub enum Dim {
     SsmKernel,
     /// Queries, keys, values and `z` of every head (`2 * key + 2 * value`).
     SsmQkvz,
+    /// The lightning indexer: every indexer head's query (`head_count * key_length`).
+    IdxQ,
+    /// The lightning indexer: one head (`attention.indexer.key_length`).
+    IdxHead,
+    /// The lightning indexer's heads (`attention.indexer.head_count`).
+    IdxHeads,
 }
 
 /// Whether a file must carry a tensor.
@@ -565,6 +587,40 @@ pub(crate) const fn layer_tensor(role: Role) -> TensorSpec {
         AttnQA | AttnQANorm | AttnQB | AttnKvAMqa | AttnKvANorm | AttnKB | AttnVB | AttnKvB => {
             mla_tensor(role)
         }
+        IndexerQB => tensor(
+            IndexerQB,
+            "indexer.attn_q_b.weight",
+            Shape::Matrix {
+                cols: QLora,
+                rows: IdxQ,
+            },
+        ),
+        IndexerK => tensor(
+            IndexerK,
+            "indexer.attn_k.weight",
+            Shape::Matrix {
+                cols: Embd,
+                rows: IdxHead,
+            },
+        ),
+        IndexerKNorm => tensor(
+            IndexerKNorm,
+            "indexer.k_norm.weight",
+            Shape::Vector(IdxHead),
+        ),
+        IndexerKNormBias => tensor(
+            IndexerKNormBias,
+            "indexer.k_norm.bias",
+            Shape::Vector(IdxHead),
+        ),
+        IndexerProj => tensor(
+            IndexerProj,
+            "indexer.proj.weight",
+            Shape::Matrix {
+                cols: Embd,
+                rows: IdxHeads,
+            },
+        ),
         AttnQNorm => tensor(AttnQNorm, "attn_q_norm.weight", Shape::Vector(Head)),
         AttnKNorm => tensor(AttnKNorm, "attn_k_norm.weight", Shape::Vector(Head)),
         AttnPostNorm => tensor(
