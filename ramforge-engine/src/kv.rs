@@ -70,6 +70,26 @@ pub fn kv_cache_bytes(cfg: &ModelConfig, ctx: usize, ty: KvType) -> u64 {
         + RecurrentState::bytes(cfg)
 }
 
+/// Bytes [`KvCache::save`] holds at most for a verify pass of `rows` positions: those rows of
+/// every sliding-window layer (as f32) and the whole recurrent state.
+pub fn rollback_bytes(cfg: &ModelConfig, ctx: usize, rows: usize) -> u64 {
+    let ring_layers = (0..cfg.n_layer)
+        .filter(|&l| !cfg.is_recurrent(l) && cfg.kv_positions(l, ctx) < ctx)
+        .count() as u64;
+    ring_layers * planes(cfg) as u64 * cfg.kv_dim() as u64 * rows as u64 * 4
+        + RecurrentState::bytes(cfg)
+}
+
+/// A copy of what a speculative pass overwrites ([`KvCache::save`]).
+#[derive(Default)]
+pub(crate) struct Saved {
+    /// `(store, slot)` of each saved ring slot, in the order of `rows`.
+    slots: Vec<(usize, usize)>,
+    rows: Vec<f32>,
+    recurrent: Vec<f32>,
+    charge: Option<Charge>,
+}
+
 /// Rows a position keeps per layer: a key and a value, or for multi-head latent attention
 /// one row (the latent and the RoPE key) that serves as both: the values are the keys' rows,
 /// whose first `kv_lora_rank` elements are the latent.
@@ -298,6 +318,73 @@ impl KvCache {
                 data[ko..ko + d].copy_from_slice(k);
                 if vo != ko {
                     data[vo..vo + d].copy_from_slice(v);
+                }
+            }
+        }
+    }
+
+    /// Saves what writing positions `first..first + n` would overwrite that a context cut back
+    /// to `first` still needs: each ring slot (sliding-window layers) whose position is still in
+    /// its window, and the recurrent state, which summarizes every position and cannot be cut
+    /// back. Charged to the budget while held (the plan books it, `rollback_bytes`).
+    pub(crate) fn save(&self, first: usize, n: usize) -> Result<Saved, EngineError> {
+        let mut saved = Saved::default();
+        for (si, store) in self.stores.iter().enumerate() {
+            if store.slots >= self.capacity {
+                continue;
+            }
+            for p in (first..first + n).filter(|&p| p >= store.slots) {
+                let slot = p % store.slots;
+                saved.slots.push((si, slot));
+                self.for_rows(si, slot, |row| saved.rows.extend(row));
+            }
+        }
+        if let Some(state) = self.recurrent.data() {
+            saved.recurrent.extend_from_slice(state);
+        }
+        let bytes = 4 * (saved.rows.len() + saved.recurrent.len()) as u64;
+        saved.charge = Some(self.budget.charge("rollback copy", bytes)?);
+        Ok(saved)
+    }
+
+    /// Puts back what [`KvCache::save`] saved (the positions after the cut are then forgotten
+    /// by [`KvCache::set_len`]).
+    pub(crate) fn restore(&mut self, saved: &Saved) {
+        let d = self.kv_dim;
+        let mut rows = saved.rows.chunks_exact(d);
+        for &(si, slot) in &saved.slots {
+            let (ci, p) = (slot / KV_CHUNK_TOKENS, slot % KV_CHUNK_TOKENS);
+            let tokens = self.stores[si].chunks[ci].tokens;
+            for li in 0..self.stores[si].n_layer {
+                for which in 0..self.planes {
+                    let o = self.offset(tokens, li, which, p);
+                    let row = rows.next().expect("saved rows match their slots");
+                    match &mut self.stores[si].chunks[ci].data {
+                        ChunkData::F16(data) => store(&mut data[o..o + d], row),
+                        ChunkData::F32(data) => data[o..o + d].copy_from_slice(row),
+                    }
+                }
+            }
+        }
+        if let Some(state) = self.recurrent.data_mut() {
+            if state.len() == saved.recurrent.len() {
+                state.copy_from_slice(&saved.recurrent);
+            }
+        }
+    }
+
+    /// Calls `f` with each row (every layer of store `si`, keys then values) of `slot`, as f32
+    /// (an f16 widened, which narrows back exactly).
+    fn for_rows(&self, si: usize, slot: usize, mut f: impl FnMut(&mut dyn Iterator<Item = f32>)) {
+        let d = self.kv_dim;
+        let (ci, p) = (slot / KV_CHUNK_TOKENS, slot % KV_CHUNK_TOKENS);
+        let chunk = &self.stores[si].chunks[ci];
+        for li in 0..self.stores[si].n_layer {
+            for which in 0..self.planes {
+                let o = self.offset(chunk.tokens, li, which, p);
+                match &chunk.data {
+                    ChunkData::F16(data) => f(&mut data[o..o + d].iter().map(|x| x.widen())),
+                    ChunkData::F32(data) => f(&mut data[o..o + d].iter().copied()),
                 }
             }
         }

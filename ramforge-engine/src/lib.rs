@@ -59,6 +59,7 @@ mod simd;
 pub mod stream;
 pub mod text;
 mod thread_choice;
+mod verify;
 mod weights;
 
 /// The README's example, compiled as a doctest so it stays true.

@@ -83,6 +83,7 @@ pub fn run(args: Args) -> CmdResult {
         kv_type: args.kv.kv_type,
         batch: args.prefill.batch.max(1),
         sequences: 1,
+        ..EngineOptions::default()
     };
     let mut engine = load_engine(model, &options)?;
     let load_secs = started.elapsed().as_secs_f64();
