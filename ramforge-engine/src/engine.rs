@@ -53,6 +53,8 @@ pub struct Engine {
     /// After a rollback on a hybrid model: the recurrent state holds only `history[..n]`;
     /// the next pass evaluates the rest again first.
     pub(crate) stale: Option<usize>,
+    /// Where [`Engine::generate`] takes drafts from (`None`: plain decoding).
+    pub(crate) drafter: Option<crate::draft::Drafter>,
 }
 
 /// A callback for prompt processing: `(tokens_done, tokens_total)`, called per layer of each
@@ -162,6 +164,7 @@ impl Engine {
             depth_control,
             saved: None,
             stale: None,
+            drafter: None,
         })
     }
 

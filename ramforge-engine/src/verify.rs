@@ -63,12 +63,14 @@ impl Engine {
             });
         }
         self.saved = None;
-        if let Err(e) = self
-            .kv
-            .reserve(needed)
-            .and_then(|()| self.kv.save(first, all.len()))
-            .map(|saved| self.saved = Some((first, saved)))
-        {
+        // One token leaves nothing to roll back to but the context before it: no copy.
+        let save = all.len() > 1;
+        if let Err(e) = self.kv.reserve(needed).and_then(|()| {
+            if save {
+                self.saved = Some((first, self.kv.save(first, all.len())?));
+            }
+            Ok(())
+        }) {
             self.reset();
             return Err(e);
         }

@@ -1,0 +1,164 @@
+//! Where speculative decoding's drafts come from, and how long they are: prompt lookup (the
+//! tokens that followed the latest earlier occurrence of the context's last n-gram; nothing
+//! held but the context itself) or a small draft model with the same vocabulary, run greedily
+//! on its own engine. The draft length adapts to the measured acceptance.
+
+use crate::engine::Engine;
+use crate::error::EngineError;
+use crate::sampling::argmax;
+
+/// Longest n-gram prompt lookup matches (it tries shorter ones after).
+const MAX_NGRAM: usize = 4;
+
+/// A source of drafts for [`Engine::generate`] (set with [`Engine::set_drafter`]).
+pub enum Drafter {
+    /// Prompt lookup: n-gram matches in the context so far.
+    Lookup,
+    /// A small model with the target's vocabulary, on its own engine (its own share of the
+    /// budget), drafting greedily.
+    Model(Box<Engine>),
+}
+
+impl Drafter {
+    /// Up to `k` tokens likely to follow `context`.
+    pub(crate) fn draft(&mut self, context: &[u32], k: usize) -> Result<Vec<u32>, EngineError> {
+        if k == 0 {
+            return Ok(Vec::new());
+        }
+        match self {
+            Drafter::Lookup => Ok(lookup(context, k)),
+            Drafter::Model(engine) => draft_greedy(engine, context, k),
+        }
+    }
+
+    /// The draft model's engine, if any.
+    pub fn engine(&self) -> Option<&Engine> {
+        match self {
+            Drafter::Lookup => None,
+            Drafter::Model(e) => Some(e),
+        }
+    }
+}
+
+/// The tokens that followed the latest earlier occurrence of the longest suffix of `context`
+/// (of at most [`MAX_NGRAM`] tokens) found in it, at most `k` of them.
+pub fn lookup(context: &[u32], k: usize) -> Vec<u32> {
+    let len = context.len();
+    for n in (1..=MAX_NGRAM.min(len.saturating_sub(1))).rev() {
+        let tail = &context[len - n..];
+        if let Some(i) = (0..len - n).rev().find(|&i| &context[i..i + n] == tail) {
+            return context[i + n..(i + n + k).min(len)].to_vec();
+        }
+    }
+    Vec::new()
+}
+
+/// `k` tokens the draft engine picks greedily after `context`, keeping the longest prefix of
+/// `context` it already holds (what it drafted and the target accepted).
+fn draft_greedy(e: &mut Engine, context: &[u32], k: usize) -> Result<Vec<u32>, EngineError> {
+    let common = e
+        .history()
+        .iter()
+        .zip(context)
+        .take_while(|(a, b)| a == b)
+        .count();
+    e.truncate_context(common.min(context.len() - 1));
+    let held = e.n_past();
+    let room = e.context_size().saturating_sub(context.len());
+    let k = k.min(room);
+    if k == 0 {
+        return Ok(Vec::new());
+    }
+    let mut logits = e.eval(&context[held..])?.to_vec();
+    let mut out = Vec::with_capacity(k);
+    for i in 0..k {
+        let t = argmax(&logits) as u32;
+        out.push(t);
+        if i + 1 < k {
+            logits.copy_from_slice(e.eval(&[t])?);
+        }
+    }
+    Ok(out)
+}
+
+/// The draft length, adapted to acceptance: one more after a fully accepted draft, one past
+/// the accepted count after a rejection; between 1 and the engine's verify capacity less one.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DraftLength {
+    k: usize,
+    max: usize,
+}
+
+impl DraftLength {
+    pub(crate) fn new(max: usize) -> DraftLength {
+        DraftLength { k: 4.min(max), max }
+    }
+
+    pub(crate) fn get(&self) -> usize {
+        self.k
+    }
+
+    /// After `accepted` of `drafted` tokens were accepted.
+    pub(crate) fn update(&mut self, drafted: usize, accepted: usize) {
+        if drafted == 0 {
+            return;
+        }
+        self.k = if accepted == drafted {
+            (self.k + 1).min(self.max)
+        } else {
+            (accepted + 1).min(self.k.saturating_sub(1)).clamp(1, self.max.max(1))
+        };
+    }
+}
+
+/// What speculative decoding did in one generation.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct SpeculationStats {
+    /// Verify passes over the target's weights while decoding.
+    pub passes: u64,
+    /// Tokens drafted.
+    pub drafted: u64,
+    /// Drafted tokens the target accepted.
+    pub accepted: u64,
+    /// Bytes the draft model read from storage (0 for prompt lookup, or a resident draft).
+    pub draft_bytes_read: u64,
+}
+
+impl SpeculationStats {
+    /// Accepted over drafted tokens (0 when nothing was drafted).
+    pub fn acceptance(&self) -> f64 {
+        if self.drafted == 0 {
+            0.0
+        } else {
+            self.accepted as f64 / self.drafted as f64
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lookup_continues_the_latest_longest_match() {
+        let ctx = [1, 2, 3, 9, 1, 2, 3, 4, 5, 7, 2, 3];
+        assert_eq!(lookup(&ctx, 2), vec![4, 5]);
+        assert_eq!(lookup(&ctx, 10), vec![4, 5, 7, 2, 3]);
+        assert_eq!(lookup(&[5, 6, 7], 3), Vec::<u32>::new());
+        assert_eq!(lookup(&[], 3), Vec::<u32>::new());
+    }
+
+    #[test]
+    fn draft_length_adapts() {
+        let mut k = DraftLength::new(8);
+        assert_eq!(k.get(), 4);
+        k.update(4, 4);
+        assert_eq!(k.get(), 5);
+        k.update(5, 1);
+        assert_eq!(k.get(), 2);
+        k.update(2, 0);
+        assert_eq!(k.get(), 1);
+        k.update(1, 0);
+        assert_eq!(k.get(), 1);
+    }
+}
