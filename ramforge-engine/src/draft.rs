@@ -5,7 +5,85 @@
 
 use crate::engine::Engine;
 use crate::error::EngineError;
+use crate::model::Model;
+use crate::options::EngineOptions;
 use crate::sampling::argmax;
+use crate::text::Tokenizer;
+
+/// The largest share of one budget a draft model may take (it is kept whole within it).
+pub const DRAFT_SHARE: f64 = 0.25;
+
+/// How one `--ram` budget is split between a target and its draft model (`None`: unlimited).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct DraftSplit {
+    /// The draft model's budget: all it charges when every weight is resident, if that fits
+    /// in [`DRAFT_SHARE`] of the budget, else that share (its layers then stream).
+    pub draft: Option<u64>,
+    /// The rest, for the target.
+    pub target: Option<u64>,
+    /// Whether the draft model is resident whole.
+    pub draft_resident: bool,
+}
+
+/// The split of `ram` between `draft` (laid out under `options`, the target's, without
+/// drafting of its own) and the target: the draft model comes first because it runs several
+/// passes per target pass, so streaming it would cost more reads than it saves.
+pub fn split_budget(
+    draft: &Model,
+    options: &EngineOptions,
+    ram: Option<u64>,
+) -> Result<DraftSplit, EngineError> {
+    let whole = draft
+        .plan(&EngineOptions {
+            ram: None,
+            ..draft_options(options)
+        })?
+        .total_bytes();
+    Ok(match ram {
+        None => DraftSplit {
+            draft: None,
+            target: None,
+            draft_resident: true,
+        },
+        Some(ram) => {
+            let share = (ram as f64 * DRAFT_SHARE) as u64;
+            let draft = whole.min(share);
+            DraftSplit {
+                draft: Some(draft),
+                target: Some(ram - draft),
+                draft_resident: whole <= share,
+            }
+        }
+    })
+}
+
+/// The draft engine's options: the target's context and threads, one sequence, no drafting.
+pub fn draft_options(target: &EngineOptions) -> EngineOptions {
+    EngineOptions {
+        draft: 0,
+        sequences: 1,
+        ..target.clone()
+    }
+}
+
+/// Why `draft` cannot draft for `target`, in one line, or `None` when their vocabularies are
+/// the same (token count, and every token's text at its id).
+pub fn vocabulary_difference(target: &Tokenizer, draft: &Tokenizer) -> Option<String> {
+    let (n, m) = (target.vocab_size(), draft.vocab_size());
+    if n != m {
+        return Some(format!(
+            "the vocabularies differ: the draft has {m} tokens, the target {n}"
+        ));
+    }
+    (0..n as u32).find_map(|id| {
+        let (a, b) = (target.token_text(id), draft.token_text(id));
+        (a != b).then(|| {
+            format!(
+                "the vocabularies differ: token {id} is {a:?} in the target, {b:?} in the draft"
+            )
+        })
+    })
+}
 
 /// Longest n-gram prompt lookup matches (it tries shorter ones after).
 const MAX_NGRAM: usize = 4;
@@ -106,7 +184,9 @@ impl DraftLength {
         self.k = if accepted == drafted {
             (self.k + 1).min(self.max)
         } else {
-            (accepted + 1).min(self.k.saturating_sub(1)).clamp(1, self.max.max(1))
+            (accepted + 1)
+                .min(self.k.saturating_sub(1))
+                .clamp(1, self.max.max(1))
         };
     }
 }

@@ -81,7 +81,8 @@ impl Model {
         } else {
             0
         };
-        let batch = options.batch.clamp(1, ctx).max(verify_rows);
+        // Twice: after a rollback on a hybrid model the accepted tokens join the next pass.
+        let batch = options.batch.clamp(1, ctx).max(2 * verify_rows).min(ctx);
         MemoryPlan::new(
             &self.config,
             &self.tensors,
@@ -397,7 +398,7 @@ impl Engine {
         let decoding = tokens.len() == 1;
         let solo = decoding && self.decode_threads.next_is_solo(1);
         let started = Instant::now();
-        let result = pool.install_with(solo, || self.eval_batches(tokens, cancel, false));
+        let result = pool.install_with(solo, || self.eval_batches(tokens, cancel, 0));
         let secs = started.elapsed().as_secs_f64();
         let added = if matches!(result, Ok(true)) {
             tokens.len()
@@ -426,13 +427,14 @@ impl Engine {
     }
 
     /// Runs `tokens` through the model a batch at a time; `Ok(false)` when `cancel` was
-    /// raised between batches. With `exact` (one batch at most) every product runs per token
-    /// and every row gets its logits, row `i` equal to what evaluating its token alone gives.
+    /// raised between batches. With `exact` rows (one batch at most) every product runs per
+    /// token and the last `exact` rows get logits, each equal to what evaluating its token
+    /// alone gives; with 0 only the last row gets logits.
     pub(crate) fn eval_batches(
         &mut self,
         tokens: &[u32],
         cancel: Option<&AtomicBool>,
-        exact: bool,
+        exact: usize,
     ) -> Result<bool, EngineError> {
         self.before_pass(tokens[0])?;
         let cfg = &self.model.config;
@@ -458,7 +460,7 @@ impl Engine {
                     vectors: &self.weights.vectors.layers[l],
                     experts: self.weights.experts.as_mut(),
                 };
-                let rows = Rows::Run(&mut self.kv, pos..pos + n, exact);
+                let rows = Rows::Run(&mut self.kv, pos..pos + n, exact > 0);
                 block(cfg, l, weights, s, rows)?;
                 if let Some(report) = self.prompt_progress.as_mut().filter(|_| tokens.len() > 1) {
                     report(done + n * (l + 1) / cfg.n_layer, tokens.len());
@@ -467,7 +469,7 @@ impl Engine {
             done += n;
             if done == tokens.len() {
                 // Only the last row needs logits, unless every row is verified.
-                let from = if exact { 0 } else { n - 1 };
+                let from = n - exact.clamp(1, n);
                 for r in from..n {
                     rms_norm(
                         &s.x[r * e..(r + 1) * e],

@@ -71,7 +71,10 @@ pub struct ReadmeDoctest;
 pub use budget::{parse_memory_size, process_memory, MemoryBudget, ProcessMemory};
 pub use constraint::{Constraint, Grammar, GrammarCompiler};
 pub use decoding::{Decoding, Next, StopReason};
-pub use draft::{lookup, Drafter, SpeculationStats};
+pub use draft::{
+    draft_options, lookup, split_budget, vocabulary_difference, DraftSplit, Drafter,
+    SpeculationStats, DRAFT_SHARE,
+};
 pub use engine::{Engine, PromptProgress};
 pub use error::EngineError;
 pub use generate::GenerationStats;

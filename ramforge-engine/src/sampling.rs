@@ -433,7 +433,10 @@ mod tests {
             let kept = if top_k == 0 { logits.len() } else { top_k };
             let probs = softmax(logits[..kept].iter().map(|&l| l / 0.8));
             for draft in drafts {
-                let mut sampler = Sampler::new(&SamplingParams { seed: 7, ..p.clone() });
+                let mut sampler = Sampler::new(&SamplingParams {
+                    seed: 7,
+                    ..p.clone()
+                });
                 let n = 100_000;
                 let mut counts = vec![0usize; logits.len()];
                 for _ in 0..n {
@@ -449,7 +452,10 @@ mod tests {
                         (c as f64 - want).powi(2) / want
                     })
                     .sum();
-                assert!(chi2 < 25.7, "top-k {top_k}, draft {draft}: chi2 {chi2}, {counts:?}");
+                assert!(
+                    chi2 < 25.7,
+                    "top-k {top_k}, draft {draft}: chi2 {chi2}, {counts:?}"
+                );
             }
         }
     }

@@ -76,7 +76,8 @@ impl Engine {
         }
         let pool = Arc::clone(&self.pool);
         let started = Instant::now();
-        let result = pool.install_with(false, || self.eval_batches(&all, None, true));
+        let rows = tokens.len().max(1);
+        let result = pool.install_with(false, || self.eval_batches(&all, None, rows));
         let added = if result.is_ok() { all.len() } else { 0 };
         self.weights
             .record_eval(started.elapsed().as_secs_f64(), added);
@@ -87,7 +88,7 @@ impl Engine {
         self.history.extend_from_slice(&all);
         self.kv.set_len(self.history.len());
         let v = self.n_vocab();
-        Ok(&self.logits[redo * v..all.len() * v])
+        Ok(&self.logits[..tokens.len() * v])
     }
 
     /// Keeps the first `n` tokens of the context after an [`Engine::eval_verify`], `n` no

@@ -25,15 +25,18 @@ fn options(ram: Option<u64>) -> EngineOptions {
 fn one_by_one(e: &mut Engine, prompt: &[u32], tokens: &[u32]) -> Vec<Vec<f32>> {
     e.reset();
     e.eval(prompt).unwrap();
-    tokens.iter().map(|&t| e.eval(&[t]).unwrap().to_vec()).collect()
+    tokens
+        .iter()
+        .map(|&t| e.eval(&[t]).unwrap().to_vec())
+        .collect()
 }
 
 fn check_rows(e: &mut Engine) {
     let prompt = e.model().tokenizer.encode(common::PROMPT, true, true);
-    let tokens = e
-        .model()
-        .tokenizer
-        .encode(" Paris. The capital of Germany is Berlin", false, false);
+    let tokens =
+        e.model()
+            .tokenizer
+            .encode(" Paris. The capital of Germany is Berlin", false, false);
     assert!(tokens.len() >= 6);
     let tokens = &tokens[..6];
     let alone = one_by_one(e, &prompt, tokens);
@@ -66,7 +69,10 @@ fn verify_rows_equal_single_evaluation_all_resident() {
 #[test]
 fn verify_rows_equal_single_evaluation_streamed() {
     let file = std::fs::metadata(model()).unwrap().len();
-    let plan = Engine::load(model(), &options(None)).unwrap().plan().minimum;
+    let plan = Engine::load(model(), &options(None))
+        .unwrap()
+        .plan()
+        .minimum;
     let mut e = Engine::load(model(), &options(Some(plan + file / 4))).unwrap();
     assert!(e.residency().streamed_layers > 0, "nothing streamed");
     check_rows(&mut e);
@@ -114,7 +120,10 @@ fn lookup_greedy_equals_plain_all_resident() {
 #[test]
 fn lookup_greedy_equals_plain_streamed() {
     let file = std::fs::metadata(model()).unwrap().len();
-    let plan = Engine::load(model(), &options(None)).unwrap().plan().minimum;
+    let plan = Engine::load(model(), &options(None))
+        .unwrap()
+        .plan()
+        .minimum;
     let mut e = Engine::load(model(), &options(Some(plan + file / 4))).unwrap();
     assert!(e.residency().streamed_layers > 0, "nothing streamed");
     lookup_is_identical(&mut e);
@@ -150,7 +159,10 @@ fn lookup_sampling_keeps_the_distribution() {
             counts.entry(s.tokens).or_default()[which] += 1;
         }
     }
-    assert!(total.accepted > 0 && total.accepted < total.drafted, "{total:?}");
+    assert!(
+        total.accepted > 0 && total.accepted < total.drafted,
+        "{total:?}"
+    );
     let (mut chi2, mut cells, mut rare) = (0.0, 0usize, [0usize; 2]);
     for c in counts.values() {
         if c[0] + c[1] < 10 {
@@ -168,5 +180,8 @@ fn lookup_sampling_keeps_the_distribution() {
     let df = cells.saturating_sub(1).max(1) as f64;
     // About the 1e-4 tail of chi-square with df degrees of freedom.
     let bound = df + 5.0 * (2.0 * df).sqrt() + 8.0;
-    assert!(chi2 < bound, "chi2 {chi2} over {cells} cells (bound {bound}): {counts:?}");
+    assert!(
+        chi2 < bound,
+        "chi2 {chi2} over {cells} cells (bound {bound}): {counts:?}"
+    );
 }

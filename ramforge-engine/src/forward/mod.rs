@@ -288,7 +288,9 @@ fn attend_rows(
 ) {
     let (n, kvd) = (rows.len(), cfg.kv_dim());
     match rows {
-        Rows::Run(kv, positions, _) => attend_run(cfg, layer_index, s, kv, positions.start, n, sinks),
+        Rows::Run(kv, positions, _) => {
+            attend_run(cfg, layer_index, s, kv, positions.start, n, sinks)
+        }
         Rows::Batch { kvs, positions } => {
             // Each row against its own sequence, exactly as a run of one row.
             for (i, (kv, &p)) in kvs.iter_mut().zip(positions.iter()).enumerate() {
