@@ -3,11 +3,11 @@
 //! held but the context itself) or a small draft model with the same vocabulary, run greedily
 //! on its own engine. The draft length adapts to the measured acceptance.
 
-use crate::engine::Engine;
+use crate::budget::MemoryBudget;
 use crate::error::EngineError;
 use crate::model::Model;
 use crate::options::EngineOptions;
-use crate::sampling::argmax;
+use crate::stream::ResidencyStats;
 use crate::text::Tokenizer;
 
 /// The largest share of one budget a draft model may take (it is kept whole within it).
@@ -94,7 +94,18 @@ pub enum Drafter {
     Lookup,
     /// A small model with the target's vocabulary, on its own engine (its own share of the
     /// budget), drafting greedily.
-    Model(Box<Engine>),
+    Model(Box<dyn DraftModel + Send>),
+}
+
+/// A model that drafts: an [`crate::Engine`] of a small model (implemented in `generate.rs`,
+/// so this file, which the engine's definition uses, does not depend on the engine).
+pub trait DraftModel {
+    /// `k` tokens it picks greedily after `context`, keeping what it already holds of it.
+    fn draft(&mut self, context: &[u32], k: usize) -> Result<Vec<u32>, EngineError>;
+    /// Its storage traffic so far.
+    fn residency(&self) -> &ResidencyStats;
+    /// Its budget.
+    fn budget(&self) -> &MemoryBudget;
 }
 
 impl Drafter {
@@ -105,15 +116,15 @@ impl Drafter {
         }
         match self {
             Drafter::Lookup => Ok(lookup(context, k)),
-            Drafter::Model(engine) => draft_greedy(engine, context, k),
+            Drafter::Model(model) => model.draft(context, k),
         }
     }
 
-    /// The draft model's engine, if any.
-    pub fn engine(&self) -> Option<&Engine> {
+    /// The draft model, if any.
+    pub fn model(&self) -> Option<&(dyn DraftModel + Send)> {
         match self {
             Drafter::Lookup => None,
-            Drafter::Model(e) => Some(e),
+            Drafter::Model(m) => Some(m.as_ref()),
         }
     }
 }
@@ -129,34 +140,6 @@ pub fn lookup(context: &[u32], k: usize) -> Vec<u32> {
         }
     }
     Vec::new()
-}
-
-/// `k` tokens the draft engine picks greedily after `context`, keeping the longest prefix of
-/// `context` it already holds (what it drafted and the target accepted).
-fn draft_greedy(e: &mut Engine, context: &[u32], k: usize) -> Result<Vec<u32>, EngineError> {
-    let common = e
-        .history()
-        .iter()
-        .zip(context)
-        .take_while(|(a, b)| a == b)
-        .count();
-    e.truncate_context(common.min(context.len() - 1));
-    let held = e.n_past();
-    let room = e.context_size().saturating_sub(context.len());
-    let k = k.min(room);
-    if k == 0 {
-        return Ok(Vec::new());
-    }
-    let mut logits = e.eval(&context[held..])?.to_vec();
-    let mut out = Vec::with_capacity(k);
-    for i in 0..k {
-        let t = argmax(&logits) as u32;
-        out.push(t);
-        if i + 1 < k {
-            logits.copy_from_slice(e.eval(&[t])?);
-        }
-    }
-    Ok(out)
 }
 
 /// The draft length, adapted to acceptance: one more after a fully accepted draft, one past

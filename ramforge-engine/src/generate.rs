@@ -2,11 +2,13 @@
 //! streamed as text, stopped by end-of-generation tokens, stop strings, the token limit, the
 //! context size or a cancel flag.
 
+use crate::budget::MemoryBudget;
 use crate::constraint::Constraint;
 use crate::decoding::{Decoding, Next, StopReason};
-use crate::draft::{DraftLength, Drafter, SpeculationStats};
+use crate::draft::{DraftLength, DraftModel, Drafter, SpeculationStats};
 use crate::engine::Engine;
 use crate::error::EngineError;
+use crate::sampling::argmax;
 use crate::sampling::SamplingParams;
 use crate::stream::ResidencyStats;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -178,7 +180,7 @@ impl Engine {
         let stop_reason = match self.drafter.take() {
             Some(mut drafter) if self.verify_capacity() > 1 => {
                 let mut stats = SpeculationStats::default();
-                let draft_before = drafter.engine().map(|e| *e.residency());
+                let draft_before = drafter.model().map(|m| *m.residency());
                 let result = self.speculate(
                     &mut drafter,
                     &mut decoding,
@@ -187,7 +189,7 @@ impl Engine {
                     on_token,
                     cancel,
                 );
-                if let (Some(before), Some(e)) = (draft_before, drafter.engine()) {
+                if let (Some(before), Some(e)) = (draft_before, drafter.model()) {
                     stats.draft_bytes_read = e.residency().since(&before).bytes_read;
                 }
                 self.drafter = Some(drafter);
@@ -309,4 +311,47 @@ fn check_stop(reason: StopReason, decoding: &Decoding<'_>) -> Result<StopReason,
         return Err(EngineError::Invalid(format!("grammar: {why}")));
     }
     Ok(reason)
+}
+
+/// A draft model's engine drafts greedily.
+impl DraftModel for Engine {
+    fn draft(&mut self, context: &[u32], k: usize) -> Result<Vec<u32>, EngineError> {
+        draft_greedy(self, context, k)
+    }
+
+    fn residency(&self) -> &ResidencyStats {
+        Engine::residency(self)
+    }
+
+    fn budget(&self) -> &MemoryBudget {
+        Engine::budget(self)
+    }
+}
+
+/// `k` tokens the draft engine picks greedily after `context`, keeping the longest prefix of
+/// `context` it already holds (what it drafted and the target accepted).
+fn draft_greedy(e: &mut Engine, context: &[u32], k: usize) -> Result<Vec<u32>, EngineError> {
+    let common = e
+        .history()
+        .iter()
+        .zip(context)
+        .take_while(|(a, b)| a == b)
+        .count();
+    e.truncate_context(common.min(context.len() - 1));
+    let held = e.n_past();
+    let room = e.context_size().saturating_sub(context.len());
+    let k = k.min(room);
+    if k == 0 {
+        return Ok(Vec::new());
+    }
+    let mut logits = e.eval(&context[held..])?.to_vec();
+    let mut out = Vec::with_capacity(k);
+    for i in 0..k {
+        let t = argmax(&logits) as u32;
+        out.push(t);
+        if i + 1 < k {
+            logits.copy_from_slice(e.eval(&[t])?);
+        }
+    }
+    Ok(out)
 }

@@ -72,7 +72,7 @@ pub use budget::{parse_memory_size, process_memory, MemoryBudget, ProcessMemory}
 pub use constraint::{Constraint, Grammar, GrammarCompiler};
 pub use decoding::{Decoding, Next, StopReason};
 pub use draft::{
-    draft_options, lookup, split_budget, vocabulary_difference, DraftSplit, Drafter,
+    draft_options, lookup, split_budget, vocabulary_difference, DraftModel, DraftSplit, Drafter,
     SpeculationStats, DRAFT_SHARE,
 };
 pub use engine::{Engine, PromptProgress};

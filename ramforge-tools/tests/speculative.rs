@@ -217,3 +217,29 @@ fn run_lookup_json_reports_speculation() {
     assert!(s["tokens_per_pass"].as_f64().unwrap() > 1.0, "{s}");
     assert!(j["bytes_read_per_generated_token"].is_number());
 }
+
+#[test]
+fn plan_draft_shows_the_split() {
+    let o = common::tool(&[
+        "plan",
+        &common::model("qwen25-coder-1.5b.gguf"),
+        "--ram",
+        "2G",
+        "--ctx",
+        "256",
+        "--draft",
+        &common::model("qwen25-coder-0.5b.gguf"),
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let d = &j["draft"];
+    assert_eq!(d["resident"], true, "{d}");
+    let (draft, target) = (
+        d["budget_bytes"].as_u64().unwrap(),
+        d["target_budget_bytes"].as_u64().unwrap(),
+    );
+    assert_eq!(draft + target, 2 << 30);
+    assert_eq!(j["budget_bytes"].as_u64(), Some(target));
+    assert_eq!(j["verify_rows"], 9);
+}

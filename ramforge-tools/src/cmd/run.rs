@@ -262,7 +262,7 @@ fn speculation_json(engine: &Engine, s: &GenerationStats) -> serde_json::Value {
     let Some(x) = s.speculation else {
         return serde_json::Value::Null;
     };
-    let draft = engine.drafter().and_then(|d| d.engine());
+    let draft = engine.drafter().and_then(|d| d.model());
     serde_json::json!({
         "drafter": if draft.is_some() { "model" } else { "lookup" },
         "passes": x.passes,
