@@ -83,7 +83,7 @@ pub fn rollback_bytes(cfg: &ModelConfig, ctx: usize, rows: usize) -> u64 {
 /// A copy of what a speculative pass overwrites ([`KvCache::save`]).
 #[derive(Default)]
 pub(crate) struct Saved {
-    /// `(store, slot)` of each saved ring slot, in the order of `rows`.
+    /// `(store, position written over it)` of each saved ring slot, in the order of `rows`.
     slots: Vec<(usize, usize)>,
     rows: Vec<f32>,
     recurrent: Vec<f32>,
@@ -334,9 +334,8 @@ impl KvCache {
                 continue;
             }
             for p in (first..first + n).filter(|&p| p >= store.slots) {
-                let slot = p % store.slots;
-                saved.slots.push((si, slot));
-                self.for_rows(si, slot, |row| saved.rows.extend(row));
+                saved.slots.push((si, p));
+                self.for_rows(si, p % store.slots, |row| saved.rows.extend(row));
             }
         }
         if let Some(state) = self.recurrent.data() {
@@ -347,12 +346,19 @@ impl KvCache {
         Ok(saved)
     }
 
-    /// Puts back what [`KvCache::save`] saved (the positions after the cut are then forgotten
-    /// by [`KvCache::set_len`]).
-    pub(crate) fn restore(&mut self, saved: &Saved) {
+    /// Puts back what [`KvCache::save`] saved, for a context cut back to `keep` positions: the
+    /// ring slots of the positions from `keep` on (those before are kept: they are the cut
+    /// context's own), and the recurrent state. [`KvCache::set_len`] then forgets the rest.
+    pub(crate) fn restore(&mut self, saved: &Saved, keep: usize) {
         let d = self.kv_dim;
         let mut rows = saved.rows.chunks_exact(d);
-        for &(si, slot) in &saved.slots {
+        for &(si, pos) in &saved.slots {
+            let per_slot = self.stores[si].n_layer * self.planes;
+            if pos < keep {
+                rows.nth(per_slot - 1);
+                continue;
+            }
+            let slot = pos % self.stores[si].slots;
             let (ci, p) = (slot / KV_CHUNK_TOKENS, slot % KV_CHUNK_TOKENS);
             let tokens = self.stores[si].chunks[ci].tokens;
             for li in 0..self.stores[si].n_layer {

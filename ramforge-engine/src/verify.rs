@@ -109,7 +109,7 @@ impl Engine {
                 "rollback to {n} tokens, before the verify pass at {before}"
             )));
         }
-        self.kv.restore(&saved);
+        self.kv.restore(&saved, n);
         self.history.truncate(n);
         self.kv.set_len(n);
         if self.kv.is_recurrent() && n > before {
