@@ -328,7 +328,22 @@ impl KvCache {
     /// its window, and the recurrent state, which summarizes every position and cannot be cut
     /// back. Charged to the budget while held (the plan books it, `rollback_bytes`).
     pub(crate) fn save(&self, first: usize, n: usize) -> Result<Saved, EngineError> {
-        let mut saved = Saved::default();
+        // Charged before anything is copied.
+        let ring_rows: usize = self
+            .stores
+            .iter()
+            .filter(|s| s.slots < self.capacity)
+            .map(|s| (first..first + n).filter(|&p| p >= s.slots).count() * s.n_layer)
+            .sum();
+        let ring = ring_rows * self.planes * self.kv_dim;
+        let state = self.recurrent.data().map_or(0, <[f32]>::len);
+        let charge = self
+            .budget
+            .charge("rollback copy", 4 * (ring + state) as u64)?;
+        let mut saved = Saved {
+            rows: Vec::with_capacity(ring),
+            ..Saved::default()
+        };
         for (si, store) in self.stores.iter().enumerate() {
             if store.slots >= self.capacity {
                 continue;
@@ -341,8 +356,7 @@ impl KvCache {
         if let Some(state) = self.recurrent.data() {
             saved.recurrent.extend_from_slice(state);
         }
-        let bytes = 4 * (saved.rows.len() + saved.recurrent.len()) as u64;
-        saved.charge = Some(self.budget.charge("rollback copy", bytes)?);
+        saved.charge = Some(charge);
         Ok(saved)
     }
 
