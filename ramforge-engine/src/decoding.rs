@@ -91,6 +91,21 @@ impl<'t> Decoding<'t> {
         cancelled: bool,
         on_token: &mut dyn FnMut(u32, &str),
     ) -> Next {
+        self.next_checking(logits, history, ctx, cancelled, on_token, None)
+    }
+
+    /// [`Decoding::next`] where `draft` was proposed for this position (speculative
+    /// decoding): the token is chosen by [`Sampler::sample_draft`], so it follows the same
+    /// distribution as without a draft; it equals `draft` when the draft is accepted.
+    pub fn next_checking(
+        &mut self,
+        logits: &mut [f32],
+        history: &[u32],
+        ctx: usize,
+        cancelled: bool,
+        on_token: &mut dyn FnMut(u32, &str),
+        draft: Option<u32>,
+    ) -> Next {
         if cancelled {
             return Next::Stop(StopReason::Cancelled);
         }
@@ -106,7 +121,7 @@ impl<'t> Decoding<'t> {
                 return Next::Stop(StopReason::ConstraintFailed);
             }
         }
-        let id = self.sampler.sample(logits, history);
+        let id = self.sampler.sample_draft(logits, history, draft);
         if !self.ignore_eos && self.tokenizer.is_eog(id) {
             return Next::Stop(StopReason::EndOfGeneration);
         }
@@ -137,6 +152,11 @@ impl<'t> Decoding<'t> {
     /// Why the constraint failed, after [`StopReason::ConstraintFailed`].
     pub fn error(&self) -> Option<&str> {
         self.error.as_deref()
+    }
+
+    /// Tokens that may still be generated (`max_tokens` less those generated).
+    pub fn remaining(&self) -> usize {
+        self.max_tokens.saturating_sub(self.tokens.len())
     }
 
     /// Tokens generated so far.

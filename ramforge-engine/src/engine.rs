@@ -48,6 +48,13 @@ pub struct Engine {
     identity: ModelIdentity,
     /// Adapts the prefetch depth from measured read and compute times.
     depth_control: DepthControl,
+    /// What the last verify pass overwrote, and the context length before it (`verify.rs`).
+    pub(crate) saved: Option<(usize, crate::kv::Saved)>,
+    /// After a rollback on a hybrid model: the recurrent state holds only `history[..n]`;
+    /// the next pass evaluates the rest again first.
+    pub(crate) stale: Option<usize>,
+    /// Where [`Engine::generate`] takes drafts from (`None`: plain decoding).
+    pub(crate) drafter: Option<crate::draft::Drafter>,
 }
 
 /// A callback for prompt processing: `(tokens_done, tokens_total)`, called per layer of each
@@ -68,21 +75,25 @@ impl Model {
     /// The memory plan for `options` (the same the engine would use).
     pub fn plan(&self, options: &EngineOptions) -> Result<MemoryPlan, EngineError> {
         let ctx = self.resolve_ctx(options);
+        // A verify pass evaluates the drafted tokens and one more in one batch.
+        let verify_rows = if options.draft > 0 {
+            (options.draft + 1).min(ctx)
+        } else {
+            0
+        };
+        // Twice: after a rollback on a hybrid model the accepted tokens join the next pass.
+        let batch = options.batch.clamp(1, ctx).max(2 * verify_rows).min(ctx);
         MemoryPlan::new(
             &self.config,
             &self.tensors,
             PlanRequest {
                 budget: options.ram,
                 ctx,
-                batch: options.batch.clamp(1, ctx),
+                batch,
                 kv_type: options.kv_type,
                 sequences: options.sequences.max(1),
-                scratch_bytes: Scratch::bytes(
-                    &self.config,
-                    &self.tensors,
-                    options.batch.clamp(1, ctx),
-                    ctx,
-                )?,
+                scratch_bytes: Scratch::bytes(&self.config, &self.tensors, batch, ctx)?,
+                verify_rows,
             },
         )
     }
@@ -132,7 +143,7 @@ impl Engine {
         let weights = Weights::load(&model.file, &model.tensors, &plan, &budget, progress)?;
         let depth_control = DepthControl::new(weights.matrices.stats());
         let scratch = Scratch::new(&budget, cfg, &model.tensors, plan.request.batch, ctx)?;
-        let rows = plan.request.sequences.max(1);
+        let rows = plan.request.sequences.max(plan.request.verify_rows).max(1);
         let logits = ChargedVec::zeroed(&budget, "logits", rows * model.tensors.n_vocab)?;
         let kv = KvCache::for_model(&budget, plan.request.kv_type, cfg, ctx);
         Ok(Engine {
@@ -152,6 +163,9 @@ impl Engine {
             prompt_progress: None,
             identity,
             depth_control,
+            saved: None,
+            stale: None,
+            drafter: None,
         })
     }
 
@@ -331,12 +345,15 @@ impl Engine {
     pub fn reset(&mut self) {
         self.kv.clear();
         self.history.clear();
+        self.saved = None;
+        self.stale = None;
     }
 
     /// Keeps the first `n` tokens of the context (and their keys and values, still charged)
     /// and forgets the rest, so a prompt that starts with them evaluates only what follows.
     /// A hybrid model's recurrent state cannot be cut back: its context starts over instead.
     pub fn truncate_context(&mut self, n: usize) {
+        self.saved = None;
         if n < self.history.len() {
             if self.kv.is_recurrent() {
                 self.reset();
@@ -364,6 +381,11 @@ impl Engine {
         if tokens.is_empty() {
             return Err(EngineError::Invalid("no tokens to evaluate".into()));
         }
+        self.saved = None;
+        if self.stale.is_some() {
+            // A rolled-back recurrent state: evaluate the tokens it lacks first, exactly.
+            self.eval_verify(&[])?;
+        }
         let needed = self.history.len() + tokens.len();
         if needed > self.kv.capacity() {
             return Err(EngineError::ContextOverflow {
@@ -376,7 +398,7 @@ impl Engine {
         let decoding = tokens.len() == 1;
         let solo = decoding && self.decode_threads.next_is_solo(1);
         let started = Instant::now();
-        let result = pool.install_with(solo, || self.eval_batches(tokens, cancel));
+        let result = pool.install_with(solo, || self.eval_batches(tokens, cancel, 0));
         let secs = started.elapsed().as_secs_f64();
         let added = if matches!(result, Ok(true)) {
             tokens.len()
@@ -405,11 +427,14 @@ impl Engine {
     }
 
     /// Runs `tokens` through the model a batch at a time; `Ok(false)` when `cancel` was
-    /// raised between batches.
-    fn eval_batches(
+    /// raised between batches. With `exact` rows (one batch at most) every product runs per
+    /// token and the last `exact` rows get logits, each equal to what evaluating its token
+    /// alone gives; with 0 only the last row gets logits.
+    pub(crate) fn eval_batches(
         &mut self,
         tokens: &[u32],
         cancel: Option<&AtomicBool>,
+        exact: usize,
     ) -> Result<bool, EngineError> {
         self.before_pass(tokens[0])?;
         let cfg = &self.model.config;
@@ -419,6 +444,7 @@ impl Engine {
         self.kv.reserve(first + tokens.len())?;
         let s = &mut self.scratch;
         let mut done = 0;
+        let mut out_rows = 1;
         while done < tokens.len() {
             if cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
                 return Ok(false);
@@ -434,7 +460,7 @@ impl Engine {
                     vectors: &self.weights.vectors.layers[l],
                     experts: self.weights.experts.as_mut(),
                 };
-                let rows = Rows::Run(&mut self.kv, pos..pos + n);
+                let rows = Rows::Run(&mut self.kv, pos..pos + n, exact > 0);
                 block(cfg, l, weights, s, rows)?;
                 if let Some(report) = self.prompt_progress.as_mut().filter(|_| tokens.len() > 1) {
                     report(done + n * (l + 1) / cfg.n_layer, tokens.len());
@@ -442,22 +468,26 @@ impl Engine {
             }
             done += n;
             if done == tokens.len() {
-                let last = &s.x[(n - 1) * e..n * e];
-                rms_norm(
-                    last,
-                    &self.weights.vectors.output_norm,
-                    cfg.rms_eps,
-                    &mut s.xn[..e],
-                );
+                // Only the last row needs logits, unless every row is verified.
+                let from = n - exact.clamp(1, n);
+                for r in from..n {
+                    rms_norm(
+                        &s.x[r * e..(r + 1) * e],
+                        &self.weights.vectors.output_norm,
+                        cfg.rms_eps,
+                        &mut s.xn[(r - from) * e..(r - from + 1) * e],
+                    );
+                }
+                out_rows = n - from;
             }
         }
         let v = tensors.n_vocab;
         self.weights.matrices.logits(
             file,
             tensors,
-            &self.scratch.xn[..e],
-            1,
-            &mut self.logits[..v],
+            &self.scratch.xn[..out_rows * e],
+            out_rows,
+            &mut self.logits[..out_rows * v],
         )?;
         // A file written to during the pass may have given it a mix of old and new weights.
         self.check_file(tokens[0], "discarded the pass that started reading")?;

@@ -2,10 +2,13 @@
 //! streamed as text, stopped by end-of-generation tokens, stop strings, the token limit, the
 //! context size or a cancel flag.
 
+use crate::budget::MemoryBudget;
 use crate::constraint::Constraint;
 use crate::decoding::{Decoding, Next, StopReason};
+use crate::draft::{DraftLength, DraftModel, Drafter, SpeculationStats};
 use crate::engine::Engine;
 use crate::error::EngineError;
+use crate::sampling::argmax;
 use crate::sampling::SamplingParams;
 use crate::stream::ResidencyStats;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -39,6 +42,8 @@ pub struct GenerationStats {
     pub decode_residency: ResidencyStats,
     /// Most budget bytes held at once since the engine was made.
     pub peak_managed_bytes: u64,
+    /// What speculative decoding did, when a drafter was set.
+    pub speculation: Option<SpeculationStats>,
 }
 
 impl GenerationStats {
@@ -159,6 +164,7 @@ impl Engine {
                 residency: self.residency().since(&before),
                 decode_residency: ResidencyStats::default(),
                 peak_managed_bytes: self.budget().peak(),
+                speculation: None,
             });
         }
 
@@ -170,16 +176,36 @@ impl Engine {
         if let Some(c) = constraint {
             decoding = decoding.constrained(c);
         }
-        let stop_reason = loop {
-            let cancelled = cancel.load(Ordering::Relaxed);
-            let ctx = self.context_size();
-            match decoding.next(&mut logits, self.history(), ctx, cancelled, on_token) {
-                Next::Stop(StopReason::ConstraintFailed) => {
-                    let why = decoding.error().unwrap_or("the grammar failed");
-                    return Err(EngineError::Invalid(format!("grammar: {why}")));
+        let mut speculation = None;
+        let stop_reason = match self.drafter.take() {
+            Some(mut drafter) if self.verify_capacity() > 1 => {
+                let mut stats = SpeculationStats::default();
+                let draft_before = drafter.model().map(|m| *m.residency());
+                let result = self.speculate(
+                    &mut drafter,
+                    &mut decoding,
+                    &mut logits,
+                    &mut stats,
+                    on_token,
+                    cancel,
+                );
+                if let (Some(before), Some(e)) = (draft_before, drafter.model()) {
+                    stats.draft_bytes_read = e.residency().since(&before).bytes_read;
                 }
-                Next::Stop(reason) => break reason,
-                Next::Eval(id) => logits.copy_from_slice(self.eval(&[id])?),
+                self.drafter = Some(drafter);
+                speculation = Some(stats);
+                result?
+            }
+            drafter => {
+                self.drafter = drafter;
+                loop {
+                    let cancelled = cancel.load(Ordering::Relaxed);
+                    let ctx = self.context_size();
+                    match decoding.next(&mut logits, self.history(), ctx, cancelled, on_token) {
+                        Next::Stop(reason) => break check_stop(reason, &decoding)?,
+                        Next::Eval(id) => logits.copy_from_slice(self.eval(&[id])?),
+                    }
+                }
             }
         };
         let (tokens, text) = decoding.finish(stop_reason, on_token);
@@ -195,6 +221,137 @@ impl Engine {
             residency: self.residency().since(&before),
             decode_residency: self.residency().since(&decode_before),
             peak_managed_bytes: self.budget().peak(),
+            speculation,
         })
     }
+
+    /// Sets where [`Engine::generate`] takes drafts from (`None`: plain decoding). Drafting
+    /// needs an engine laid out for it (`EngineOptions::draft`); otherwise it decodes plainly.
+    pub fn set_drafter(&mut self, drafter: Option<Drafter>) {
+        self.drafter = drafter;
+    }
+
+    /// The drafter [`Engine::generate`] uses, if any.
+    pub fn drafter(&self) -> Option<&Drafter> {
+        self.drafter.as_ref()
+    }
+
+    /// The decoding loop with drafts: each pass evaluates the token just chosen and a draft
+    /// after it ([`Engine::eval_verify`]), then chooses each next token from its row, checking
+    /// the draft's token there ([`Decoding::next_checking`]); the first that differs is
+    /// the next pass's first token, and the context is rolled back to just before it.
+    fn speculate(
+        &mut self,
+        drafter: &mut Drafter,
+        decoding: &mut Decoding<'_>,
+        logits: &mut [f32],
+        stats: &mut SpeculationStats,
+        on_token: &mut dyn FnMut(u32, &str),
+        cancel: &AtomicBool,
+    ) -> Result<StopReason, EngineError> {
+        let v = self.n_vocab();
+        let ctx = self.context_size();
+        let mut length = DraftLength::new(self.verify_capacity() - 1);
+        let mut next: Option<u32> = None;
+        let mut context = self.history().to_vec();
+        loop {
+            let id = match next.take() {
+                Some(id) => id,
+                None => {
+                    let cancelled = cancel.load(Ordering::Relaxed);
+                    match decoding.next(logits, self.history(), ctx, cancelled, on_token) {
+                        Next::Stop(reason) => return check_stop(reason, decoding),
+                        Next::Eval(id) => id,
+                    }
+                }
+            };
+            let base = self.n_past();
+            context.truncate(base);
+            context.push(id);
+            // No draft past the tokens still allowed or the context.
+            let room = decoding.remaining().min(ctx.saturating_sub(base + 1));
+            let draft = drafter.draft(&context, length.get().min(room))?;
+            context.extend_from_slice(&draft);
+            let rows = self.eval_verify(&context[base..])?.to_vec();
+            stats.passes += 1;
+            stats.drafted += draft.len() as u64;
+            let mut accepted = 0;
+            for (i, row) in rows.chunks_exact(v).enumerate() {
+                logits.copy_from_slice(row);
+                let Some(&d) = draft.get(i) else {
+                    break; // every draft token accepted: the last row follows them all
+                };
+                let held = base + 1 + i;
+                let cancelled = cancel.load(Ordering::Relaxed);
+                let history = &self.history()[..held];
+                match decoding.next_checking(logits, history, ctx, cancelled, on_token, Some(d)) {
+                    Next::Eval(t) if t == d => accepted += 1,
+                    Next::Eval(t) => {
+                        next = Some(t);
+                        self.rollback(held)?;
+                        break;
+                    }
+                    Next::Stop(reason) => {
+                        self.rollback(held)?;
+                        stats.accepted += accepted as u64;
+                        return check_stop(reason, decoding);
+                    }
+                }
+            }
+            stats.accepted += accepted as u64;
+            length.update(draft.len(), accepted);
+        }
+    }
+}
+
+/// `reason`, unless the grammar failed: then the grammar's error.
+fn check_stop(reason: StopReason, decoding: &Decoding<'_>) -> Result<StopReason, EngineError> {
+    if reason == StopReason::ConstraintFailed {
+        let why = decoding.error().unwrap_or("the grammar failed");
+        return Err(EngineError::Invalid(format!("grammar: {why}")));
+    }
+    Ok(reason)
+}
+
+/// A draft model's engine drafts greedily.
+impl DraftModel for Engine {
+    fn draft(&mut self, context: &[u32], k: usize) -> Result<Vec<u32>, EngineError> {
+        draft_greedy(self, context, k)
+    }
+
+    fn residency(&self) -> &ResidencyStats {
+        Engine::residency(self)
+    }
+
+    fn budget(&self) -> &MemoryBudget {
+        Engine::budget(self)
+    }
+}
+
+/// `k` tokens the draft engine picks greedily after `context`, keeping the longest prefix of
+/// `context` it already holds (what it drafted and the target accepted).
+fn draft_greedy(e: &mut Engine, context: &[u32], k: usize) -> Result<Vec<u32>, EngineError> {
+    let common = e
+        .history()
+        .iter()
+        .zip(context)
+        .take_while(|(a, b)| a == b)
+        .count();
+    e.truncate_context(common.min(context.len() - 1));
+    let held = e.n_past();
+    let room = e.context_size().saturating_sub(context.len());
+    let k = k.min(room);
+    if k == 0 {
+        return Ok(Vec::new());
+    }
+    let mut logits = e.eval(&context[held..])?.to_vec();
+    let mut out = Vec::with_capacity(k);
+    for i in 0..k {
+        let t = argmax(&logits) as u32;
+        out.push(t);
+        if i + 1 < k {
+            logits.copy_from_slice(e.eval(&[t])?);
+        }
+    }
+    Ok(out)
 }

@@ -70,6 +70,26 @@ pub fn kv_cache_bytes(cfg: &ModelConfig, ctx: usize, ty: KvType) -> u64 {
         + RecurrentState::bytes(cfg)
 }
 
+/// Bytes [`KvCache::save`] holds at most for a verify pass of `rows` positions: those rows of
+/// every sliding-window layer (as f32) and the whole recurrent state.
+pub fn rollback_bytes(cfg: &ModelConfig, ctx: usize, rows: usize) -> u64 {
+    let ring_layers = (0..cfg.n_layer)
+        .filter(|&l| !cfg.is_recurrent(l) && cfg.kv_positions(l, ctx) < ctx)
+        .count() as u64;
+    ring_layers * planes(cfg) as u64 * cfg.kv_dim() as u64 * rows as u64 * 4
+        + RecurrentState::bytes(cfg)
+}
+
+/// A copy of what a speculative pass overwrites ([`KvCache::save`]).
+#[derive(Default)]
+pub(crate) struct Saved {
+    /// `(store, position written over it)` of each saved ring slot, in the order of `rows`.
+    slots: Vec<(usize, usize)>,
+    rows: Vec<f32>,
+    recurrent: Vec<f32>,
+    charge: Option<Charge>,
+}
+
 /// Rows a position keeps per layer: a key and a value, or for multi-head latent attention
 /// one row (the latent and the RoPE key) that serves as both: the values are the keys' rows,
 /// whose first `kv_lora_rank` elements are the latent.
@@ -318,6 +338,92 @@ impl KvCache {
                 }
             }
             ChunkData::F32(data) => dst.copy_from_slice(&data[o..o + len]),
+        }
+    }
+    /// Saves what writing positions `first..first + n` would overwrite that a context cut back
+    /// to `first` still needs: each ring slot (sliding-window layers) whose position is still in
+    /// its window, and the recurrent state, which summarizes every position and cannot be cut
+    /// back. Charged to the budget while held (the plan books it, `rollback_bytes`).
+    pub(crate) fn save(&self, first: usize, n: usize) -> Result<Saved, EngineError> {
+        // Charged before anything is copied.
+        let ring_rows: usize = self
+            .stores
+            .iter()
+            .filter(|s| s.slots < self.capacity)
+            .map(|s| (first..first + n).filter(|&p| p >= s.slots).count() * s.n_layer)
+            .sum();
+        let ring = ring_rows * self.planes * self.kv_dim;
+        let state = self.recurrent.data().map_or(0, <[f32]>::len);
+        let charge = self
+            .budget
+            .charge("rollback copy", 4 * (ring + state) as u64)?;
+        let mut saved = Saved {
+            rows: Vec::with_capacity(ring),
+            ..Saved::default()
+        };
+        for (si, store) in self.stores.iter().enumerate() {
+            if store.slots >= self.capacity {
+                continue;
+            }
+            for p in (first..first + n).filter(|&p| p >= store.slots) {
+                saved.slots.push((si, p));
+                self.for_rows(si, p % store.slots, |row| saved.rows.extend(row));
+            }
+        }
+        if let Some(state) = self.recurrent.data() {
+            saved.recurrent.extend_from_slice(state);
+        }
+        saved.charge = Some(charge);
+        Ok(saved)
+    }
+
+    /// Puts back what [`KvCache::save`] saved, for a context cut back to `keep` positions: the
+    /// ring slots of the positions from `keep` on (those before are kept: they are the cut
+    /// context's own), and the recurrent state. [`KvCache::set_len`] then forgets the rest.
+    pub(crate) fn restore(&mut self, saved: &Saved, keep: usize) {
+        let d = self.kv_dim;
+        let mut rows = saved.rows.chunks_exact(d);
+        for &(si, pos) in &saved.slots {
+            let per_slot = self.stores[si].n_layer * self.planes;
+            if pos < keep {
+                rows.nth(per_slot - 1);
+                continue;
+            }
+            let slot = pos % self.stores[si].slots;
+            let (ci, p) = (slot / KV_CHUNK_TOKENS, slot % KV_CHUNK_TOKENS);
+            let tokens = self.stores[si].chunks[ci].tokens;
+            for li in 0..self.stores[si].n_layer {
+                for which in 0..self.planes {
+                    let o = self.offset(tokens, li, which, p);
+                    let row = rows.next().expect("saved rows match their slots");
+                    match &mut self.stores[si].chunks[ci].data {
+                        ChunkData::F16(data) => store(&mut data[o..o + d], row),
+                        ChunkData::F32(data) => data[o..o + d].copy_from_slice(row),
+                    }
+                }
+            }
+        }
+        if let Some(state) = self.recurrent.data_mut() {
+            if state.len() == saved.recurrent.len() {
+                state.copy_from_slice(&saved.recurrent);
+            }
+        }
+    }
+
+    /// Calls `f` with each row (every layer of store `si`, keys then values) of `slot`, as f32
+    /// (an f16 widened, which narrows back exactly).
+    fn for_rows(&self, si: usize, slot: usize, mut f: impl FnMut(&mut dyn Iterator<Item = f32>)) {
+        let d = self.kv_dim;
+        let (ci, p) = (slot / KV_CHUNK_TOKENS, slot % KV_CHUNK_TOKENS);
+        let chunk = &self.stores[si].chunks[ci];
+        for li in 0..self.stores[si].n_layer {
+            for which in 0..self.planes {
+                let o = self.offset(chunk.tokens, li, which, p);
+                match &chunk.data {
+                    ChunkData::F16(data) => f(&mut data[o..o + d].iter().map(|x| x.widen())),
+                    ChunkData::F32(data) => f(&mut data[o..o + d].iter().copied()),
+                }
+            }
         }
     }
 

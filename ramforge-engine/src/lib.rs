@@ -44,6 +44,7 @@ mod batch;
 pub mod budget;
 pub mod constraint;
 mod decoding;
+mod draft;
 mod engine;
 mod error;
 mod forward;
@@ -59,6 +60,7 @@ mod simd;
 pub mod stream;
 pub mod text;
 mod thread_choice;
+mod verify;
 mod weights;
 
 /// The README's example, compiled as a doctest so it stays true.
@@ -69,6 +71,10 @@ pub struct ReadmeDoctest;
 pub use budget::{parse_memory_size, process_memory, MemoryBudget, ProcessMemory};
 pub use constraint::{Constraint, Grammar, GrammarCompiler};
 pub use decoding::{Decoding, Next, StopReason};
+pub use draft::{
+    draft_options, lookup, split_budget, vocabulary_difference, DraftModel, DraftSplit, Drafter,
+    SpeculationStats, DRAFT_SHARE,
+};
 pub use engine::{Engine, PromptProgress};
 pub use error::EngineError;
 pub use generate::GenerationStats;

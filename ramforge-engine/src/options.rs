@@ -24,6 +24,9 @@ pub struct EngineOptions {
     /// Sequences decoded together at most ([`crate::Engine::decode_batch`]); the plan books
     /// a whole context of KV cache for each. 1 for everything but `serve --parallel`.
     pub sequences: usize,
+    /// Most drafted tokens one speculative verify pass checks ([`crate::Engine::eval_verify`]);
+    /// the plan books logits for all of them plus one, and the copy a rollback restores. 0 = off.
+    pub draft: usize,
 }
 
 impl Default for EngineOptions {
@@ -35,6 +38,7 @@ impl Default for EngineOptions {
             kv_type: KvType::F16,
             batch: DEFAULT_BATCH,
             sequences: 1,
+            draft: 0,
         }
     }
 }

@@ -80,6 +80,22 @@ pub struct RamBudget {
     pub ram: Option<u64>,
 }
 
+/// `--lookup`, `--draft` and `--draft-max` of `run` and `chat`: speculative decoding, whose
+/// output is that of plain decoding (greedy: token for token; sampled: in distribution).
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct Speculation {
+    /// Draft tokens by prompt lookup (what followed the context's last words where they
+    /// occurred before) and verify them several per pass over the weights.
+    #[arg(long, conflicts_with = "draft")]
+    pub lookup: bool,
+    /// Draft tokens with this small model (the same vocabulary), inside the one --ram budget.
+    #[arg(long, value_name = "MODEL.gguf")]
+    pub draft: Option<PathBuf>,
+    /// Most tokens drafted per pass (the length adapts to acceptance below it).
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub draft_max: u16,
+}
+
 /// `--threads` of `run` and `chat`.
 #[derive(clap::Args)]
 pub struct Workers {

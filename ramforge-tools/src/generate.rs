@@ -3,10 +3,50 @@
 //! `run`, `chat` and `bench` load through [`load_engine`]; `run` and `chat` generate through
 //! [`generate_to_stdout`].
 
+use crate::args::Speculation;
 use crate::cancel::cancel_flag;
 use crate::error::CmdError;
 use crate::progress::progress_bar;
 use indicatif::ProgressBar;
+use ramforge_engine::{
+    draft_options, split_budget, vocabulary_difference, Drafter, Engine, EngineOptions, Model,
+};
+
+/// [`load_engine`] with the drafter `spec` asks for set on the engine: with `--draft`, the
+/// draft model (its vocabulary checked against the target's) gets its share of the one budget
+/// first ([`split_budget`]) and the target the rest.
+pub fn load_speculative(
+    model: Model,
+    options: &EngineOptions,
+    spec: &Speculation,
+) -> Result<Engine, CmdError> {
+    if !spec.lookup && spec.draft.is_none() {
+        return Ok(load_engine(model, options)?);
+    }
+    let mut options = EngineOptions {
+        draft: usize::from(spec.draft_max.max(1)),
+        ..options.clone()
+    };
+    let drafter = match &spec.draft {
+        None => Drafter::Lookup,
+        Some(path) => {
+            let draft = Model::open(path)?;
+            if let Some(why) = vocabulary_difference(&model.tokenizer, &draft.tokenizer) {
+                return Err(format!("--draft {}: {why}", path.display()).into());
+            }
+            let split = split_budget(&draft, &options, options.ram)?;
+            options.ram = split.target;
+            let draft_options = EngineOptions {
+                ram: split.draft,
+                ..draft_options(&options)
+            };
+            Drafter::Model(Box::new(load_engine(draft, &draft_options)?))
+        }
+    };
+    let mut engine = load_engine(model, &options)?;
+    engine.set_drafter(Some(drafter));
+    Ok(engine)
+}
 
 /// Lays `model` out under `options` with a progress bar over the resident weights read.
 pub fn load_engine(

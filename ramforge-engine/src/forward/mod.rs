@@ -70,8 +70,10 @@ pub(crate) fn rope_tables(
 
 /// Whose keys and values the rows of a block are, and at which positions.
 pub(crate) enum Rows<'a, 'b> {
-    /// Consecutive positions of one sequence: a prompt batch, or one decoded token.
-    Run(&'a mut KvCache, Range<usize>),
+    /// Consecutive positions of one sequence: a prompt batch, or one decoded token. With the
+    /// flag set every product runs per token, as in `Batch`, so each row gets exactly the numbers
+    /// it would get evaluated alone (speculative verification: greedy identity depends on it).
+    Run(&'a mut KvCache, Range<usize>, bool),
     /// One row per sequence (batched decoding): row `i` is at `positions[i]` of `kvs[i]`.
     /// Every product then runs per token ([`ramforge_quant::matmul_many_per_token`]), so each
     /// row gets exactly the numbers it would get decoded alone.
@@ -84,7 +86,7 @@ pub(crate) enum Rows<'a, 'b> {
 impl Rows<'_, '_> {
     fn len(&self) -> usize {
         match self {
-            Rows::Run(_, positions) => positions.len(),
+            Rows::Run(_, positions, _) => positions.len(),
             Rows::Batch { positions, .. } => positions.len(),
         }
     }
@@ -115,7 +117,7 @@ pub(crate) fn block(
         experts,
     } = weights;
     let n = rows.len();
-    let per_token = matches!(rows, Rows::Batch { .. });
+    let per_token = matches!(rows, Rows::Batch { .. } | Rows::Run(_, _, true));
     let e = cfg.n_embd;
 
     // Attention.
@@ -127,7 +129,7 @@ pub(crate) fn block(
     );
     if cfg.is_recurrent(layer_index) {
         match &mut rows {
-            Rows::Run(kv, _) => {
+            Rows::Run(kv, _, _) => {
                 delta_net_layer(cfg, layer_index, w, vecs, s, &mut [&mut **kv], n, per_token)?
             }
             Rows::Batch { kvs, .. } => {
@@ -297,7 +299,9 @@ fn attend_rows(
 ) {
     let (n, kvd) = (rows.len(), cfg.kv_dim());
     match rows {
-        Rows::Run(kv, positions) => attend_run(cfg, layer_index, s, kv, positions.start, n, sinks),
+        Rows::Run(kv, positions, _) => {
+            attend_run(cfg, layer_index, s, kv, positions.start, n, sinks)
+        }
         Rows::Batch { kvs, positions } => {
             // Each row against its own sequence, exactly as a run of one row.
             for (i, (kv, &p)) in kvs.iter_mut().zip(positions.iter()).enumerate() {

@@ -80,6 +80,16 @@ impl RecurrentState {
         Ok(())
     }
 
+    /// The whole state (`None` before it is reserved).
+    pub(crate) fn data(&self) -> Option<&[f32]> {
+        self.data.as_deref()
+    }
+
+    /// The whole state, to put a saved copy back.
+    pub(crate) fn data_mut(&mut self) -> Option<&mut [f32]> {
+        self.data.as_deref_mut()
+    }
+
     /// Forgets the state and releases its memory.
     pub(crate) fn clear(&mut self) {
         self.data = None;

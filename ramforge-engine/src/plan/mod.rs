@@ -25,7 +25,7 @@
 //! and what is left after step 3 becomes the expert cache, the same number of slots per layer.
 
 use crate::error::EngineError;
-use crate::kv::{kv_cache_bytes, KvType};
+use crate::kv::{kv_cache_bytes, rollback_bytes, KvType};
 use crate::model::{LayerTensors, ModelConfig, ModelTensors};
 use crate::residency::{choose, ResidencyInput, Timing};
 use crate::stream::{aligned_buf_charge, LayerLayout};
@@ -52,6 +52,9 @@ pub struct PlanRequest {
     /// Bytes of the activations of a batch of `batch` tokens at `ctx` (the forward pass's
     /// `Scratch::bytes`, asked by [`crate::Model::plan`]).
     pub scratch_bytes: u64,
+    /// Positions one speculative verify pass evaluates with logits for each (drafted tokens
+    /// plus one); 0 or 1 when nothing is drafted.
+    pub verify_rows: usize,
 }
 
 /// The plan: every managed byte, by purpose.
@@ -65,8 +68,11 @@ pub struct MemoryPlan {
     pub kv_bytes: u64,
     /// Activations for one batch.
     pub scratch_bytes: u64,
-    /// One logit per vocabulary entry, per sequence.
+    /// One logit per vocabulary entry, per sequence (or per verified position).
     pub logits_bytes: u64,
+    /// What a rejected draft's rollback restores: overwritten sliding-window rows and the
+    /// recurrent state (0 without drafting).
+    pub rollback_bytes: u64,
     /// One token-embedding row, staged for dequantization.
     pub embd_row_bytes: u64,
     /// The whole output projection.
@@ -227,10 +233,21 @@ impl MemoryPlan {
         let sequences = request.sequences.max(1) as u64;
         let kv_bytes = sequences * kv_cache_bytes(cfg, request.ctx, request.kv_type);
         let scratch_bytes = request.scratch_bytes;
-        let logits_bytes = sequences * 4 * tensors.n_vocab as u64;
+        let rows = sequences.max(request.verify_rows as u64);
+        let logits_bytes = rows * 4 * tensors.n_vocab as u64;
+        let rollback_bytes = if request.verify_rows > 1 {
+            rollback_bytes(cfg, request.ctx, request.verify_rows)
+        } else {
+            0
+        };
         let embd_row_bytes = tensors.token_embd.row_bytes();
-        let working =
-            vector_bytes + kv_bytes + scratch_bytes + logits_bytes + embd_row_bytes + staging;
+        let working = vector_bytes
+            + kv_bytes
+            + scratch_bytes
+            + logits_bytes
+            + rollback_bytes
+            + embd_row_bytes
+            + staging;
         let minimum = working + buffer_charge + min_chunk;
 
         let mut plan = MemoryPlan {
@@ -239,6 +256,7 @@ impl MemoryPlan {
             kv_bytes,
             scratch_bytes,
             logits_bytes,
+            rollback_bytes,
             embd_row_bytes,
             output_bytes,
             output_resident: true,
@@ -343,6 +361,7 @@ impl MemoryPlan {
             + self.kv_bytes
             + self.scratch_bytes
             + self.logits_bytes
+            + self.rollback_bytes
             + self.embd_row_bytes
             + self.weight_bytes()
     }

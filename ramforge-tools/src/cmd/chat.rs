@@ -6,10 +6,10 @@
 //! ends it. Ctrl-C while a reply is being generated stops that reply, prints its stats and
 //! returns to the prompt; Ctrl-C at the prompt quits.
 
-use crate::args::{ModelChoice, RamBudget, TemplateFile, Workers};
+use crate::args::{ModelChoice, RamBudget, Speculation, TemplateFile, Workers};
 use crate::cancel::cancel_flag;
 use crate::error::{CmdError, CmdResult};
-use crate::generate::{generate_to_stdout, load_engine};
+use crate::generate::{generate_to_stdout, load_speculative};
 use crate::verbosity::{quiet, verbose};
 use ramforge_engine::budget::human_bytes;
 use ramforge_engine::text::prompt::message;
@@ -41,6 +41,8 @@ pub struct Args {
     pub ctx: Option<usize>,
     #[command(flatten)]
     pub workers: Workers,
+    #[command(flatten)]
+    pub speculation: Speculation,
     /// Sampling temperature; 0 = greedy.
     #[arg(long, default_value_t = 0.7)]
     pub temperature: f32,
@@ -86,7 +88,7 @@ pub fn run(args: Args) -> CmdResult {
         threads: args.workers.threads,
         ..EngineOptions::default()
     };
-    let mut engine = load_engine(model, &options)?;
+    let mut engine = load_speculative(model, &options, &args.speculation)?;
     let params = SamplingParams {
         temperature: args.temperature,
         seed: args.seed,

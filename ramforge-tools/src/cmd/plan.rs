@@ -2,11 +2,13 @@
 //! budget (the engine's own arithmetic, `ramforge_engine::plan`): resident and streamed weights,
 //! per-layer bytes, KV cache, the minimum workable budget and whether the budget fits.
 
-use crate::args::{KvCache, PromptBatch};
+use crate::args::{KvCache, PromptBatch, Speculation};
 use crate::error::CmdResult;
 use ramforge_engine::budget::human_bytes;
 use ramforge_engine::plan::ExpertPlan;
-use ramforge_engine::{EngineError, EngineOptions, MemoryPlan, Model};
+use ramforge_engine::{
+    split_budget, vocabulary_difference, DraftSplit, EngineError, EngineOptions, MemoryPlan, Model,
+};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -33,20 +35,44 @@ pub struct Args {
     #[arg(long, default_value_t = 1, value_name = "N",
           value_parser = clap::value_parser!(u16).range(1..=64))]
     pub parallel: u16,
+    /// `--lookup` books a verify pass (its logits, the rollback copy); `--draft MODEL` also
+    /// splits the budget, the draft model first, and shows the split.
+    #[command(flatten)]
+    pub speculation: Speculation,
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
 }
 
-pub fn run(args: Args) -> CmdResult {
+pub fn run(mut args: Args) -> CmdResult {
     let model = Model::open(&args.model)?;
-    let options = EngineOptions {
+    let spec = &args.speculation;
+    let mut options = EngineOptions {
         ram: Some(args.ram),
         ctx: args.ctx,
         batch: args.prefill.batch.max(1),
         kv_type: args.kv.kv_type,
         sequences: args.parallel.into(),
+        draft: if spec.lookup || spec.draft.is_some() {
+            usize::from(spec.draft_max.max(1))
+        } else {
+            0
+        },
         ..EngineOptions::default()
+    };
+    // With a draft model the target is planned in what the draft leaves of the budget.
+    let split = match &spec.draft {
+        Some(path) => {
+            let draft = Model::open(path)?;
+            if let Some(why) = vocabulary_difference(&model.tokenizer, &draft.tokenizer) {
+                return Err(format!("--draft {}: {why}", path.display()).into());
+            }
+            let split = split_budget(&draft, &options, options.ram)?;
+            options.ram = split.target;
+            args.ram = split.target.unwrap_or(args.ram);
+            Some(split)
+        }
+        None => None,
     };
     // The unlimited layout gives the sizes and the minimum even when the budget does not fit.
     let sizes = model.plan(&EngineOptions {
@@ -61,8 +87,15 @@ pub fn run(args: Args) -> CmdResult {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     if args.json {
-        writeln!(out, "{}", json(&model, &args, &sizes, plan.as_ref()))?;
+        let mut j = json(&model, &args, &sizes, plan.as_ref());
+        j["verify_rows"] = sizes.request.verify_rows.into();
+        j["rollback_bytes"] = sizes.rollback_bytes.into();
+        j["draft"] = split.map_or(serde_json::Value::Null, |s| draft_json(&args, &s));
+        writeln!(out, "{j}")?;
     } else {
+        if let Some(s) = &split {
+            write!(out, "{}", draft_text(&args, s))?;
+        }
         write!(out, "{}", text(&model, &args, &sizes, plan.as_ref()))?;
     }
     out.flush()?;
@@ -75,6 +108,42 @@ pub fn run(args: Args) -> CmdResult {
         }
         .into()),
     }
+}
+
+/// The budget split with a draft model, as JSON.
+fn draft_json(args: &Args, s: &DraftSplit) -> serde_json::Value {
+    let path = args
+        .speculation
+        .draft
+        .as_ref()
+        .map(|p| p.display().to_string());
+    serde_json::json!({
+        "model": path,
+        "budget_bytes": s.draft,
+        "resident": s.draft_resident,
+        "target_budget_bytes": s.target,
+    })
+}
+
+/// The budget split with a draft model: the line above the target's plan.
+fn draft_text(args: &Args, s: &DraftSplit) -> String {
+    let h = |b: Option<u64>| b.map_or("unlimited".into(), human_bytes);
+    let path = args
+        .speculation
+        .draft
+        .as_ref()
+        .map(|p| p.display().to_string());
+    format!(
+        "draft {}: {} of the budget ({}); the target gets the rest, {}\n",
+        path.unwrap_or_default(),
+        h(s.draft),
+        if s.draft_resident {
+            "resident whole"
+        } else {
+            "streamed: it does not fit in a quarter"
+        },
+        h(s.target),
+    )
 }
 
 fn json(

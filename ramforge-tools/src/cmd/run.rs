@@ -1,9 +1,11 @@
 //! `ramforge-tools run`: generate text from a model (the default model if none is given),
 //! streamed to stdout as it is produced, under an optional RAM budget.
 
-use crate::args::{read_template, KvCache, ModelChoice, PromptBatch, RamBudget, Sampling, Workers};
+use crate::args::{
+    read_template, KvCache, ModelChoice, PromptBatch, RamBudget, Sampling, Speculation, Workers,
+};
 use crate::error::{CmdError, CmdResult};
-use crate::generate::{generate_to_stdout, load_engine};
+use crate::generate::{generate_to_stdout, load_speculative};
 use crate::verbosity::{quiet, verbose};
 use ramforge_engine::budget::human_bytes;
 use ramforge_engine::text::prompt::message;
@@ -58,6 +60,8 @@ pub struct Args {
     pub kv: KvCache,
     #[command(flatten)]
     pub prefill: PromptBatch,
+    #[command(flatten)]
+    pub speculation: Speculation,
     /// Print one JSON object (text and statistics) at the end instead of streaming text.
     #[arg(long)]
     pub json: bool,
@@ -83,8 +87,9 @@ pub fn run(args: Args) -> CmdResult {
         kv_type: args.kv.kv_type,
         batch: args.prefill.batch.max(1),
         sequences: 1,
+        ..EngineOptions::default()
     };
-    let mut engine = load_engine(model, &options)?;
+    let mut engine = load_speculative(model, &options, &args.speculation)?;
     let load_secs = started.elapsed().as_secs_f64();
     let params = args.sampling.params(args.max_tokens);
     let stats = generate_to_stdout(&mut engine, &prompt, &params, constraint, !args.json, false)?;
@@ -231,10 +236,63 @@ fn json_report(
         "mapped_io": r.mapped_io,
         "experts": crate::expert_stats::json(r, d),
     });
+    report["bytes_read_per_generated_token"] = per_generated(s).into();
+    report["speculation"] = speculation_json(engine, s);
     // Not charged to the budget: see `Model`.
     report["tokenizer_bytes"] = engine.model().tokenizer.heap_bytes().into();
     report["isa"] = ramforge_quant::isa::active().name().into();
     report
+}
+
+/// Bytes read while decoding (the draft model's included) per generated token: with drafts
+/// a pass over the weights can yield several tokens.
+fn per_generated(s: &GenerationStats) -> f64 {
+    let draft = s.speculation.map_or(0, |x| x.draft_bytes_read);
+    (s.decode_residency.bytes_read + draft) as f64 / s.generated_tokens.max(1) as f64
+}
+
+/// Passes over the weights per generated token's worth: tokens per verify pass.
+fn tokens_per_pass(s: &GenerationStats) -> f64 {
+    let passes = s.speculation.map_or(0, |x| x.passes);
+    s.generated_tokens as f64 / passes.max(1) as f64
+}
+
+/// What speculative decoding did (`null` without `--lookup` or `--draft`).
+fn speculation_json(engine: &Engine, s: &GenerationStats) -> serde_json::Value {
+    let Some(x) = s.speculation else {
+        return serde_json::Value::Null;
+    };
+    let draft = engine.drafter().and_then(|d| d.model());
+    serde_json::json!({
+        "drafter": if draft.is_some() { "model" } else { "lookup" },
+        "passes": x.passes,
+        "drafted": x.drafted,
+        "accepted": x.accepted,
+        "acceptance": x.acceptance(),
+        "tokens_per_pass": tokens_per_pass(s),
+        "draft_bytes_read": x.draft_bytes_read,
+        "draft_budget_bytes": draft
+            .filter(|d| !d.budget().is_unlimited())
+            .map(|d| d.budget().limit()),
+        "draft_peak_managed_bytes": draft.map(|d| d.budget().peak()),
+    })
+}
+
+/// The text report's line on speculative decoding (empty without it).
+fn speculation_line(s: &GenerationStats) -> String {
+    let Some(x) = s.speculation else {
+        return String::new();
+    };
+    format!(
+        "speculation: {} tokens in {} passes ({:.2} per pass), {} of {} drafted accepted ({:.0}%), {}/generated token read\n",
+        s.generated_tokens,
+        x.passes,
+        tokens_per_pass(s),
+        x.accepted,
+        x.drafted,
+        100.0 * x.acceptance(),
+        human_bytes(per_generated(s) as u64),
+    )
 }
 
 /// Bytes read per decoded token (decode evals only: the prompt's batches read each layer once
@@ -296,6 +354,7 @@ fn text_report(
         r.io_wait_secs,
         r.compute_secs(),
     ) + &expert_line(r, &s.decode_residency)
+        + &speculation_line(s)
 }
 
 /// The expert cache's figures, when an MoE model's experts are streamed one by one: counts of
