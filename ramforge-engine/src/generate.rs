@@ -37,9 +37,17 @@ pub struct GenerationStats {
     /// Storage traffic of the decode phase alone (its `tokens` are the decode evals, so
     /// `bytes_read_per_token()` is the per-decoded-token figure).
     pub decode_residency: ResidencyStats,
+    /// Storage traffic of the first [`WINDOW_EVALS`] decoding evals (all of them when fewer
+    /// ran): how warm the caches start, e.g. with an expert history.
+    pub first_decode_residency: ResidencyStats,
+    /// The same of the last [`WINDOW_EVALS`]: where the caches ended up.
+    pub last_decode_residency: ResidencyStats,
     /// Most budget bytes held at once since the engine was made.
     pub peak_managed_bytes: u64,
 }
+
+/// Decoding evals in the first and last windows of [`GenerationStats`].
+pub const WINDOW_EVALS: usize = 32;
 
 impl GenerationStats {
     /// Prompt tokens evaluated (those not reused from the context) per second.
@@ -158,6 +166,8 @@ impl Engine {
                 decode_secs: 0.0,
                 residency: self.residency().since(&before),
                 decode_residency: ResidencyStats::default(),
+                first_decode_residency: ResidencyStats::default(),
+                last_decode_residency: ResidencyStats::default(),
                 peak_managed_bytes: self.budget().peak(),
             });
         }
@@ -170,6 +180,9 @@ impl Engine {
         if let Some(c) = constraint {
             decoding = decoding.constrained(c);
         }
+        // Snapshots after each of the last WINDOW_EVALS evals (and the one before them).
+        let mut window = std::collections::VecDeque::from([decode_before]);
+        let mut first = None;
         let stop_reason = loop {
             let cancelled = cancel.load(Ordering::Relaxed);
             let ctx = self.context_size();
@@ -179,7 +192,17 @@ impl Engine {
                     return Err(EngineError::Invalid(format!("grammar: {why}")));
                 }
                 Next::Stop(reason) => break reason,
-                Next::Eval(id) => logits.copy_from_slice(self.eval(&[id])?),
+                Next::Eval(id) => {
+                    logits.copy_from_slice(self.eval(&[id])?);
+                    let now = *self.residency();
+                    if now.tokens - decode_before.tokens == WINDOW_EVALS as u64 {
+                        first = Some(now.since(&decode_before));
+                    }
+                    if window.len() > WINDOW_EVALS {
+                        window.pop_front();
+                    }
+                    window.push_back(now);
+                }
             }
         };
         let (tokens, text) = decoding.finish(stop_reason, on_token);
@@ -194,6 +217,8 @@ impl Engine {
             decode_secs: decode_started.elapsed().as_secs_f64(),
             residency: self.residency().since(&before),
             decode_residency: self.residency().since(&decode_before),
+            first_decode_residency: first.unwrap_or_else(|| self.residency().since(&decode_before)),
+            last_decode_residency: self.residency().since(&window[0]),
             peak_managed_bytes: self.budget().peak(),
         })
     }
