@@ -222,12 +222,22 @@ impl ExpertHistory {
         layers: usize,
         n_expert: usize,
     ) -> Result<Option<ExpertHistory>, HistoryError> {
-        let file = match std::fs::File::open(path) {
+        use std::os::unix::fs::OpenOptionsExt;
+        // Non-blocking: a FIFO put at the path must not hang the start.
+        let file = match std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path)
+        {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e.into()),
         };
-        let len = file.metadata()?.len();
+        let meta = file.metadata()?;
+        if !meta.is_file() {
+            return Err(HistoryError::Malformed("not a regular file".into()));
+        }
+        let len = meta.len();
         if len > MAX_FILE_BYTES {
             return Err(HistoryError::TooLarge(len));
         }
@@ -275,7 +285,8 @@ const PRUNE_SCAN: usize = 1024;
 /// Removes from the directory of `keep` (an `expert-history/` folder) the histories of model
 /// files that are gone (deleted, or a test's temporary file), so the folder holds one small
 /// file per model that still exists. Looks at most [`PRUNE_SCAN`] entries and the header of
-/// each; leaves alone what it cannot read, what is not a history, and `keep`.
+/// each; leaves alone what it cannot read, what is not a regular file or not a history, and
+/// `keep`.
 pub fn prune(keep: &Path) {
     let Some(dir) = keep.parent() else { return };
     let Ok(entries) = std::fs::read_dir(dir) else {
@@ -283,7 +294,9 @@ pub fn prune(keep: &Path) {
     };
     for entry in entries.flatten().take(PRUNE_SCAN) {
         let path = entry.path();
-        if path == keep || path.extension().is_none_or(|e| e != "bin") {
+        // Regular files only (not followed through links): a FIFO would block the read.
+        let file = entry.file_type().is_ok_and(|t| t.is_file());
+        if !file || path == keep || path.extension().is_none_or(|e| e != "bin") {
             continue;
         }
         if let Some(model) = recorded_model(&path) {
@@ -408,6 +421,16 @@ mod tests {
         std::fs::write(&kept, sample().encode(&key)).unwrap();
         prune(&path);
         assert!(!gone.exists() && kept.exists() && path.exists());
+        // A FIFO or a device at the path is refused, not waited on or read forever.
+        let fifo = dir.join("sub").join("fifo.bin");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: mkfifo reads the NUL-terminated path it is given.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        for special in [fifo.as_path(), Path::new("/dev/zero")] {
+            let e = ExpertHistory::load(special, "k", 3, 8).unwrap_err();
+            assert!(e.to_string().contains("not a regular file"), "{e}");
+        }
+        std::fs::remove_file(&fifo).unwrap();
         std::fs::File::create(&path)
             .unwrap()
             .set_len(MAX_FILE_BYTES + 1)
