@@ -19,11 +19,21 @@ use std::process::Command;
 const PROMPT: &str = "The";
 const LATER_PROMPT: &str = "Once";
 
+/// A test's model and cache directory, in a temporary directory removed on drop (a failed
+/// test included).
 struct Setup {
     file: PathBuf,
     cache: PathBuf,
     ram: String,
     slots: u64,
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        if let Some(dir) = self.file.parent() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
 }
 
 /// `run --json` on the setup's file and budget with `XDG_CACHE_HOME` at its cache; the JSON
@@ -182,7 +192,6 @@ fn a_restarted_run_starts_with_the_hot_experts_and_the_same_tokens() {
     );
     eprintln!("another prompt, first 32 tokens: with history {w:.3}, without {wo:.3}");
     assert!(w > wo, "another prompt: with history {w} <= without {wo}");
-    std::fs::remove_dir_all(s.file.parent().unwrap()).unwrap();
 }
 
 #[test]
@@ -264,7 +273,6 @@ fn hostile_history_files_are_one_warning_and_ignored() {
         "{stderr}"
     );
     assert_eq!(got["tokens"], clean["tokens"]);
-    std::fs::remove_dir_all(s.file.parent().unwrap()).unwrap();
 }
 
 /// A `serve` process on the setup's file (its cache directory), its address read from stderr.
@@ -360,5 +368,4 @@ fn a_restarted_server_preloads_what_the_last_one_used() {
         answer["choices"][0]["text"]
     );
     assert!(again.stop().success());
-    std::fs::remove_dir_all(s.file.parent().unwrap()).unwrap();
 }
