@@ -15,10 +15,11 @@ use crate::stream::depth::{DepthControl, DepthDecision, Ring};
 use crate::stream::identity::{FileChange, ModelIdentity};
 use crate::stream::{AlignedBuf, ResidencyStats};
 use crate::thread_choice::ThreadChoice;
-use crate::weights::Weights;
+use crate::weights::experts::history::{self, ExpertHistory, HistoryError};
+use crate::weights::{ExpertStore, Weights};
 use ramforge_gguf::TensorInfo;
 use ramforge_quant::parallel::WorkerPool;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -329,6 +330,55 @@ impl Engine {
     /// Storage traffic and layout figures so far.
     pub fn residency(&self) -> &ResidencyStats {
         self.weights.matrices.stats()
+    }
+
+    /// Each expert's share of its layer's routing so far (what the expert history saves):
+    /// `None` unless an MoE model's experts are streamed one by one.
+    pub fn expert_history(&self) -> Option<ExpertHistory> {
+        self.weights.experts.as_ref().and_then(ExpertStore::history)
+    }
+
+    /// The file under the cache directory `dir` where this model's expert history lives
+    /// ([`history::path_in`]).
+    pub fn expert_history_path(&self, dir: &Path) -> PathBuf {
+        history::path_in(dir, &self.identity)
+    }
+
+    /// Loads this model's expert history from the cache directory `dir`, if there is one, and
+    /// preloads the cache with its most used experts (call it before the first pass). Returns
+    /// the experts preloaded: 0 when experts are not streamed or there is no history yet. A
+    /// history that is malformed, of another model or shape, or whose experts cannot be read
+    /// is an error the caller reports and goes on without: the engine stays as it was (less
+    /// what a failed preload read).
+    pub fn load_expert_history(&mut self, dir: &Path) -> Result<u64, HistoryError> {
+        let Some((layers, n_expert)) = self.weights.experts.as_ref().map(ExpertStore::shape) else {
+            return Ok(0);
+        };
+        let path = self.expert_history_path(dir);
+        let key = self.identity.key();
+        let Some(h) = ExpertHistory::load(&path, &key, layers, n_expert)? else {
+            return Ok(0);
+        };
+        self.weights
+            .preload_experts(&h)
+            .map_err(|e| HistoryError::Preload(e.to_string()))
+    }
+
+    /// Saves the expert cache's shares to this model's history under the cache directory
+    /// `dir` (atomically), for the next process, and removes the histories of model files that
+    /// are gone ([`history::prune`]). `Ok(false)` when there is nothing to save: experts not
+    /// streamed, or none used.
+    pub fn save_expert_history(&self, dir: &Path) -> Result<bool, HistoryError> {
+        let Some(h) = self.expert_history() else {
+            return Ok(false);
+        };
+        if h.shares().iter().all(|&c| c == 0.0) {
+            return Ok(false);
+        }
+        let path = self.expert_history_path(dir);
+        h.save(&path, &self.identity.key())?;
+        history::prune(&path);
+        Ok(true)
     }
 
     /// Vocabulary size (length of the logits).

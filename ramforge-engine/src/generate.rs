@@ -40,11 +40,19 @@ pub struct GenerationStats {
     /// Storage traffic of the decode phase alone (its `tokens` are the decode evals, so
     /// `bytes_read_per_token()` is the per-decoded-token figure).
     pub decode_residency: ResidencyStats,
+    /// Storage traffic of the first [`WINDOW_EVALS`] decoding evals (all of them when fewer
+    /// ran): how warm the caches start, e.g. with an expert history.
+    pub first_decode_residency: ResidencyStats,
+    /// The same of the last [`WINDOW_EVALS`]: where the caches ended up.
+    pub last_decode_residency: ResidencyStats,
     /// Most budget bytes held at once since the engine was made.
     pub peak_managed_bytes: u64,
     /// What speculative decoding did, when a drafter was set.
     pub speculation: Option<SpeculationStats>,
 }
+
+/// Decoding evals in the first and last windows of [`GenerationStats`].
+pub const WINDOW_EVALS: usize = 32;
 
 impl GenerationStats {
     /// Prompt tokens evaluated (those not reused from the context) per second.
@@ -163,6 +171,8 @@ impl Engine {
                 decode_secs: 0.0,
                 residency: self.residency().since(&before),
                 decode_residency: ResidencyStats::default(),
+                first_decode_residency: ResidencyStats::default(),
+                last_decode_residency: ResidencyStats::default(),
                 peak_managed_bytes: self.budget().peak(),
                 speculation: None,
             });
@@ -176,6 +186,10 @@ impl Engine {
         if let Some(c) = constraint {
             decoding = decoding.constrained(c);
         }
+        // Snapshots after each of the last WINDOW_EVALS evals (and the one before them); a
+        // speculative decode has passes, not single evals, and reports its whole decode.
+        let mut window = std::collections::VecDeque::from([decode_before]);
+        let mut first = None;
         let mut speculation = None;
         let stop_reason = match self.drafter.take() {
             Some(mut drafter) if self.verify_capacity() > 1 => {
@@ -203,7 +217,17 @@ impl Engine {
                     let ctx = self.context_size();
                     match decoding.next(&mut logits, self.history(), ctx, cancelled, on_token) {
                         Next::Stop(reason) => break check_stop(reason, &decoding)?,
-                        Next::Eval(id) => logits.copy_from_slice(self.eval(&[id])?),
+                        Next::Eval(id) => {
+                            logits.copy_from_slice(self.eval(&[id])?);
+                            let now = *self.residency();
+                            if now.tokens - decode_before.tokens == WINDOW_EVALS as u64 {
+                                first = Some(now.since(&decode_before));
+                            }
+                            if window.len() > WINDOW_EVALS {
+                                window.pop_front();
+                            }
+                            window.push_back(now);
+                        }
                     }
                 }
             }
@@ -220,6 +244,8 @@ impl Engine {
             decode_secs: decode_started.elapsed().as_secs_f64(),
             residency: self.residency().since(&before),
             decode_residency: self.residency().since(&decode_before),
+            first_decode_residency: first.unwrap_or_else(|| self.residency().since(&decode_before)),
+            last_decode_residency: self.residency().since(&window[0]),
             peak_managed_bytes: self.budget().peak(),
             speculation,
         })

@@ -77,7 +77,7 @@ pub use draft::{
 };
 pub use engine::{Engine, PromptProgress};
 pub use error::EngineError;
-pub use generate::GenerationStats;
+pub use generate::{GenerationStats, WINDOW_EVALS};
 pub use kv::KvType;
 pub use model::{Architecture, Model, ModelConfig};
 pub use options::{EngineOptions, DEFAULT_BATCH, DEFAULT_CTX};
@@ -85,3 +85,4 @@ pub use plan::MemoryPlan;
 pub use sampling::{Logprobs, SamplingParams, TokenLogprob};
 pub use sequence::Sequence;
 pub use stream::ResidencyStats;
+pub use weights::experts::history::{ExpertHistory, HistoryError};

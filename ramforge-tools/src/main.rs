@@ -2,7 +2,7 @@
 //!
 //! One module per command under `cmd/`; each owns its clap `Args` and a `run` function. What
 //! several commands share sits beside `cmd/`: `args` (flags), `generate` (the engine at work),
-//! `default_model`, `hf` (models from the Hugging Face Hub), `progress`, `cancel`, `verbosity`, `sha256`, `error`, `expert_stats`.
+//! `default_model`, `hf` (models from the Hugging Face Hub), `progress`, `cancel`, `verbosity`, `sha256`, `error`, `expert_stats`, `expert_history`.
 //! Errors are printed as one line on stderr; runtime failures exit 1, usage errors exit 2.
 
 mod args;
@@ -11,6 +11,7 @@ mod cmd;
 mod default_model;
 mod error;
 mod examples;
+mod expert_history;
 mod expert_stats;
 mod generate;
 mod hf;

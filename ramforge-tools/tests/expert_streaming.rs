@@ -53,6 +53,8 @@ fn run(file: &str, ram: Option<u64>, threads: &str) -> Value {
         threads,
         "--json",
         "--ignore-eos",
+        // Each run starts from an empty expert cache (tests/expert_history.rs has the rest).
+        "--no-expert-history",
     ];
     if let Some(r) = &ram {
         args.extend(["--ram", r]);

@@ -168,3 +168,90 @@ fn bad_shapes_are_refused_in_one_line() {
     assert_eq!(code, Some(1));
     assert!(err.contains("unknown type"), "{err}");
 }
+
+/// `--router-skew S`: seeded like every tensor, S = 0 is the file without the flag, and only
+/// the embedding (shifted) and the routers (a bias per expert) differ from it; refused
+/// without experts or below 0. Its effect on routing is measured in expert_history.rs.
+#[test]
+fn router_skew_is_seeded_and_touches_only_the_embedding_and_the_routers() {
+    let write = |name: &str, extra: &[&str]| {
+        let out = tmp(name);
+        let o = Command::new(env!("CARGO_BIN_EXE_ramforge-tools"))
+            .args(["synth", "-q", "-o"])
+            .arg(&out)
+            .args(["--arch", "qwen3moe", "--layers", "2", "--embd", "64"])
+            .args([
+                "--ffn",
+                "64",
+                "--heads",
+                "4",
+                "--kv-heads",
+                "2",
+                "--type",
+                "Q8_0",
+            ])
+            .args(["--experts", "8", "--experts-used", "2", "--seed", "3"])
+            .arg("--vocab-from")
+            .arg(donor())
+            .args(extra)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        (out, o.status.code(), err)
+    };
+    let (plain, _, _) = write("plain.gguf", &[]);
+    let (zero, _, _) = write("zero.gguf", &["--router-skew", "0"]);
+    let (a, code, err) = write("skew-a.gguf", &["--router-skew", "1.5"]);
+    assert_eq!(code, Some(0), "{err}");
+    let (b, _, _) = write("skew-b.gguf", &["--router-skew", "1.5"]);
+    let read = |p: &Path| std::fs::read(p).unwrap();
+    assert!(
+        read(&plain) == read(&zero),
+        "S = 0 writes the unskewed file"
+    );
+    assert!(read(&a) == read(&b), "same seed, same skew, same file");
+    let (fp, fa) = (GgufFile::open(&plain).unwrap(), GgufFile::open(&a).unwrap());
+    assert_eq!(fp.header().tensors, fa.header().tensors, "same layout");
+    let mut changed = Vec::new();
+    for t in &fp.header().tensors {
+        let (mut x, mut y) = (vec![0; t.n_bytes as usize], vec![0; t.n_bytes as usize]);
+        fp.read_tensor_into(t, &mut x).unwrap();
+        fa.read_tensor_into(t, &mut y).unwrap();
+        if x != y {
+            changed.push(t.name.clone());
+        }
+    }
+    assert_eq!(
+        changed,
+        [
+            "token_embd.weight",
+            "blk.0.ffn_gate_inp.weight",
+            "blk.1.ffn_gate_inp.weight"
+        ]
+    );
+    let (_, code, err) = write("neg.gguf", &["--router-skew=-1"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("--router-skew -1"), "{err}");
+    let o = Command::new(env!("CARGO_BIN_EXE_ramforge-tools"))
+        .args(["synth", "-q", "-o"])
+        .arg(tmp("dense.gguf"))
+        .args([
+            "--arch", "llama", "--layers", "1", "--embd", "64", "--ffn", "64",
+        ])
+        .args([
+            "--heads",
+            "4",
+            "--kv-heads",
+            "2",
+            "--type",
+            "Q8_0",
+            "--router-skew",
+            "1",
+        ])
+        .arg("--vocab-from")
+        .arg(donor())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("needs --experts"));
+}

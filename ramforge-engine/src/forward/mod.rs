@@ -145,7 +145,7 @@ pub(crate) fn block(
         indexer::keys_and_queries(cfg, w, vecs, s, n, per_token)?;
         attend_rows(cfg, layer_index, s, &mut rows, None);
         match &rows {
-            Rows::Run(kv, positions) => {
+            Rows::Run(kv, positions, _) => {
                 let (kv, first): (&KvCache, usize) = (kv, positions.start);
                 indexer::sparse_attention(cfg, layer_index, s, n, |t| (kv, first + t))?
             }

@@ -52,6 +52,43 @@ impl ModelIdentity {
         Ok(())
     }
 
+    /// What names this model across processes, for state kept beside it (the expert history,
+    /// [`crate::weights::experts::history`]): the first file's absolute path, size and
+    /// modification time, and the number of shards. Not (device, inode): those say whether
+    /// this process's handles still read the path, which a later process cannot ask.
+    pub fn key(&self) -> String {
+        let Some(first) = self.files.first() else {
+            return String::new();
+        };
+        format!(
+            "path={}\nbytes={}\nmtime={}.{:09}\nshards={}",
+            Self::absolute(&first.path).display(),
+            first.len,
+            first.mtime.0,
+            first.mtime.1,
+            self.files.len()
+        )
+    }
+
+    /// The first file's path made absolute (canonical when it can be resolved), so that the
+    /// same model named from two working directories is one model.
+    pub fn first_path(&self) -> PathBuf {
+        self.files
+            .first()
+            .map_or_else(PathBuf::new, |f| Self::absolute(&f.path))
+    }
+
+    fn absolute(path: &Path) -> PathBuf {
+        std::fs::canonicalize(path)
+            .or_else(|_| std::path::absolute(path))
+            .unwrap_or_else(|_| path.to_path_buf())
+    }
+
+    /// Files: 1, or the shards of a split model.
+    pub fn shards(&self) -> usize {
+        self.files.len()
+    }
+
     /// The path of shard `shard`.
     pub fn path(&self, shard: usize) -> &Path {
         self.files

@@ -66,6 +66,9 @@ pub struct ResidencyStats {
     pub expert_wait_secs: f64,
     /// Expert cache slots of each MoE layer (0: experts are not streamed one by one).
     pub expert_slots_per_layer: u64,
+    /// Experts read into the cache before the first pass, as the expert history named them
+    /// (their bytes are part of `load_bytes`).
+    pub experts_preloaded: u64,
 }
 
 impl ResidencyStats {

@@ -302,6 +302,22 @@ fn read_mode(
 }
 
 impl Weights {
+    /// Fills the expert cache from a previous process's `history`
+    /// ([`ExpertStore::preload`]), counting what was read as loading; 0 experts when
+    /// experts are not streamed one by one.
+    pub fn preload_experts(
+        &mut self,
+        history: &experts::history::ExpertHistory,
+    ) -> Result<u64, EngineError> {
+        let Some(x) = &mut self.experts else {
+            return Ok(0);
+        };
+        let (n, bytes) = x.preload(history)?;
+        self.matrices.stats.experts_preloaded += n;
+        self.matrices.stats.load_bytes += bytes;
+        Ok(n)
+    }
+
     /// Records a finished `eval` ([`Matrices::record_eval`]), with the expert traffic it
     /// caused.
     pub fn record_eval(&mut self, secs: f64, tokens: usize) {

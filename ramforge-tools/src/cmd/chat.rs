@@ -9,6 +9,7 @@
 use crate::args::{ModelChoice, RamBudget, Speculation, TemplateFile, Workers};
 use crate::cancel::cancel_flag;
 use crate::error::{CmdError, CmdResult};
+use crate::expert_history::ExpertHistoryFlag;
 use crate::generate::{generate_to_stdout, load_speculative};
 use crate::verbosity::{quiet, verbose};
 use ramforge_engine::budget::human_bytes;
@@ -49,6 +50,8 @@ pub struct Args {
     /// RNG seed (same seed, same conversation).
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    #[command(flatten)]
+    pub history: ExpertHistoryFlag,
 }
 
 /// The conversation and what is needed to turn it into tokens.
@@ -89,6 +92,7 @@ pub fn run(args: Args) -> CmdResult {
         ..EngineOptions::default()
     };
     let mut engine = load_speculative(model, &options, &args.speculation)?;
+    args.history.load(&mut engine);
     let params = SamplingParams {
         temperature: args.temperature,
         seed: args.seed,
@@ -107,45 +111,74 @@ pub fn run(args: Args) -> CmdResult {
     }
     let cancel = cancel_flag();
     let mut lines = std::io::stdin().lock().lines();
-    loop {
-        // While waiting for input the flag stays raised, so Ctrl-C at the prompt quits at once.
-        cancel.store(true, Ordering::SeqCst);
-        if interactive {
-            eprint!("> ");
-        }
-        let Some(line) = lines.next() else { break };
-        let line = line.map_err(|e| format!("reading stdin: {e}"))?;
-        let text = line.trim();
-        match text {
-            "" => continue,
-            "/quit" | "/exit" => break,
-            "/reset" => {
-                chat.reset();
-                if !quiet() {
-                    eprintln!("(conversation cleared)");
+    let turns = Turns {
+        params: &params,
+        interactive,
+        cancel,
+        history: &args.history,
+    };
+    turns.converse(&mut engine, &mut chat, &mut lines)
+}
+
+/// What every turn of a conversation takes.
+struct Turns<'a> {
+    params: &'a SamplingParams,
+    interactive: bool,
+    cancel: &'a std::sync::atomic::AtomicBool,
+    history: &'a ExpertHistoryFlag,
+}
+
+impl Turns<'_> {
+    /// Reads user messages from `lines` and answers each until the input ends or asks to quit;
+    /// the expert history is saved after every reply (Ctrl-C at the prompt exits at once).
+    fn converse(
+        &self,
+        engine: &mut Engine,
+        chat: &mut Conversation,
+        lines: &mut impl Iterator<Item = std::io::Result<String>>,
+    ) -> CmdResult {
+        let (params, interactive, cancel) = (self.params, self.interactive, self.cancel);
+        loop {
+            // While waiting for input the flag stays raised, so Ctrl-C at the prompt quits at once.
+            cancel.store(true, Ordering::SeqCst);
+            if interactive {
+                eprint!("> ");
+            }
+            let Some(line) = lines.next() else { break };
+            let line = line.map_err(|e| format!("reading stdin: {e}"))?;
+            let text = line.trim();
+            match text {
+                "" => continue,
+                "/quit" | "/exit" => break,
+                "/reset" => {
+                    chat.reset();
+                    if !quiet() {
+                        eprintln!("(conversation cleared)");
+                    }
+                    continue;
                 }
-                continue;
+                _ => {}
             }
-            _ => {}
-        }
-        chat.messages.push(message("user", text));
-        cancel.store(false, Ordering::SeqCst);
-        match reply(&mut engine, &chat, &params) {
-            Ok(stats) => {
-                chat.messages.push(message("assistant", &stats.text));
-                let interrupted = stats.stop_reason == StopReason::Cancelled;
-                if (interrupted || verbose()) && !quiet() {
-                    eprint!("{}", stats_text(&engine, &stats));
+            chat.messages.push(message("user", text));
+            cancel.store(false, Ordering::SeqCst);
+            match reply(engine, chat, params) {
+                Ok(stats) => {
+                    chat.messages.push(message("assistant", &stats.text));
+                    self.history.save(engine);
+                    let interrupted = stats.stop_reason == StopReason::Cancelled;
+                    if (interrupted || verbose()) && !quiet() {
+                        eprint!("{}", stats_text(engine, &stats));
+                    }
+                }
+                Err(e) => {
+                    // The session goes on: the turn that failed is forgotten.
+                    chat.messages.pop();
+                    eprintln!("error: {e}");
                 }
             }
-            Err(e) => {
-                // The session goes on: the turn that failed is forgotten.
-                chat.messages.pop();
-                eprintln!("error: {e}");
-            }
         }
+        Ok(ExitCode::SUCCESS)
     }
-    Ok(ExitCode::SUCCESS)
 }
 
 /// Generates the assistant's reply to the conversation, streaming it to stdout.

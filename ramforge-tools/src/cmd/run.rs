@@ -5,6 +5,7 @@ use crate::args::{
     read_template, KvCache, ModelChoice, PromptBatch, RamBudget, Sampling, Speculation, Workers,
 };
 use crate::error::{CmdError, CmdResult};
+use crate::expert_history::ExpertHistoryFlag;
 use crate::generate::{generate_to_stdout, load_speculative};
 use crate::verbosity::{quiet, verbose};
 use ramforge_engine::budget::human_bytes;
@@ -72,6 +73,8 @@ pub struct Args {
     /// the name ends in `.lark`.
     #[arg(long, value_name = "FILE")]
     pub grammar: Option<PathBuf>,
+    #[command(flatten)]
+    pub history: ExpertHistoryFlag,
 }
 
 pub fn run(args: Args) -> CmdResult {
@@ -90,9 +93,11 @@ pub fn run(args: Args) -> CmdResult {
         ..EngineOptions::default()
     };
     let mut engine = load_speculative(model, &options, &args.speculation)?;
+    args.history.load(&mut engine);
     let load_secs = started.elapsed().as_secs_f64();
     let params = args.sampling.params(args.max_tokens);
     let stats = generate_to_stdout(&mut engine, &prompt, &params, constraint, !args.json, false)?;
+    args.history.save(&engine);
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let mem = process_memory().unwrap_or_default();
@@ -234,7 +239,10 @@ fn json_report(
         "stream_buffers": r.stream_buffers,
         "direct_io": r.direct_io,
         "mapped_io": r.mapped_io,
-        "experts": crate::expert_stats::json(r, d),
+        "experts": crate::expert_stats::json(r, d).map(|mut x| {
+            crate::expert_stats::add_windows(&mut x, s);
+            x
+        }),
     });
     report["bytes_read_per_generated_token"] = per_generated(s).into();
     report["speculation"] = speculation_json(engine, s);
@@ -355,6 +363,22 @@ fn text_report(
         r.compute_secs(),
     ) + &expert_line(r, &s.decode_residency)
         + &speculation_line(s)
+        + &expert_windows(s)
+}
+
+/// The expert cache's hit rate over the first and last decoding windows, and what the expert
+/// history preloaded, when experts are streamed.
+fn expert_windows(s: &GenerationStats) -> String {
+    if !s.residency.streams_experts() {
+        return String::new();
+    }
+    let n = ramforge_engine::WINDOW_EVALS;
+    format!(
+        "experts: {:.0}% hit rate over the first {n} decoded tokens, {:.0}% over the last {n}; {} preloaded from the expert history\n",
+        100.0 * s.first_decode_residency.expert_hit_rate(),
+        100.0 * s.last_decode_residency.expert_hit_rate(),
+        s.residency.experts_preloaded,
+    )
 }
 
 /// The expert cache's figures, when an MoE model's experts are streamed one by one: counts of

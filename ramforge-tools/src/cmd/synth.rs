@@ -155,6 +155,16 @@ pub struct Args {
     /// head, as the first converters did) instead of `attn_qkv` and `attn_gate`.
     #[arg(long)]
     pub ssm_in: bool,
+    /// Skew the routing the way trained routers are skewed: in each MoE layer a few experts
+    /// are chosen far more often than the rest. S is about the exponent of a Zipf law: every
+    /// embedding value is shifted by 0.5 (a direction every hidden state keeps), and the
+    /// router row of the expert a seeded per-layer order ranks r (from 0) gets a bias along it
+    /// worth about -S * ln(1 + r) of its logit, so expert r's odds fall like (1 + r)^-S. At
+    /// S = 2, top-4 of 32, the hottest expert is chosen by nearly every token and the 8
+    /// hottest take over 90% of the choices; deeper layers, whose hidden state has grown,
+    /// see less of the bias. 0 (the default) writes today's unskewed file.
+    #[arg(long, value_name = "S", default_value_t = 0.0)]
+    pub router_skew: f32,
     /// Random seed.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -209,6 +219,12 @@ pub fn run(args: Args) -> CmdResult {
         None => ty,
     };
     let shape = Shape::new(&args)?;
+    if !(args.router_skew.is_finite() && args.router_skew >= 0.0) {
+        return Err(format!("--router-skew {}: not a number >= 0", args.router_skew).into());
+    }
+    if args.router_skew > 0.0 && args.experts == 0 {
+        return Err("--router-skew skews the routing of experts: it needs --experts".into());
+    }
     let donor = GgufFile::open(&args.vocab_from)?;
     let donor_md = &donor.header().metadata;
     let vocab = donor_md.get_str_array("tokenizer.ggml.tokens")?.len() as u64;
@@ -219,7 +235,14 @@ pub fn run(args: Args) -> CmdResult {
     md.set("general.architecture", Value::String(arch.to_string()));
     md.set(
         "general.name",
-        Value::String(format!("synthetic {arch} seed {}", args.seed)),
+        Value::String(if args.router_skew > 0.0 {
+            format!(
+                "synthetic {arch} seed {} router skew {}",
+                args.seed, args.router_skew
+            )
+        } else {
+            format!("synthetic {arch} seed {}", args.seed)
+        }),
     );
     md.set(key("context_length"), Value::U32(args.ctx));
     md.set(
@@ -387,12 +410,20 @@ pub fn run(args: Args) -> CmdResult {
     let bar = progress_bar(0, "writing", true);
     let mut parameters = 0u64;
     // `shape_v`: GGUF dimensions, the first the row length.
+    let skew = args.router_skew;
     let mut add = |name: String, ty: GgmlType, shape_v: Vec<u64>, fill: Fill| {
         let cols = shape_v[0];
         let rows = shape_v[1..].iter().product::<u64>();
         parameters += cols * rows;
         let seed = args.seed ^ fnv1a(name.as_bytes());
-        let data = RowSource::new(ty, cols as usize, rows, fill, seed, bar.clone())?;
+        let mut data = RowSource::new(ty, cols as usize, rows, fill, seed, bar.clone())?;
+        if skew > 0.0 {
+            if name == "token_embd.weight" {
+                data.row_shift = Some(vec![SKEW_EMBD_SHIFT; rows as usize]);
+            } else if name.ends_with(".ffn_gate_inp.weight") {
+                data.row_shift = Some(router_skew(skew, cols, rows, seed));
+            }
+        }
         bar.inc_length(data.row.len() as u64 * rows);
         w.add_tensor(name, ty, &shape_v, TensorData::Reader(Box::new(data)))?;
         Ok::<_, CmdError>(())
@@ -912,6 +943,25 @@ impl Shape {
     }
 }
 
+/// `--router-skew`: the shift of every embedding value, a direction every hidden state keeps
+/// (its RMS-normed value about `SHIFT / sqrt(SHIFT^2 + 1/3)` per element at the first layer).
+const SKEW_EMBD_SHIFT: f32 = 0.5;
+
+/// `--router-skew S`: the shift of each router row (one per expert) of a router with `cols`
+/// inputs: the expert ranked `r` by an order drawn from `seed` gets `-S * ln(1 + r)` of logit
+/// from the shared direction (the normed shift, summed over `cols` inputs).
+fn router_skew(s: f32, cols: u64, experts: u64, seed: u64) -> Vec<f32> {
+    use rand::seq::SliceRandom;
+    let mut order: Vec<usize> = (0..experts as usize).collect();
+    order.shuffle(&mut StdRng::seed_from_u64(seed ^ 0x5ce3_d15c_0de5_0001));
+    let normed = SKEW_EMBD_SHIFT / (SKEW_EMBD_SHIFT * SKEW_EMBD_SHIFT + 1.0 / 3.0).sqrt();
+    let mut shift = vec![0.0; experts as usize];
+    for (rank, &expert) in order.iter().enumerate() {
+        shift[expert] = -s * (1.0 + rank as f32).ln() / (normed * cols as f32);
+    }
+    shift
+}
+
 /// How a tensor's values are drawn.
 #[derive(Clone, Copy)]
 enum Fill {
@@ -939,6 +989,9 @@ struct RowSource {
     /// Bytes of `row` already handed out.
     served: usize,
     rows_left: u64,
+    rows: u64,
+    /// Added to every value of row `i` (`--router-skew`).
+    row_shift: Option<Vec<f32>>,
     /// The write's progress bar (hidden when stderr is not a terminal).
     progress: indicatif::ProgressBar,
 }
@@ -966,6 +1019,8 @@ impl RowSource {
             row: vec![0; row_bytes],
             served: row_bytes,
             rows_left: rows,
+            rows,
+            row_shift: None,
             progress,
         })
     }
@@ -983,6 +1038,10 @@ impl RowSource {
                     *v = c + self.rng.gen_range(-a..=a);
                 }
             }
+        }
+        if let Some(shift) = &self.row_shift {
+            let c = shift[(self.rows - self.rows_left) as usize];
+            self.values.iter_mut().for_each(|v| *v += c);
         }
         if self.ty == GgmlType::F32 {
             for (dst, v) in self.row.chunks_exact_mut(4).zip(&self.values) {

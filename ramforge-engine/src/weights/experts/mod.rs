@@ -6,6 +6,7 @@
 //! ([`reader`]) reads the misses while the compute runs the experts before them; from a warm
 //! page cache an expert used once is mapped in place instead of copied.
 
+pub mod history;
 pub mod policy;
 mod reader;
 
@@ -15,6 +16,7 @@ use crate::error::EngineError;
 use crate::model::LayerTensors;
 use crate::plan::ExpertPlan;
 use crate::stream::{AlignedBuf, LayerLayout, MappedLayer, ReadMode, ResidencyStats, StreamFile};
+use history::ExpertHistory;
 use policy::{sources, Admit, ExpertUse, Source};
 use ramforge_gguf::{GgufFile, TensorInfo};
 use reader::{Done, ExpertReader, Read, Request};
@@ -93,7 +95,7 @@ impl ExpertStore {
             reader: ExpertReader::start(stream_file)?,
             files: crate::stream::model_handles(file)?,
             retiring: Vec::new(),
-            use_: ExpertUse::new(plan.layers, plan.n_expert),
+            use_: ExpertUse::new(plan.layers, plan.n_expert, plan.n_used),
             pending: ResidencyStats::default(),
         })
     }
@@ -275,6 +277,80 @@ impl ExpertStore {
             Admit::Into(i) => self.slots[base + i] = Some(buf),
             Admit::Bypass => self.staging.push(buf),
         }
+    }
+
+    /// Each expert's share of its layer's routing so far, blended with the history this
+    /// cache started from, for the next process ([`history`], [`ExpertUse::shares`]).
+    pub fn history(&self) -> Option<ExpertHistory> {
+        ExpertHistory::new(self.use_.layers(), self.use_.n_expert(), self.use_.shares())
+    }
+
+    /// MoE layers and experts per layer, the shape a history must have.
+    pub fn shape(&self) -> (usize, usize) {
+        (self.use_.layers(), self.use_.n_expert())
+    }
+
+    /// Starts from a previous process's `history`: its shares seed this cache's counts, and each
+    /// layer whose slots are all free (nothing has run yet) has them filled with its most
+    /// used experts, read in order by the reader thread, so the first pass finds them
+    /// resident and the policy keeps them until the new routing says otherwise. Nothing
+    /// beyond the slots already charged is read. Returns the experts read and their bytes;
+    /// after a failed read the slots hold what was read whole before it.
+    pub fn preload(&mut self, history: &ExpertHistory) -> Result<(u64, u64), EngineError> {
+        if (history.layers(), history.n_expert()) != self.shape() {
+            return Err(EngineError::Invalid(format!(
+                "an expert history of {} layers of {} experts, the model streams {} of {}",
+                history.layers(),
+                history.n_expert(),
+                self.use_.layers(),
+                self.use_.n_expert()
+            )));
+        }
+        self.use_.seed(history.shares());
+        let mut sent: VecDeque<(usize, usize)> = VecDeque::new();
+        for l in 0..self.stacks.len() {
+            let base = l * self.per_layer;
+            if self.held[base..base + self.per_layer]
+                .iter()
+                .any(Option::is_some)
+            {
+                continue;
+            }
+            for (i, x) in history.top(l, self.per_layer).into_iter().enumerate() {
+                let Some(buf) = self.slots[base + i].take() else {
+                    continue;
+                };
+                self.reader.send(Request {
+                    retire: std::mem::take(&mut self.retiring),
+                    read: Some(Read {
+                        layout: self.layout(l, x),
+                        buf,
+                        may_map: false,
+                    }),
+                });
+                sent.push_back((base + i, x));
+            }
+        }
+        let (mut experts, mut bytes, mut result) = (0u64, 0u64, Ok(()));
+        // Every read is taken back, even after a failure, so every buffer returns.
+        while let Some((slot, x)) = sent.pop_front() {
+            let done = self.reader.recv()?;
+            match done.result {
+                Ok(n) if result.is_ok() => {
+                    self.held[slot] = Some(x);
+                    experts += 1;
+                    bytes += n;
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    if result.is_ok() {
+                        result = Err(EngineError::from(e));
+                    }
+                }
+            }
+            self.slots[slot] = Some(done.buf);
+        }
+        result.map(|()| (experts, bytes))
     }
 
     /// Adds the expert traffic since the last call to `stats`.

@@ -10,12 +10,29 @@
 /// How much a use one pass ago counts against a use now.
 pub const DECAY: f32 = 0.95;
 
-/// Decayed use counts of every expert of every layer.
+/// How many tokens' worth of routing a loaded history weighs against this process's own in
+/// [`ExpertUse::shares`]: a short run refines the history instead of replacing it.
+pub const PRIOR_TOKENS: f64 = 256.0;
+
+/// The passes of routing as the history describes it that a seeded count stands for: a weak
+/// prior (a new text's own experts take over within a few passes, where counts seeded at
+/// their steady state held experts that text did not use for dozens), yet more than one
+/// pass's count, so the preloaded experts are not evicted by the first cold ones missed.
+pub const SEED_PASSES: i32 = 4;
+
+/// Decayed use counts of every expert of every layer, and the undecayed totals the expert
+/// history keeps.
 #[derive(Clone, Debug)]
 pub struct ExpertUse {
     n_expert: usize,
+    /// Experts the router picks per token.
+    n_used: usize,
     /// `[layer * n_expert + expert]`: the count as of `stamp`.
     count: Vec<f32>,
+    /// `[layer * n_expert + expert]`: rows routed to it in this process, undecayed.
+    total: Vec<f64>,
+    /// `[layer * n_expert + expert]`: the shares a loaded history gave (empty: none).
+    prior: Vec<f32>,
     /// The layer pass at which `count` was last brought up to date.
     stamp: Vec<u32>,
     /// Passes of each layer so far.
@@ -24,10 +41,13 @@ pub struct ExpertUse {
 
 impl ExpertUse {
     /// No use yet of the `n_expert` experts of each of `layers` layers.
-    pub fn new(layers: usize, n_expert: usize) -> ExpertUse {
+    pub fn new(layers: usize, n_expert: usize, n_used: usize) -> ExpertUse {
         ExpertUse {
             n_expert,
+            n_used: n_used.max(1),
             count: vec![0.0; layers * n_expert],
+            total: vec![0.0; layers * n_expert],
+            prior: Vec::new(),
             stamp: vec![0; layers * n_expert],
             passes: vec![0; layers],
         }
@@ -43,6 +63,60 @@ impl ExpertUse {
         let i = layer * self.n_expert + expert;
         self.count[i] = self.score(layer, expert) + times as f32;
         self.stamp[i] = self.passes[layer];
+        self.total[i] += times as f64;
+    }
+
+    /// Layers counted.
+    pub fn layers(&self) -> usize {
+        self.passes.len()
+    }
+
+    /// Experts of each layer.
+    pub fn n_expert(&self) -> usize {
+        self.n_expert
+    }
+
+    /// Each expert's share of its layer's routing (`[layer * n_expert + expert]`, a layer's
+    /// shares summing to 1 once it has run): this process's totals, blended with the shares
+    /// it was seeded with weighing [`PRIOR_TOKENS`] tokens. What the expert history keeps for
+    /// the next process: the router's long-run preferences, where the decayed counts would
+    /// keep only the last few dozen passes (a text's repetitions more than the model's skew).
+    pub fn shares(&self) -> Vec<f32> {
+        let n = self.n_expert.max(1);
+        let prior_rows = PRIOR_TOKENS * self.n_used as f64;
+        let mut out = vec![0.0; self.total.len()];
+        for (l, row) in out.chunks_mut(n).enumerate() {
+            let total = &self.total[l * n..(l + 1) * n];
+            let prior = self.prior.get(l * n..(l + 1) * n);
+            let w = if prior.is_some() { prior_rows } else { 0.0 };
+            let sum = total.iter().sum::<f64>() + w;
+            if sum <= 0.0 {
+                continue;
+            }
+            for (x, share) in row.iter_mut().enumerate() {
+                let p = prior.map_or(0.0, |p| f64::from(p[x]));
+                *share = ((total[x] + w * p) / sum) as f32;
+            }
+        }
+        out
+    }
+
+    /// Starts from a previous process's `shares` (as [`ExpertUse::shares`] gives them): each
+    /// count becomes the decayed count [`SEED_PASSES`] passes routed that way leave, so the
+    /// experts preloaded from the history are kept until this process's routing says
+    /// otherwise, and the shares are kept to blend with this process's. Lengths that differ
+    /// change nothing.
+    pub fn seed(&mut self, shares: &[f32]) {
+        if shares.len() != self.count.len() {
+            return;
+        }
+        let n = self.n_expert.max(1);
+        let settle = self.n_used as f32 * (1.0 - DECAY.powi(SEED_PASSES)) / (1.0 - DECAY);
+        for (i, &share) in shares.iter().enumerate() {
+            self.count[i] = share * settle;
+            self.stamp[i] = self.passes[i / n];
+        }
+        self.prior = shares.to_vec();
     }
 
     /// The decayed count of `expert` of `layer` now.
@@ -193,7 +267,7 @@ mod tests {
     #[test]
     fn hot_experts_survive_a_scan_of_cold_ones() {
         let (slots_n, hot) = (4, [0usize, 1]);
-        let mut use_ = ExpertUse::new(1, 64);
+        let mut use_ = ExpertUse::new(1, 64, 3);
         let mut slots: Vec<Option<usize>> = vec![None; slots_n];
         let mut hits_on_hot = 0;
         for pass in 0..200 {
@@ -226,7 +300,7 @@ mod tests {
 
     #[test]
     fn use_decays_so_a_shift_in_routing_takes_over() {
-        let mut use_ = ExpertUse::new(2, 8);
+        let mut use_ = ExpertUse::new(2, 8, 1);
         for _ in 0..50 {
             use_.next_pass(1);
             use_.record(1, 3, 1);
@@ -242,6 +316,48 @@ mod tests {
         // Layers count separately.
         assert_eq!(use_.score(0, 3), 0.0);
     }
+    #[test]
+    fn shares_seed_the_next_process_and_blend_with_its_routing() {
+        let mut a = ExpertUse::new(2, 4, 1);
+        for pass in 0..100 {
+            a.next_pass(0);
+            a.record(0, if pass % 4 == 0 { 1 } else { 2 }, 1);
+        }
+        let saved = a.shares();
+        assert_eq!(saved.len(), 8);
+        assert_eq!(&saved[..4], [0.0, 0.25, 0.75, 0.0]);
+        assert_eq!(
+            &saved[4..],
+            [0.0; 4],
+            "a layer that never ran has no shares"
+        );
+        let mut b = ExpertUse::new(2, 4, 1);
+        b.seed(&saved);
+        // Seeded at the count SEED_PASSES passes of that routing leave.
+        let four = 1.0 + DECAY + DECAY * DECAY + DECAY.powi(3);
+        assert!((b.score(0, 2) - 0.75 * four).abs() < 1e-4);
+        assert_eq!(
+            b.shares(),
+            saved,
+            "nothing routed yet: the history as it was"
+        );
+        // PRIOR_TOKENS tokens all routed to expert 3 weigh as much as the history.
+        for _ in 0..PRIOR_TOKENS as usize {
+            b.next_pass(0);
+            b.record(0, 3, 1);
+        }
+        let blended = b.shares();
+        assert!((blended[3] - 0.5).abs() < 1e-6 && (blended[2] - 0.375).abs() < 1e-6);
+        assert!(
+            b.score(0, 3) > b.score(0, 2),
+            "and the decayed counts followed"
+        );
+        // A history of another shape is not taken.
+        let mut c = ExpertUse::new(2, 4, 1);
+        c.seed(&saved[..7]);
+        assert_eq!(c.shares(), [0.0; 8]);
+    }
+
     #[test]
     fn sources_place_misses_in_turn_and_wait_for_earlier_users_of_a_slot() {
         // Slots hold experts 7 and 2; the pass wants 2 (a hit), then 4 and 9 (misses).

@@ -310,6 +310,11 @@ pub fn prometheus_text(s: &Snapshot) -> String {
         r.expert_hit_rate(),
     );
     out.gauge(
+        "ramforge_experts_preloaded",
+        "MoE experts read into the cache at start, as the expert history named them.",
+        r.experts_preloaded as f64,
+    );
+    out.gauge(
         "ramforge_pinned_layers",
         "Layers pinned in memory.",
         r.pinned_layers as f64,

@@ -23,6 +23,7 @@ use ramforge_tools::openai::{errors, request as api};
 
 use crate::args::{ModelChoice, RamBudget, TemplateFile, Workers};
 use crate::error::CmdResult;
+use crate::expert_history::ExpertHistoryFlag;
 use crate::generate::load_engine;
 use crate::note;
 use crate::verbosity::quiet;
@@ -63,6 +64,8 @@ pub struct Args {
     #[arg(long, default_value_t = 1, value_name = "N",
           value_parser = clap::value_parser!(u16).range(1..=64))]
     pub parallel: u16,
+    #[command(flatten)]
+    pub history: ExpertHistoryFlag,
 }
 
 pub fn run(args: Args) -> CmdResult {
@@ -87,7 +90,8 @@ pub fn run(args: Args) -> CmdResult {
         sequences: args.parallel.into(),
         ..EngineOptions::default()
     };
-    let engine = load_engine(model, &options)?;
+    let mut engine = load_engine(model, &options)?;
+    args.history.load(&mut engine);
     let parallel = engine.max_sequences();
     let tokenizer = Arc::clone(&engine.model().tokenizer);
     let ctx = engine.context_size();
@@ -117,9 +121,10 @@ pub fn run(args: Args) -> CmdResult {
     runtime.block_on(listen(state, args.host, args.port, args.queue))?;
     drop(runtime);
     // Every queue handle went with the router: the engine thread ends once it is idle.
-    engine_thread
+    let engine = engine_thread
         .join()
         .map_err(|_| "the engine thread panicked")?;
+    args.history.save(&engine);
     note!("stopped");
     Ok(ExitCode::SUCCESS)
 }

@@ -51,13 +51,13 @@ struct Active<'t> {
     usage: Usage,
 }
 
-/// Runs jobs from `jobs` until every sender is gone and nothing is left.
+/// Runs jobs from `jobs` until every sender is gone and nothing is left; returns the engine.
 pub fn serve_jobs(
     mut engine: Engine,
     jobs: Receiver<Job>,
     busiest: &Busiest,
     telemetry: &Telemetry,
-) {
+) -> Engine {
     // Only the slots hold contexts: the engine's own is one of the caches the plan booked.
     engine.reset();
     let tokenizer = Arc::clone(&engine.model().tokenizer);
@@ -101,7 +101,8 @@ pub fn serve_jobs(
             if open {
                 continue;
             }
-            return;
+            drop(slots);
+            return engine;
         }
         // One step for every active request, rows in slot order.
         active.sort_by_key(|a| a.slot);

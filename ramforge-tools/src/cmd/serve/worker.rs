@@ -77,12 +77,12 @@ impl Queue {
 
 /// Starts the engine thread with room for `waiting` queued requests besides those running
 /// (up to [`Engine::max_sequences`] at once). The thread ends when every [`Queue`] is dropped
-/// and no job is left.
+/// and no job is left, handing the engine back (its expert history is saved then).
 pub fn start(
     engine: Engine,
     waiting: usize,
     telemetry: Arc<Telemetry>,
-) -> std::io::Result<(Queue, Arc<Busiest>, JoinHandle<()>)> {
+) -> std::io::Result<(Queue, Arc<Busiest>, JoinHandle<Engine>)> {
     let limit = waiting.saturating_add(engine.max_sequences());
     let (sender, jobs) = channel();
     let busiest = Arc::new(Busiest::default());
