@@ -173,3 +173,116 @@ macro_rules! codebook {
 }
 codebook!(Iq4Nl, iq4_nl);
 codebook!(Mxfp4, mxfp4);
+
+/// A 256-element K-quant block against Q8_K activations: eight chunks of 32 quants, in groups
+/// of `GROUP` (16 or 32) elements with a scale (and maybe a min) each.
+pub(super) trait BlockK {
+    const BYTES: usize;
+    const HAS_MIN: bool;
+    /// Elements per group: 32 (a chunk) or 16 (half a chunk).
+    const GROUP: usize;
+    /// Quants `32 * c .. 32 * c + 32` of the block at `p`: elements `..+16`, `+16..+32`.
+    unsafe fn chunk(p: *const u8, c: usize) -> (int8x16_t, int8x16_t);
+    /// Every group's scale and min (the first `256 / GROUP` entries), as the reference
+    /// computes them.
+    fn params(b: &[u8]) -> ([f32; 16], [f32; 16]);
+}
+
+macro_rules! k_params {
+    ($module:ident) => {
+        fn params(b: &[u8]) -> ([f32; 16], [f32; 16]) {
+            let (s, m) = formats::$module::group_params(&formats::$module::blocks(b)[0]);
+            let (mut scales, mut mins) = ([0f32; 16], [0f32; 16]);
+            scales[..s.len()].copy_from_slice(&s);
+            mins[..m.len()].copy_from_slice(&m);
+            (scales, mins)
+        }
+    };
+}
+
+/// Q8_K's scale: an f32 field, as the reference reads it.
+pub(super) fn q8k_scale(b: &[u8]) -> f32 {
+    formats::q8_k::group_params(&formats::q8_k::blocks(b)[0]).0[0]
+}
+
+/// The nibbles of chunk `c` of Q4_K/Q5_K's `qs` at `qs`: the low ones of a 32-byte run for
+/// even chunks, the high ones for odd.
+#[inline(always)]
+unsafe fn k_nibbles(qs: *const u8, c: usize) -> (uint8x16_t, uint8x16_t) {
+    let run = qs.add(32 * (c / 2));
+    let (a, b) = (vld1q_u8(run), vld1q_u8(run.add(16)));
+    if c.is_multiple_of(2) {
+        let m = vdupq_n_u8(0x0F);
+        (vandq_u8(a, m), vandq_u8(b, m))
+    } else {
+        (vshrq_n_u8::<4>(a), vshrq_n_u8::<4>(b))
+    }
+}
+
+pub(super) struct Q4K;
+impl BlockK for Q4K {
+    const BYTES: usize = formats::q4_k::BYTES;
+    const HAS_MIN: bool = true;
+    const GROUP: usize = 32;
+    #[inline(always)]
+    unsafe fn chunk(p: *const u8, c: usize) -> (int8x16_t, int8x16_t) {
+        let (lo, hi) = k_nibbles(p.add(formats::q4_k::OFFSET_QS), c);
+        (vreinterpretq_s8_u8(lo), vreinterpretq_s8_u8(hi))
+    }
+    k_params!(q4_k);
+}
+
+pub(super) struct Q5K;
+impl BlockK for Q5K {
+    const BYTES: usize = formats::q5_k::BYTES;
+    const HAS_MIN: bool = true;
+    const GROUP: usize = 32;
+    #[inline(always)]
+    unsafe fn chunk(p: *const u8, c: usize) -> (int8x16_t, int8x16_t) {
+        let (lo, hi) = k_nibbles(p.add(formats::q5_k::OFFSET_QS), c);
+        // Element j's fifth bit is bit j / 32 of qh[j % 32].
+        let qh = p.add(formats::q5_k::OFFSET_QH);
+        let bit = vdupq_n_u8(1 << c);
+        let fifth = |v: uint8x16_t| vandq_u8(vtstq_u8(v, bit), vdupq_n_u8(0x10));
+        (
+            vreinterpretq_s8_u8(vorrq_u8(lo, fifth(vld1q_u8(qh)))),
+            vreinterpretq_s8_u8(vorrq_u8(hi, fifth(vld1q_u8(qh.add(16))))),
+        )
+    }
+    k_params!(q5_k);
+}
+
+pub(super) struct Q6K;
+impl BlockK for Q6K {
+    const BYTES: usize = formats::q6_k::BYTES;
+    const HAS_MIN: bool = false;
+    const GROUP: usize = 16;
+    #[inline(always)]
+    unsafe fn chunk(p: *const u8, c: usize) -> (int8x16_t, int8x16_t) {
+        // Chunk c is quarter q of half h: low 4 bits from ql's run 64h + 32(q % 2) (low
+        // nibbles for q < 2), high 2 bits from qh[32h..] shifted by 2q; stored with +32.
+        let (h, q) = (c / 4, c % 4);
+        let ql = p.add(formats::q6_k::OFFSET_QL + 64 * h + 32 * (q % 2));
+        let qh = p.add(formats::q6_k::OFFSET_QH + 32 * h);
+        let low = |v: uint8x16_t| {
+            if q < 2 {
+                vandq_u8(v, vdupq_n_u8(0x0F))
+            } else {
+                vshrq_n_u8::<4>(v)
+            }
+        };
+        let shift = vdupq_n_s8(-2 * q as i8);
+        let high = |v: uint8x16_t| vshlq_n_u8::<4>(vandq_u8(vshlq_u8(v, shift), vdupq_n_u8(3)));
+        let quants = |l: uint8x16_t, h: uint8x16_t| {
+            vsubq_s8(
+                vreinterpretq_s8_u8(vorrq_u8(low(l), high(h))),
+                vdupq_n_s8(32),
+            )
+        };
+        (
+            quants(vld1q_u8(ql), vld1q_u8(qh)),
+            quants(vld1q_u8(ql.add(16)), vld1q_u8(qh.add(16))),
+        )
+    }
+    k_params!(q6_k);
+}

@@ -3,7 +3,8 @@
 //! decode `rows` and the prefill tile all return the reference's result bit for bit.
 
 use super::blocks::{
-    Act32, ActQ8_0, ActQ8_1, Block32, Iq4Nl, Mxfp4, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1,
+    q8k_scale, Act32, ActQ8_0, ActQ8_1, Block32, BlockK, Iq4Nl, Mxfp4, Q4K, Q4_0, Q4_1, Q5K, Q5_0,
+    Q5_1, Q6K, Q8_0, Q8_1,
 };
 use crate::kernel_table::Kernels;
 use crate::simd::register::fast_kernels;
@@ -13,6 +14,8 @@ use std::arch::aarch64::*;
 /// How the exact integer dot of 32 weight quants with 32 activation quants is taken.
 pub(super) trait IntDot {
     unsafe fn dot(w: (int8x16_t, int8x16_t), a: (int8x16_t, int8x16_t)) -> i32;
+    /// The same over 16 quants.
+    unsafe fn dot16(w: int8x16_t, a: int8x16_t) -> i32;
 }
 
 /// Plain NEON: widening multiplies to i16 (|q| <= 128, so a product fits), pairwise
@@ -27,6 +30,12 @@ impl IntDot for Mull {
         let s = vpadalq_s16(s, vmull_high_s8(w.1, a.1));
         vaddvq_s32(s)
     }
+
+    #[inline(always)]
+    unsafe fn dot16(w: int8x16_t, a: int8x16_t) -> i32 {
+        let s = vpaddlq_s16(vmull_s8(vget_low_s8(w), vget_low_s8(a)));
+        vaddvq_s32(vpadalq_s16(s, vmull_high_s8(w, a)))
+    }
 }
 
 /// The dot-product extension: four 4-element i8 dots into i32 lanes per `sdot`.
@@ -36,6 +45,11 @@ impl IntDot for Sdot {
     unsafe fn dot(w: (int8x16_t, int8x16_t), a: (int8x16_t, int8x16_t)) -> i32 {
         let s = sdot(vdupq_n_s32(0), w.0, a.0);
         vaddvq_s32(sdot(s, w.1, a.1))
+    }
+
+    #[inline(always)]
+    unsafe fn dot16(w: int8x16_t, a: int8x16_t) -> i32 {
+        vaddvq_s32(sdot(vdupq_n_s32(0), w, a))
     }
 }
 
@@ -77,11 +91,49 @@ unsafe fn block_dot<F: Block32, A: Act32, D: IntDot>(w: &[u8], a: &[u8]) -> f32 
     acc
 }
 
+/// A row of K-quant blocks dotted with a row of Q8_K blocks, term by term as the reference:
+/// per block `sum = 0`, then per group `sum += s * dot` (and `sum += m * sum(a)` with a min),
+/// then `acc += da * sum`.
+#[inline(always)]
+unsafe fn k_block_dot<F: BlockK, D: IntDot>(w: &[u8], a: &[u8]) -> f32 {
+    const Q8K_BYTES: usize = crate::formats::q8_k::BYTES;
+    assert!(a.len() / Q8K_BYTES >= w.len() / F::BYTES);
+    let mut acc = 0f32;
+    for (wb, ab) in w.chunks_exact(F::BYTES).zip(a.chunks_exact(Q8K_BYTES)) {
+        let da = q8k_scale(ab);
+        let (s, m) = F::params(wb);
+        let aq = ab
+            .as_ptr()
+            .add(crate::formats::q8_k::OFFSET_QS)
+            .cast::<i8>();
+        let mut sum = 0f32;
+        for c in 0..8 {
+            let q = F::chunk(wb.as_ptr(), c);
+            let a = (vld1q_s8(aq.add(32 * c)), vld1q_s8(aq.add(32 * c + 16)));
+            if F::GROUP == 32 {
+                sum += s[c] * D::dot(q, a) as f32;
+                if F::HAS_MIN {
+                    sum += m[c] * (vaddlvq_s8(a.0) as i32 + vaddlvq_s8(a.1) as i32) as f32;
+                }
+            } else {
+                for (g, (q, a)) in [(2 * c, (q.0, a.0)), (2 * c + 1, (q.1, a.1))] {
+                    sum += s[g] * D::dot16(q, a) as f32;
+                    if F::HAS_MIN {
+                        sum += m[g] * vaddlvq_s8(a) as i32 as f32;
+                    }
+                }
+            }
+        }
+        acc += da * sum;
+    }
+    acc
+}
+
 /// Module `$table` with the kernels of every 32-element format over integer dot `$dot`,
 /// compiled for `$feature` (`$table::kernels`). `rows` and the tile call `vec_dot` per row
 /// and token: each block's work is small next to its load, and the results stay exact.
 macro_rules! table {
-    ($table:ident: $feature:literal, $dot:ident; $($module:ident: $format:ident, $act:ident;)*) => {
+    ($table:ident: $feature:literal, $dot:ident; $($module:ident: $body:ident::<$format:ident $(, $act:ident)?>;)*) => {
         pub(super) mod $table {
             use super::*;
             use crate::kernel_table::{Tile, ROWS, TILE};
@@ -91,7 +143,7 @@ macro_rules! table {
 
                     #[target_feature(enable = $feature)]
                     unsafe fn dot(w: &[u8], a: &[u8]) -> f32 {
-                        block_dot::<$format, $act, $dot>(w, a)
+                        $body::<$format, $($act,)? $dot>(w, a)
                     }
 
                     pub(in super::super) fn vec_dot(w: &[u8], a: &[u8]) -> f32 {
@@ -119,25 +171,31 @@ macro_rules! table {
 }
 
 table!(neon: "neon", Mull;
-    q4_0: Q4_0, ActQ8_0;
-    q4_1: Q4_1, ActQ8_1;
-    q5_0: Q5_0, ActQ8_0;
-    q5_1: Q5_1, ActQ8_1;
-    q8_0: Q8_0, ActQ8_0;
-    q8_1: Q8_1, ActQ8_1;
-    iq4_nl: Iq4Nl, ActQ8_0;
-    mxfp4: Mxfp4, ActQ8_0;
+    q4_k: k_block_dot::<Q4K>;
+    q5_k: k_block_dot::<Q5K>;
+    q6_k: k_block_dot::<Q6K>;
+    q4_0: block_dot::<Q4_0, ActQ8_0>;
+    q4_1: block_dot::<Q4_1, ActQ8_1>;
+    q5_0: block_dot::<Q5_0, ActQ8_0>;
+    q5_1: block_dot::<Q5_1, ActQ8_1>;
+    q8_0: block_dot::<Q8_0, ActQ8_0>;
+    q8_1: block_dot::<Q8_1, ActQ8_1>;
+    iq4_nl: block_dot::<Iq4Nl, ActQ8_0>;
+    mxfp4: block_dot::<Mxfp4, ActQ8_0>;
 );
 
 table!(dotprod: "neon,dotprod", Sdot;
-    q4_0: Q4_0, ActQ8_0;
-    q4_1: Q4_1, ActQ8_1;
-    q5_0: Q5_0, ActQ8_0;
-    q5_1: Q5_1, ActQ8_1;
-    q8_0: Q8_0, ActQ8_0;
-    q8_1: Q8_1, ActQ8_1;
-    iq4_nl: Iq4Nl, ActQ8_0;
-    mxfp4: Mxfp4, ActQ8_0;
+    q4_k: k_block_dot::<Q4K>;
+    q5_k: k_block_dot::<Q5K>;
+    q6_k: k_block_dot::<Q6K>;
+    q4_0: block_dot::<Q4_0, ActQ8_0>;
+    q4_1: block_dot::<Q4_1, ActQ8_1>;
+    q5_0: block_dot::<Q5_0, ActQ8_0>;
+    q5_1: block_dot::<Q5_1, ActQ8_1>;
+    q8_0: block_dot::<Q8_0, ActQ8_0>;
+    q8_1: block_dot::<Q8_1, ActQ8_1>;
+    iq4_nl: block_dot::<Iq4Nl, ActQ8_0>;
+    mxfp4: block_dot::<Mxfp4, ActQ8_0>;
 );
 
 /// The NEON kernels for `ty`, if written.

@@ -1,12 +1,15 @@
 //! Every aarch64 kernel against the generated reference, bit for bit: `vec_dot`, `rows` and
-//! the tile of each 32-element format, on random rows of blocks the reference quantized and on
+//! the tile of each format that has one, on random rows of blocks the reference quantized and on
 //! blocks of random bytes (every quant value) under a finite scale.
 
 use crate::isa::Isa;
 use crate::kernel_table::{Dot, Kernels, Tile, ROWS, TILE};
 use crate::{dispatch, GgmlType};
 
-const FORMATS: [GgmlType; 8] = [
+const FORMATS: [GgmlType; 11] = [
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
     GgmlType::Q4_0,
     GgmlType::Q4_1,
     GgmlType::Q5_0,
@@ -77,7 +80,7 @@ fn every_kernel_equals_the_reference_bit_for_bit() {
         .collect();
     assert!(isas.contains(&Isa::Neon), "every aarch64 CPU has NEON");
     let mut noise = Noise(0x9e37_79b9_7f4a_7c15);
-    let cols = 8 * 32;
+    let cols = 2 * 256;
     for ty in FORMATS {
         let (act, reference_dot) = vec_dot(reference(ty));
         let w = weights(ty, ROWS, cols, &mut noise);
