@@ -4,7 +4,7 @@
 #      `--no-default-features` (the HTTPS feature's `ring` compiles C, which needs Apple's SDK);
 #   2. an aarch64 Linux cross build (Debian's cross gcc links it): ramforge-quant's unit tests,
 #      the NEON kernels' bit-for-bit tests among them, run under qemu-user;
-#   3. greedy generation on the default model under qemu, with the detected instruction set
+#   3. greedy generation on the default model and a Q4_K_M model under qemu, with the detected instruction set
 #      (which must be NEON-based, not the scalar fallback) and with `neon` forced: its tokens must
 #      equal the x86-64 build's reference (scalar) kernels' tokens, to which the aarch64 kernels
 #      are bit-exact.
@@ -14,7 +14,8 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 models="${RAMFORGE_MODELS:-$root/models}"
-model="$models/SmolLM2-135M-Instruct.Q4_1.gguf"
+# Q4_1 (the default model) and Q4_K_M (Q4_K, Q6_K and more): the legacy and K-quant kernels.
+gen_models=("$models/SmolLM2-135M-Instruct.Q4_1.gguf" "$models/gemma-3-270m-q4_k_m.gguf")
 linux=aarch64-unknown-linux-gnu
 
 echo "== arm: toolchains"
@@ -41,21 +42,24 @@ cargo build -q --profile cross -p ramforge-tools --bin ramforge-tools --target $
 cargo build -q --profile cross -p ramforge-tools --bin ramforge-tools
 arm_bin="target/$linux/cross/ramforge-tools"
 x86_bin="target/cross/ramforge-tools"
-generate() { # generate BINARY [RUNNER...]: "ISA TOKEN,TOKEN,..." of a short greedy run
-  local bin=$1; shift
+generate() { # generate MODEL BINARY [RUNNER...]: "ISA TOKEN,TOKEN,..." of a short greedy run
+  local model=$1 bin=$2; shift 2
   "$@" "$bin" run -q --json -n 16 -p "The capital of France is" "$model" \
     | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["isa"], ",".join(map(str, d["tokens"])))'
 }
 qemu=(qemu-aarch64 -L /usr/aarch64-linux-gnu)
-reference=$(RAMFORGE_ISA=scalar generate "$x86_bin")
-detected=$(generate "$arm_bin" "${qemu[@]}")
-neon=$(RAMFORGE_ISA=neon generate "$arm_bin" "${qemu[@]}")
-echo "x86-64 scalar:   $reference"
-echo "aarch64:         $detected"
-echo "aarch64 (neon):  $neon"
-case "${detected%% *}" in neon|dotprod) ;; *) echo "error: aarch64 ran ${detected%% *}, not a NEON instruction set" >&2; exit 1 ;; esac
-[ "${neon%% *}" = neon ] || { echo "error: RAMFORGE_ISA=neon ran ${neon%% *}" >&2; exit 1; }
-for got in "$detected" "$neon"; do
-  [ "${got#* }" = "${reference#* }" ] || { echo "error: aarch64 tokens differ from the x86-64 reference's" >&2; exit 1; }
+for model in "${gen_models[@]}"; do
+  reference=$(RAMFORGE_ISA=scalar generate "$model" "$x86_bin")
+  detected=$(generate "$model" "$arm_bin" "${qemu[@]}")
+  neon=$(RAMFORGE_ISA=neon generate "$model" "$arm_bin" "${qemu[@]}")
+  echo "$(basename "$model"):"
+  echo "  x86-64 scalar:   $reference"
+  echo "  aarch64:         $detected"
+  echo "  aarch64 (neon):  $neon"
+  case "${detected%% *}" in neon|dotprod) ;; *) echo "error: aarch64 ran ${detected%% *}, not a NEON instruction set" >&2; exit 1 ;; esac
+  [ "${neon%% *}" = neon ] || { echo "error: RAMFORGE_ISA=neon ran ${neon%% *}" >&2; exit 1; }
+  for got in "$detected" "$neon"; do
+    [ "${got#* }" = "${reference#* }" ] || { echo "error: aarch64 tokens differ from the x86-64 reference's" >&2; exit 1; }
+  done
 done
 echo "== arm: ok"
