@@ -286,3 +286,64 @@ impl BlockK for Q6K {
     }
     k_params!(q6_k);
 }
+
+/// The 2-bit fields of chunk `c = 4h + q` of Q2_K/Q3_K's `qs` at `qs`: bits `2q..2q + 2` of
+/// the 32-byte run `32h`.
+#[inline(always)]
+unsafe fn k_crumbs(qs: *const u8, c: usize) -> (uint8x16_t, uint8x16_t) {
+    let run = qs.add(32 * (c / 4));
+    let shift = vdupq_n_s8(-2 * (c % 4) as i8);
+    let field = |v: uint8x16_t| vandq_u8(vshlq_u8(v, shift), vdupq_n_u8(3));
+    (field(vld1q_u8(run)), field(vld1q_u8(run.add(16))))
+}
+
+pub(super) struct Q2K;
+impl BlockK for Q2K {
+    const BYTES: usize = formats::q2_k::BYTES;
+    const HAS_MIN: bool = true;
+    const GROUP: usize = 16;
+    #[inline(always)]
+    unsafe fn chunk(p: *const u8, c: usize) -> (int8x16_t, int8x16_t) {
+        let (lo, hi) = k_crumbs(p.add(formats::q2_k::OFFSET_QS), c);
+        (vreinterpretq_s8_u8(lo), vreinterpretq_s8_u8(hi))
+    }
+    k_params!(q2_k);
+}
+
+pub(super) struct Q3K;
+impl BlockK for Q3K {
+    const BYTES: usize = formats::q3_k::BYTES;
+    const HAS_MIN: bool = false;
+    const GROUP: usize = 16;
+    #[inline(always)]
+    unsafe fn chunk(p: *const u8, c: usize) -> (int8x16_t, int8x16_t) {
+        let (lo, hi) = k_crumbs(p.add(formats::q3_k::OFFSET_QS), c);
+        // Minus 4 where bit c of hmask[j % 32] is clear.
+        let hmask = p.add(formats::q3_k::OFFSET_HMASK);
+        let bit = vdupq_n_u8(1 << c);
+        let quants = |q: uint8x16_t, m: uint8x16_t| {
+            let minus = vbicq_u8(vdupq_n_u8(4), vtstq_u8(m, bit));
+            vsubq_s8(vreinterpretq_s8_u8(q), vreinterpretq_s8_u8(minus))
+        };
+        (
+            quants(lo, vld1q_u8(hmask)),
+            quants(hi, vld1q_u8(hmask.add(16))),
+        )
+    }
+    k_params!(q3_k);
+}
+
+pub(super) struct Iq4Xs;
+impl BlockK for Iq4Xs {
+    const BYTES: usize = formats::iq4_xs::BYTES;
+    const HAS_MIN: bool = false;
+    const GROUP: usize = 32;
+    #[inline(always)]
+    unsafe fn chunk(p: *const u8, c: usize) -> (int8x16_t, int8x16_t) {
+        // Chunk c is IQ4_NL's layout on the 16 bytes at 16c.
+        let table = vld1q_s8(formats::iq4_xs::KVALUES.as_ptr());
+        let (lo, hi) = nibbles(p.add(formats::iq4_xs::OFFSET_QS + 16 * c));
+        (vqtbl1q_s8(table, lo), vqtbl1q_s8(table, hi))
+    }
+    k_params!(iq4_xs);
+}

@@ -3,8 +3,8 @@
 //! decode `rows` and the prefill tile all return the reference's result bit for bit.
 
 use super::blocks::{
-    q8k_scale, Act32, ActQ8_0, ActQ8_1, Block32, BlockK, Iq4Nl, Mxfp4, Q4K, Q4_0, Q4_1, Q5K, Q5_0,
-    Q5_1, Q6K, Q8_0, Q8_1,
+    q8k_scale, Act32, ActQ8_0, ActQ8_1, Block32, BlockK, Iq4Nl, Iq4Xs, Mxfp4, Q2K, Q3K, Q4K, Q4_0,
+    Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8_0, Q8_1,
 };
 use crate::kernel_table::Kernels;
 use crate::simd::register::fast_kernels;
@@ -171,9 +171,12 @@ macro_rules! table {
 }
 
 table!(neon: "neon", Mull;
+    q2_k: k_block_dot::<Q2K>;
+    q3_k: k_block_dot::<Q3K>;
     q4_k: k_block_dot::<Q4K>;
     q5_k: k_block_dot::<Q5K>;
     q6_k: k_block_dot::<Q6K>;
+    iq4_xs: k_block_dot::<Iq4Xs>;
     q4_0: block_dot::<Q4_0, ActQ8_0>;
     q4_1: block_dot::<Q4_1, ActQ8_1>;
     q5_0: block_dot::<Q5_0, ActQ8_0>;
@@ -185,9 +188,12 @@ table!(neon: "neon", Mull;
 );
 
 table!(dotprod: "neon,dotprod", Sdot;
+    q2_k: k_block_dot::<Q2K>;
+    q3_k: k_block_dot::<Q3K>;
     q4_k: k_block_dot::<Q4K>;
     q5_k: k_block_dot::<Q5K>;
     q6_k: k_block_dot::<Q6K>;
+    iq4_xs: k_block_dot::<Iq4Xs>;
     q4_0: block_dot::<Q4_0, ActQ8_0>;
     q4_1: block_dot::<Q4_1, ActQ8_1>;
     q5_0: block_dot::<Q5_0, ActQ8_0>;

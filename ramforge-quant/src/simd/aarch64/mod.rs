@@ -1,8 +1,8 @@
 //! aarch64 kernels: NEON, which every ARMv8-A CPU has, and the same kernels with the
 //! dot-product extension's `sdot` (ARMv8.2-A and later: Apple M1 on, Graviton 2 on, Ampere).
 //!
-//! The 32-element block formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, IQ4_NL, MXFP4) and the
-//! K-quants Q4_K, Q5_K and Q6_K unpack each 32 quants into two vectors and take their exact
+//! The 32-element block formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, IQ4_NL, MXFP4), the
+//! K-quants (Q2_K to Q6_K) and IQ4_XS unpack each 32 quants into two vectors and take their exact
 //! integer dot with the activation's quants there ([`dots`]); scales, mins and the f32 sums
 //! are the generated reference's own code in its own order, so every kernel here returns bit
 //! for bit what the reference does, whichever instruction set runs and however rows and

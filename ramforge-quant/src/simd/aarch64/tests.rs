@@ -6,7 +6,10 @@ use crate::isa::Isa;
 use crate::kernel_table::{Dot, Kernels, Tile, ROWS, TILE};
 use crate::{dispatch, GgmlType};
 
-const FORMATS: [GgmlType; 11] = [
+const FORMATS: [GgmlType; 14] = [
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
+    GgmlType::IQ4_XS,
     GgmlType::Q4_K,
     GgmlType::Q5_K,
     GgmlType::Q6_K,
