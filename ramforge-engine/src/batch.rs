@@ -55,7 +55,14 @@ impl Engine {
         let keep = reusable_prefix(&seq.kv, seq.common_prefix(prompt), seq.len(), prompt.len());
         self.swap_context(seq);
         self.truncate_context(keep);
-        let done = self.eval_unless_cancelled(&prompt[keep..], Some(cancel));
+        let done = self
+            .eval_unless_cancelled(&prompt[keep..], Some(cancel))
+            .and_then(|done| {
+                if done {
+                    self.checkpoint_prompt()?;
+                }
+                Ok(done)
+            });
         self.swap_context(seq);
         Ok(done?.then_some(keep))
     }

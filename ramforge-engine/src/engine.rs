@@ -401,17 +401,32 @@ impl Engine {
 
     /// Keeps the first `n` tokens of the context (and their keys and values, still charged)
     /// and forgets the rest, so a prompt that starts with them evaluates only what follows.
-    /// A hybrid model's recurrent state cannot be cut back: its context starts over instead.
+    /// A hybrid model's recurrent state cannot be cut back: its context goes back to the
+    /// state's checkpoint at the end of the last prompt when that is at `n`, else starts over.
     pub fn truncate_context(&mut self, n: usize) {
         self.saved = None;
         if n < self.history.len() {
             if self.kv.is_recurrent() {
-                self.reset();
-                return;
+                if n == 0 || self.kv.checkpoint_position() != Some(n) {
+                    self.reset();
+                    return;
+                }
+                self.kv.restore_checkpoint();
+                self.stale = None; // the checkpoint's state is exactly that of the n tokens
             }
             self.history.truncate(n);
             self.kv.set_len(n);
         }
+    }
+
+    /// Marks the end of a prompt: a hybrid model keeps a copy of its recurrent state here, so
+    /// a later prompt that shares these tokens but not what was generated after them can
+    /// still start from them.
+    pub(crate) fn checkpoint_prompt(&mut self) -> Result<(), EngineError> {
+        if self.kv.is_recurrent() {
+            self.kv.checkpoint()?;
+        }
+        Ok(())
     }
 
     /// Appends `tokens` to the context and returns the logits that follow the last of them.
@@ -547,8 +562,8 @@ impl Engine {
 
 /// How many leading tokens of a prompt of `prompt_len` tokens a context of `held` tokens,
 /// whose first `common` agree with the prompt, can keep: at least the last prompt token is
-/// evaluated (for its logits), and a recurrent state (hybrid models) is kept only whole, as
-/// it cannot be cut back to a shorter prefix.
+/// evaluated (for its logits), and a recurrent state (hybrid models) cannot be cut back to a
+/// shorter prefix: it is kept whole, or back to its checkpoint at the end of the last prompt.
 pub(crate) fn reusable_prefix(
     kv: &KvCache,
     common: usize,
@@ -557,7 +572,7 @@ pub(crate) fn reusable_prefix(
 ) -> usize {
     let keep = common.min(prompt_len.saturating_sub(1));
     if kv.is_recurrent() && keep < held {
-        0
+        kv.checkpoint_position().filter(|&c| c <= keep).unwrap_or(0)
     } else {
         keep
     }

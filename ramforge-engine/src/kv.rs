@@ -61,13 +61,13 @@ impl std::str::FromStr for KvType {
 }
 
 /// Bytes of the cache of `cfg` for a context of `ctx` positions (what [`KvCache`] charges when
-/// full), the recurrent state of delta-net layers included.
+/// full), the recurrent state of delta-net layers and its checkpoint included.
 pub fn kv_cache_bytes(cfg: &ModelConfig, ctx: usize, ty: KvType) -> u64 {
     (0..cfg.n_layer)
         .map(|l| planes(cfg) as u64 * cfg.kv_dim() as u64 * cfg.kv_positions(l, ctx) as u64)
         .sum::<u64>()
         * ty.bytes_per_element()
-        + RecurrentState::bytes(cfg)
+        + 2 * RecurrentState::bytes(cfg)
 }
 
 /// Bytes [`KvCache::save`] holds at most for a verify pass of `rows` positions: those rows of
@@ -220,6 +220,25 @@ impl KvCache {
     /// cannot be cut back to a shorter prefix.
     pub fn is_recurrent(&self) -> bool {
         self.recurrent.exists()
+    }
+
+    /// Keeps a copy of the recurrent state as it stands now, after the positions it holds
+    /// positions (the end of a prompt), for [`KvCache::restore_checkpoint`].
+    pub(crate) fn checkpoint(&mut self) -> Result<(), EngineError> {
+        self.recurrent.checkpoint(self.len, &self.budget)
+    }
+
+    /// The position the recurrent state's checkpoint was made at, if any.
+    pub(crate) fn checkpoint_position(&self) -> Option<usize> {
+        self.recurrent.checkpoint_position()
+    }
+
+    /// Cuts the context back to the checkpoint's position with the recurrent state it had
+    /// there; returns that position, or `None` (nothing changed) without a checkpoint.
+    pub(crate) fn restore_checkpoint(&mut self) -> Option<usize> {
+        let position = self.recurrent.restore_checkpoint()?;
+        self.len = position;
+        Some(position)
     }
 
     /// Delta-net layer `layer`'s convolution inputs and state matrices (see

@@ -1,9 +1,10 @@
 //! The recurrent state of a hybrid model's gated delta-net layers (qwen35moe synth file) as a
 //! sequence's context: it cannot be cut back, so a prompt that shares only part of the held
 //! context starts over (cached 0) and gives the logits of a fresh context, while a prompt
-//! that extends the whole held context (the next turn of a chat) evaluates only its new
-//! tokens; batched decoding gives every sequence the logits of its single run; the state is
-//! charged to the budget with the sequence.
+//! that extends the whole held context, or the last prompt but not what was generated after it
+//! (the state's checkpoint), evaluates only its new tokens; batched decoding gives every
+//! sequence the logits of its single run; the state and its checkpoint are charged to the
+//! budget with the sequence.
 
 mod common;
 
@@ -15,31 +16,7 @@ fn hybrid_model() -> PathBuf {
     let dir = std::env::temp_dir().join(format!("ramforge-hybrid-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join("qwen35moe.gguf");
-    common::synth(
-        &out,
-        &[
-            "--arch",
-            "qwen35moe",
-            "--layers",
-            "3",
-            "--embd",
-            "128",
-            "--ffn",
-            "64",
-            "--heads",
-            "4",
-            "--kv-heads",
-            "2",
-            "--experts",
-            "8",
-            "--experts-used",
-            "2",
-            "--full-attention-interval",
-            "2",
-            "--type",
-            "F32",
-        ],
-    );
+    common::synth(&out, &common::QWEN35MOE_SMALL);
     out
 }
 
@@ -71,6 +48,8 @@ fn a_recurrent_context_is_reused_only_whole_and_batched_rows_equal_single_runs()
     b.extend(tok.encode(" and a slow green turtle", false, true));
     let mut longer = a.clone();
     longer.extend(tok.encode(" again and again", false, true));
+    let mut turn = longer.clone();
+    turn.extend(tok.encode(" until the end", false, true));
     let cancel = AtomicBool::new(false);
 
     // Fresh logits of each prompt.
@@ -81,6 +60,7 @@ fn a_recurrent_context_is_reused_only_whole_and_batched_rows_equal_single_runs()
     let fresh_b = fresh(&mut e, &b);
     let fresh_longer = fresh(&mut e, &longer);
     let fresh_a = fresh(&mut e, &a);
+    let fresh_turn = fresh(&mut e, &turn);
     e.reset();
 
     let mut seq = e.new_sequence();
@@ -103,6 +83,23 @@ fn a_recurrent_context_is_reused_only_whole_and_batched_rows_equal_single_runs()
     // Evaluated in two batches instead of one: equal up to f32 rounding.
     let d = max_diff(e.logits(), &fresh_longer);
     assert!(d < 1e-3, "extended prompt: max diff {d}");
+    // A token generated after that prompt, then a next turn that holds the prompt but not
+    // that token: the state goes back to its checkpoint at the prompt's end.
+    let generated = a[1];
+    assert_ne!(generated, turn[longer.len()]);
+    e.decode_batch(&mut [&mut seq], &[generated]).unwrap();
+    assert_eq!(seq.len(), longer.len() + 1);
+    assert_eq!(
+        e.prefill(&mut seq, &turn, &cancel).unwrap(),
+        Some(longer.len())
+    );
+    assert_eq!(seq.tokens(), &turn[..]);
+    let d = max_diff(e.logits(), &fresh_turn);
+    assert!(d < 1e-3, "next turn from the checkpoint: max diff {d}");
+    // Cut anywhere but at the checkpoint, it starts over.
+    let mut other = turn[..longer.len() - 1].to_vec();
+    other.extend(tok.encode(" or not", false, true));
+    assert_eq!(e.prefill(&mut seq, &other, &cancel).unwrap(), Some(0));
 
     // The engine's own context: truncating a recurrent context starts it over.
     e.reset();
@@ -152,7 +149,7 @@ fn the_plan_charges_each_sequence_its_recurrent_state() {
     let (one, three) = (plan(1), plan(3));
     let kv = |p: &ramforge_engine::MemoryPlan| p.kv_bytes;
     // The attention layer's keys and values (f16) plus the one-slot stand-ins of the two
-    // delta-net layers, and the state.
-    let kv_per_seq = 2 * 2 * 64 * (128 + 2) + per_seq;
+    // delta-net layers, and the state with its checkpoint.
+    let kv_per_seq = 2 * 2 * 64 * (128 + 2) + 2 * per_seq;
     assert_eq!(kv(&three) - kv(&one), 2 * kv_per_seq);
 }

@@ -3,8 +3,11 @@
 //! per value head. Its size does not grow with the context: it is allocated (and charged)
 //! whole when the sequence first holds a token, and zero until then.
 //!
-//! It summarizes every position at once, so it cannot be cut back to a shorter prefix: a
-//! context that would keep fewer tokens than it holds starts over instead
+//! It summarizes every position at once, so it cannot be cut back to a shorter prefix. So that
+//! the next turn of a conversation (whose prompt holds the last prompt, but seldom every token
+//! generated after it) still evaluates only its new tokens, a copy of the state is kept as it
+//! stood at the end of the latest prompt: a checkpoint, charged like the state. A context cut
+//! back to exactly that position restores it; cut anywhere else it starts over
 //! ([`crate::Engine::truncate_context`]).
 
 use crate::budget::{ChargedVec, MemoryBudget};
@@ -20,6 +23,8 @@ pub(crate) struct RecurrentState {
     /// Floats of one layer's whole state.
     per_layer: usize,
     data: Option<ChargedVec<f32>>,
+    /// The state after the first `.0` positions, and that copy.
+    checkpoint: Option<(usize, ChargedVec<f32>)>,
 }
 
 impl RecurrentState {
@@ -42,6 +47,7 @@ impl RecurrentState {
             conv,
             per_layer,
             data: None,
+            checkpoint: None,
         }
     }
 
@@ -52,6 +58,7 @@ impl RecurrentState {
             conv: 0,
             per_layer: 0,
             data: None,
+            checkpoint: None,
         }
     }
 
@@ -60,7 +67,7 @@ impl RecurrentState {
     }
 
     /// Bytes of the whole state of one sequence of `cfg` (what [`RecurrentState::reserve`]
-    /// charges).
+    /// charges, and [`RecurrentState::checkpoint`] again).
     pub(crate) fn bytes(cfg: &ModelConfig) -> u64 {
         let s = RecurrentState::for_model(cfg);
         4 * (s.layers() * s.per_layer) as u64
@@ -90,9 +97,43 @@ impl RecurrentState {
         self.data.as_deref_mut()
     }
 
-    /// Forgets the state and releases its memory.
+    /// Forgets the state and its checkpoint and releases their memory.
     pub(crate) fn clear(&mut self) {
         self.data = None;
+        self.checkpoint = None;
+    }
+
+    /// Copies the state, as it stands after `position` positions, into the checkpoint
+    /// (charged when first made); nothing when the state is not reserved.
+    pub(crate) fn checkpoint(
+        &mut self,
+        position: usize,
+        budget: &MemoryBudget,
+    ) -> Result<(), EngineError> {
+        let Some(data) = &self.data else {
+            return Ok(());
+        };
+        let mut copy = match self.checkpoint.take() {
+            Some((_, copy)) if copy.len() == data.len() => copy,
+            _ => ChargedVec::zeroed(budget, "recurrent checkpoint", data.len())?,
+        };
+        copy.copy_from_slice(data);
+        self.checkpoint = Some((position, copy));
+        Ok(())
+    }
+
+    /// The position of the checkpoint, if one was made.
+    pub(crate) fn checkpoint_position(&self) -> Option<usize> {
+        self.checkpoint.as_ref().map(|(p, _)| *p)
+    }
+
+    /// Puts the checkpoint back as the state; returns its position, or `None` (nothing
+    /// changed) when there is no checkpoint.
+    pub(crate) fn restore_checkpoint(&mut self) -> Option<usize> {
+        let (position, copy) = self.checkpoint.as_ref()?;
+        let data = self.data.as_mut()?;
+        data.copy_from_slice(copy);
+        Some(*position)
     }
 
     /// Layer `layer`'s convolution inputs (oldest first, `d_conv - 1` rows of every channel)

@@ -93,6 +93,31 @@ pub fn tool(args: &[&str]) -> Output {
         .expect("spawn ramforge-tools")
 }
 
+/// `synth` arguments of a small qwen35moe (hybrid) model: three layers, the middle one full
+/// attention, the others gated delta-net; 8 experts, 2 used.
+pub const QWEN35MOE_SMALL: [&str; 20] = [
+    "--arch",
+    "qwen35moe",
+    "--layers",
+    "3",
+    "--embd",
+    "128",
+    "--ffn",
+    "64",
+    "--heads",
+    "4",
+    "--kv-heads",
+    "2",
+    "--experts",
+    "8",
+    "--experts-used",
+    "2",
+    "--full-attention-interval",
+    "2",
+    "--type",
+    "F32",
+];
+
 /// Writes `file` with `ramforge-tools synth` and `args`, taking the vocabulary from the real
 /// SmolLM2 file.
 pub fn synth(file: &Path, args: &[&str]) {
