@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fuzzing of the untrusted-input paths with cargo-fuzz (libFuzzer): the GGUF reader, the
-# tokenizer, chat templates and model loading.
+# tokenizer, chat templates, model loading, the expert history and server requests.
 #
 #   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET ...]   short pass (CI), 60 s per target by default
 #   scripts/fuzz.sh --long [TARGET ...]                 each target to $RAMFORGE_FUZZ_RUNS executions
