@@ -7,6 +7,7 @@ use crate::constraint::Constraint;
 use crate::sampling::{Logprobs, Sampler, SamplingParams, StopMatcher};
 use crate::text::tokenizer::StreamDecoder;
 use crate::text::Tokenizer;
+use std::time::Instant;
 
 /// Why generation ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -47,6 +48,8 @@ pub struct Decoding<'t> {
     tokens: Vec<u32>,
     text: String,
     constraint: Option<Constraint>,
+    /// Seconds spent computing, applying and advancing the constraint's mask.
+    constraint_secs: f64,
     error: Option<String>,
 }
 
@@ -67,6 +70,7 @@ impl<'t> Decoding<'t> {
             tokens: Vec::new(),
             text: String::new(),
             constraint: None,
+            constraint_secs: 0.0,
             error: None,
         }
     }
@@ -116,7 +120,10 @@ impl<'t> Decoding<'t> {
             if c.is_stopped() {
                 return Next::Stop(StopReason::EndOfGeneration);
             }
-            if let Err(e) = c.mask(logits) {
+            let started = Instant::now();
+            let masked = c.mask(logits);
+            self.constraint_secs += started.elapsed().as_secs_f64();
+            if let Err(e) = masked {
                 self.error = Some(e);
                 return Next::Stop(StopReason::ConstraintFailed);
             }
@@ -126,7 +133,10 @@ impl<'t> Decoding<'t> {
             return Next::Stop(StopReason::EndOfGeneration);
         }
         if let Some(c) = &mut self.constraint {
-            if let Err(e) = c.commit(id) {
+            let started = Instant::now();
+            let committed = c.commit(id);
+            self.constraint_secs += started.elapsed().as_secs_f64();
+            if let Err(e) = committed {
                 self.error = Some(e);
                 return Next::Stop(StopReason::ConstraintFailed);
             }
@@ -147,6 +157,12 @@ impl<'t> Decoding<'t> {
     /// The log-probabilities of the last sampled token, when the parameters asked for them.
     pub fn logprobs(&self) -> Option<&Logprobs> {
         self.sampler.last_logprobs()
+    }
+
+    /// Seconds this generation spent on its constraint: computing each step's mask, applying
+    /// it to the logits and advancing past the sampled token (0 when unconstrained).
+    pub fn constraint_secs(&self) -> f64 {
+        self.constraint_secs
     }
 
     /// Why the constraint failed, after [`StopReason::ConstraintFailed`].

@@ -35,6 +35,8 @@ pub struct GenerationStats {
     pub prompt_secs: f64,
     /// Seconds spent decoding.
     pub decode_secs: f64,
+    /// Of `decode_secs`, the seconds spent on a constraint's mask (0 when unconstrained).
+    pub constraint_secs: f64,
     /// Storage traffic of this call.
     pub residency: ResidencyStats,
     /// Storage traffic of the decode phase alone (its `tokens` are the decode evals, so
@@ -158,6 +160,9 @@ impl Engine {
         let before = *self.residency();
         let started = Instant::now();
         let prompt_done = self.eval_unless_cancelled(&prompt[cached..], Some(cancel))?;
+        if prompt_done {
+            self.checkpoint_prompt()?;
+        }
         let prompt_secs = started.elapsed().as_secs_f64();
         if !prompt_done {
             return Ok(GenerationStats {
@@ -169,6 +174,7 @@ impl Engine {
                 stop_reason: StopReason::Cancelled,
                 prompt_secs,
                 decode_secs: 0.0,
+                constraint_secs: 0.0,
                 residency: self.residency().since(&before),
                 decode_residency: ResidencyStats::default(),
                 first_decode_residency: ResidencyStats::default(),
@@ -232,6 +238,7 @@ impl Engine {
                 }
             }
         };
+        let constraint_secs = decoding.constraint_secs();
         let (tokens, text) = decoding.finish(stop_reason, on_token);
         Ok(GenerationStats {
             prompt_tokens: prompt.len(),
@@ -242,6 +249,7 @@ impl Engine {
             stop_reason,
             prompt_secs,
             decode_secs: decode_started.elapsed().as_secs_f64(),
+            constraint_secs,
             residency: self.residency().since(&before),
             decode_residency: self.residency().since(&decode_before),
             first_decode_residency: first.unwrap_or_else(|| self.residency().since(&decode_before)),

@@ -41,6 +41,13 @@ fn sample(e: &mut Engine, prompt: &str, grammar: &Grammar, seed: u64, n: usize) 
         "{:?}",
         stats.text
     );
+    // The mask's time is measured, and is part of the decode's.
+    assert!(
+        stats.constraint_secs > 0.0 && stats.constraint_secs <= stats.decode_secs,
+        "constraint {} s of decode {} s",
+        stats.constraint_secs,
+        stats.decode_secs
+    );
     stats.text
 }
 

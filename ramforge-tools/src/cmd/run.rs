@@ -245,6 +245,7 @@ fn json_report(
         }),
     });
     report["bytes_read_per_generated_token"] = per_generated(s).into();
+    report["constraint_secs"] = s.constraint_secs.into();
     report["speculation"] = speculation_json(engine, s);
     // Not charged to the budget: see `Model`.
     report["tokenizer_bytes"] = engine.model().tokenizer.heap_bytes().into();
