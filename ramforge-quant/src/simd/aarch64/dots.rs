@@ -129,11 +129,11 @@ unsafe fn k_block_dot<F: BlockK, D: IntDot>(w: &[u8], a: &[u8]) -> f32 {
     acc
 }
 
-/// Module `$table` with the kernels of every 32-element format over integer dot `$dot`,
+/// Module `$table` with the kernels of every listed format over integer dot `$dot`,
 /// compiled for `$feature` (`$table::kernels`). `rows` and the tile call `vec_dot` per row
 /// and token: each block's work is small next to its load, and the results stay exact.
 macro_rules! table {
-    ($table:ident: $feature:literal, $dot:ident; $($module:ident: $body:ident::<$format:ident $(, $act:ident)?>;)*) => {
+    ($table:ident: $feature:literal, $dot:ident; $($module:ident: $body:ident $(::<$($ty:ident),*>)?;)*) => {
         pub(super) mod $table {
             use super::*;
             use crate::kernel_table::{Tile, ROWS, TILE};
@@ -143,7 +143,7 @@ macro_rules! table {
 
                     #[target_feature(enable = $feature)]
                     unsafe fn dot(w: &[u8], a: &[u8]) -> f32 {
-                        $body::<$format, $($act,)? $dot>(w, a)
+                        $body::<$($($ty,)*)? $dot>(w, a)
                     }
 
                     pub(in super::super) fn vec_dot(w: &[u8], a: &[u8]) -> f32 {
@@ -170,24 +170,16 @@ macro_rules! table {
     };
 }
 
-table!(neon: "neon", Mull;
-    q2_k: k_block_dot::<Q2K>;
-    q3_k: k_block_dot::<Q3K>;
-    q4_k: k_block_dot::<Q4K>;
-    q5_k: k_block_dot::<Q5K>;
-    q6_k: k_block_dot::<Q6K>;
-    iq4_xs: k_block_dot::<Iq4Xs>;
-    q4_0: block_dot::<Q4_0, ActQ8_0>;
-    q4_1: block_dot::<Q4_1, ActQ8_1>;
-    q5_0: block_dot::<Q5_0, ActQ8_0>;
-    q5_1: block_dot::<Q5_1, ActQ8_1>;
-    q8_0: block_dot::<Q8_0, ActQ8_0>;
-    q8_1: block_dot::<Q8_1, ActQ8_1>;
-    iq4_nl: block_dot::<Iq4Nl, ActQ8_0>;
-    mxfp4: block_dot::<Mxfp4, ActQ8_0>;
-);
+/// The formats with kernels, listed once: a `neon` table over widening multiplies and a
+/// `dotprod` one over `sdot`, the same drivers and unpacking in both.
+macro_rules! tables {
+    ($($list:tt)*) => {
+        table!(neon: "neon", Mull; $($list)*);
+        table!(dotprod: "neon,dotprod", Sdot; $($list)*);
+    };
+}
 
-table!(dotprod: "neon,dotprod", Sdot;
+tables!(
     q2_k: k_block_dot::<Q2K>;
     q3_k: k_block_dot::<Q3K>;
     q4_k: k_block_dot::<Q4K>;
