@@ -218,6 +218,7 @@ macro_rules! block_k {
     (@min) => { false };
     (@min min) => { true };
 }
+pub(super) use block_k;
 
 /// Q8_K's scale: an f32 field, as the reference reads it.
 pub(super) fn q8k_scale(b: &[u8]) -> f32 {
