@@ -9,6 +9,7 @@
 
 use super::blocks::{bit_masks, block_k, k_crumbs, nibbles, BlockK};
 use crate::formats;
+use crate::spec_support::u32_at;
 use std::arch::aarch64::*;
 
 /// ggml's `ksigns`: a 7-bit sign index to the sign bits of its eight elements, the eighth
@@ -68,9 +69,12 @@ macro_rules! block_at {
 
 block_k!(Iq2Xxs = iq2_xxs, |p, c| {
     // Chunk c is qs[8c..8c + 8]: four grid rows, then a u32 of four sign indices (bits 7l..).
-    let q = &block_at!(iq2_xxs, p).qs[8 * c..8 * c + 8];
-    let aux = u32::from_le_bytes([q[4], q[5], q[6], q[7]]);
-    let rows = rows8(&formats::iq2_xxs::GRID, [0, 1, 2, 3].map(|l| q[l] as usize));
+    let qs = &block_at!(iq2_xxs, p).qs;
+    let aux = u32_at(qs, 8 * c + 4);
+    let rows = rows8(
+        &formats::iq2_xxs::GRID,
+        [0, 1, 2, 3].map(|l| qs[8 * c + l] as usize),
+    );
     signed(rows, ksigns([0, 1, 2, 3].map(|l| aux >> (7 * l))))
 });
 
@@ -87,22 +91,16 @@ block_k!(Iq2S = iq2_s, |p, c| {
     let b = block_at!(iq2_s, p);
     let r =
         [0, 1, 2, 3].map(|l| b.qs[4 * c + l] as usize | ((b.qh[c] as usize >> (2 * l)) & 3) << 8);
-    let signs = &b.signs[4 * c..4 * c + 4];
-    signed(
-        rows8(&formats::iq2_s::GRID, r),
-        u32::from_le_bytes([signs[0], signs[1], signs[2], signs[3]]),
-    )
+    signed(rows8(&formats::iq2_s::GRID, r), u32_at(&b.signs, 4 * c))
 });
 
 block_k!(Iq3Xxs = iq3_xxs, |p, c| {
     // Eight rows qs[8c..8c + 8]; sign indices in the u32 at sas[4c] (bits 7l..).
     let b = block_at!(iq3_xxs, p);
-    let q = &b.qs[8 * c..8 * c + 8];
-    let s = &b.sas[4 * c..4 * c + 4];
-    let aux = u32::from_le_bytes([s[0], s[1], s[2], s[3]]);
+    let aux = u32_at(&b.sas, 4 * c);
     let rows = rows4(
         &formats::iq3_xxs::GRID,
-        std::array::from_fn(|i| q[i] as usize),
+        std::array::from_fn(|i| b.qs[8 * c + i] as usize),
     );
     signed(rows, ksigns([0, 1, 2, 3].map(|l| aux >> (7 * l))))
 });
@@ -111,11 +109,7 @@ block_k!(Iq3S = iq3_s, |p, c| {
     // Row qs[8c + i] plus bit i of qh[c] as bit 8; one sign bit per element.
     let b = block_at!(iq3_s, p);
     let r = std::array::from_fn(|i| b.qs[8 * c + i] as usize | ((b.qh[c] as usize >> i) & 1) << 8);
-    let signs = &b.signs[4 * c..4 * c + 4];
-    signed(
-        rows4(&formats::iq3_s::GRID, r),
-        u32::from_le_bytes([signs[0], signs[1], signs[2], signs[3]]),
-    )
+    signed(rows4(&formats::iq3_s::GRID, r), u32_at(&b.signs, 4 * c))
 });
 
 block_k!(Iq1S = iq1_s, |p, c| {
