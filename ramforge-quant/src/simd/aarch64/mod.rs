@@ -2,14 +2,17 @@
 //! dot-product extension's `sdot` (ARMv8.2-A and later: Apple M1 on, Graviton 2 on, Ampere).
 //!
 //! The 32-element block formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, IQ4_NL, MXFP4), the
-//! K-quants (Q2_K to Q6_K) and IQ4_XS unpack each 32 quants into two vectors and take their exact
-//! integer dot with the activation's quants there ([`dots`]); scales, mins and the f32 sums
-//! are the generated reference's own code in its own order, so every kernel here returns bit
-//! for bit what the reference does, whichever instruction set runs and however rows and
-//! tokens are grouped. The other formats and the float dots run the reference.
+//! K-quants (Q2_K to Q6_K), IQ4_XS, the low-bit formats (IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S,
+//! IQ3_XXS, IQ3_S, TQ1_0, TQ2_0: [`lowbit`], grid rows gathered by scalar loads) and NVFP4
+//! unpack each 32 quants into two vectors and take their exact integer dot with the
+//! activation's quants there ([`dots`]); scales, mins and the f32 sums are the generated
+//! reference's own code in its own order, so every kernel here returns bit for bit what the
+//! reference does, whichever instruction set runs and however rows and tokens are grouped.
+//! The float dots run the reference.
 
 mod blocks;
 mod dots;
+mod lowbit;
 #[cfg(test)]
 mod tests;
 

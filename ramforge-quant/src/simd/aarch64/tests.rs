@@ -1,12 +1,23 @@
-//! Every aarch64 kernel against the generated reference, bit for bit: `vec_dot`, `rows` and
-//! the tile of each format that has one, on random rows of blocks the reference quantized and on
-//! blocks of random bytes (every quant value) under a finite scale.
+//! Every aarch64 kernel against the generated reference, bit for bit, on both instruction
+//! sets: `vec_dot`, `rows` and the tile of each format, on random rows of blocks the reference
+//! quantized and on blocks of random bytes (every quant value, grid row and sign) under a
+//! finite scale, against quantized activations and one of random quants.
 
 use crate::isa::Isa;
 use crate::kernel_table::{Dot, Kernels, Tile, ROWS, TILE};
-use crate::{dispatch, GgmlType};
+use crate::{dispatch, formats, GgmlType};
 
-const FORMATS: [GgmlType; 14] = [
+const FORMATS: [GgmlType; 24] = [
+    GgmlType::IQ2_XXS,
+    GgmlType::IQ3_XXS,
+    GgmlType::IQ2_XS,
+    GgmlType::IQ2_S,
+    GgmlType::IQ3_S,
+    GgmlType::IQ1_S,
+    GgmlType::IQ1_M,
+    GgmlType::TQ2_0,
+    GgmlType::TQ1_0,
+    GgmlType::NVFP4,
     GgmlType::Q2_K,
     GgmlType::Q3_K,
     GgmlType::IQ4_XS,
@@ -47,22 +58,54 @@ fn quantize(ty: GgmlType, x: &[f32]) -> Vec<u8> {
     out
 }
 
-/// `rows` rows of `cols` weights: quantized from noise, then every second block's bytes past
-/// its first 2 (the f16 scale of all but MXFP4, whose 1-byte scale is kept too) made random.
+/// The bits of a block that hold its float scale, `(byte, mask)`, which [`weights`] keeps so
+/// that the scale stays finite: the f16 at the start of most formats (MXFP4 keeps its 1-byte
+/// scale and a byte of quants), Q4_1/Q5_1's scale and min, the TQ formats' f16 at the end,
+/// IQ1_M's f16 over the top nibbles of its four u16 scales; NVFP4's E4M3 scales are finite
+/// whatever their bits.
+fn scale_bits(ty: GgmlType) -> &'static [(usize, u8)] {
+    match ty {
+        GgmlType::Q4_1 | GgmlType::Q5_1 => &[(0, 0xFF), (1, 0xFF), (2, 0xFF), (3, 0xFF)],
+        GgmlType::TQ2_0 => &[(64, 0xFF), (65, 0xFF)],
+        GgmlType::TQ1_0 => &[(52, 0xFF), (53, 0xFF)],
+        GgmlType::IQ1_M => &[(49, 0xF0), (51, 0xF0), (53, 0xF0), (55, 0xF0)],
+        GgmlType::NVFP4 => &[],
+        _ => &[(0, 0xFF), (1, 0xFF)],
+    }
+}
+
+/// `rows` rows of `cols` weights: quantized from noise, then every second block's bits made
+/// random but for its [`scale_bits`].
 fn weights(ty: GgmlType, rows: usize, cols: usize, noise: &mut Noise) -> Vec<u8> {
     let x: Vec<f32> = (0..rows * cols).map(|_| noise.float()).collect();
     let mut w = quantize(ty, &x);
-    let keep = if ty == GgmlType::Q4_1 || ty == GgmlType::Q5_1 {
-        4
-    } else {
-        2
-    };
     for block in w.chunks_exact_mut(ty.type_size()).step_by(2) {
-        for b in &mut block[keep..] {
+        let kept: Vec<u8> = block.to_vec();
+        for b in block.iter_mut() {
             *b = noise.next() as u8;
+        }
+        for &(i, mask) in scale_bits(ty) {
+            block[i] = (kept[i] & mask) | (block[i] & !mask);
         }
     }
     w
+}
+
+/// The quants of activation row `a` made random bytes: every i8, -128 too, which the
+/// quantizer never gives. The dots read only the quants and the scale, not Q8_1's sum or
+/// Q8_K's group sums, so the row stays one the kernels must get right.
+fn random_quants(act: GgmlType, a: &mut [u8], noise: &mut Noise) {
+    let (qs, n) = match act {
+        GgmlType::Q8_0 => (formats::q8_0::OFFSET_QS, formats::q8_0::BLOCK),
+        GgmlType::Q8_1 => (formats::q8_1::OFFSET_QS, formats::q8_1::BLOCK),
+        GgmlType::Q8_K => (formats::q8_k::OFFSET_QS, formats::q8_k::BLOCK),
+        _ => unreachable!("the activation types"),
+    };
+    for block in a.chunks_exact_mut(act.type_size()) {
+        for b in &mut block[qs..qs + n] {
+            *b = noise.next() as u8;
+        }
+    }
 }
 
 /// A block format's dot: weight row bytes, activation row bytes.
@@ -89,9 +132,13 @@ fn every_kernel_equals_the_reference_bit_for_bit() {
         let w = weights(ty, ROWS, cols, &mut noise);
         let row = ty.row_size(cols).unwrap();
         let acts: Vec<Vec<u8>> = (0..TILE)
-            .map(|_| {
+            .map(|t| {
                 let x: Vec<f32> = (0..cols).map(|_| 4.0 * noise.float()).collect();
-                quantize(act, &x)
+                let mut a = quantize(act, &x);
+                if t == TILE - 1 {
+                    random_quants(act, &mut a, &mut noise);
+                }
+                a
             })
             .collect();
         let want: Vec<Vec<u32>> = w
