@@ -1,21 +1,22 @@
 //! A three-turn conversation with a hybrid model (qwen35moe synth, whose delta-net layers keep
 //! a recurrent state that cannot be cut back) through `serve`: each turn is served from the
 //! last one's context (`cached_tokens` at least the previous prompt, from the state's
-//! checkpoint at the end of that prompt when the answer does not render back to the tokens
-//! generated), and each answer equals a fresh context's, asked of a second server in an order
-//! that leaves it nothing to reuse.
+//! checkpoint at the end of that prompt, as the client sends back answers other than the
+//! tokens generated), and each answer equals a fresh context's, asked of a second server in an
+//! order that leaves it nothing to reuse.
 
 use super::common;
 use super::server::Server;
 use serde_json::{json, Value};
 use std::time::Duration;
 
-fn body(messages: &[Value]) -> String {
-    json!({"model": "m", "messages": messages, "temperature": 0, "max_tokens": 8}).to_string()
-}
-
+/// Asks `server` (greedy, 8 tokens) to answer `messages`: the answer, the prompt's tokens and
+/// how many of them were cached.
 fn ask(server: &Server, messages: &[Value]) -> (String, u64, u64) {
-    let (status, answer) = server.post("/v1/chat/completions", &body(messages));
+    let (_, models) = server.get("/v1/models", None);
+    let model = &models["data"][0]["id"];
+    let body = json!({"model": model, "messages": messages, "temperature": 0, "max_tokens": 8});
+    let (status, answer) = server.post("/v1/chat/completions", &body.to_string());
     assert_eq!(status, 200, "{answer}");
     let usage = &answer["usage"];
     (
@@ -42,7 +43,13 @@ fn a_hybrid_conversation_reuses_each_turn_and_answers_as_fresh() {
     let mut turns: Vec<(Vec<Value>, String)> = Vec::new();
     let mut messages = vec![json!({"role": "user", "content": "Name a colour."})];
     let mut previous_prompt = None;
-    for next in ["Another one?", "And a third?", ""] {
+    // The client sends back answers of its own (as one that edits or trims them would), so
+    // each next prompt holds the last prompt but not the tokens generated after it.
+    let replies = ["Blue.", "Green, I think.", ""];
+    for (next, reply) in ["Another one?", "And a third?", ""]
+        .into_iter()
+        .zip(replies)
+    {
         let (answer, prompt, cached) = ask(&server, &messages);
         if let Some(previous) = previous_prompt {
             assert!(
@@ -53,7 +60,7 @@ fn a_hybrid_conversation_reuses_each_turn_and_answers_as_fresh() {
         }
         previous_prompt = Some(prompt);
         turns.push((messages.clone(), answer.clone()));
-        messages.push(json!({"role": "assistant", "content": answer}));
+        messages.push(json!({"role": "assistant", "content": reply}));
         messages.push(json!({"role": "user", "content": next}));
     }
     server.terminate(Duration::from_secs(10));
