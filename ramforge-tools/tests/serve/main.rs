@@ -2,7 +2,8 @@
 //! errors (`errors`), generation against the CLI's own output and streamed against plain
 //! (`generation`), hang-ups and SIGTERM (`lifecycle`), `/metrics` and `/status` (`metrics`), the
 //! chat page in headless Chromium (`page`), several requests decoded together (`parallel`), logprobs, penalties and structured output
-//! (`sampling`), tool calls and reasoning (`tools`), and the real `openai` python
+//! (`sampling`), speculative decoding equal to plain (`speculative`), tool calls and reasoning
+//! (`tools`), and the real `openai` python
 //! client (`openai_client`).
 
 #[path = "../common/mod.rs"]
@@ -16,4 +17,5 @@ mod page;
 mod parallel;
 mod sampling;
 mod server;
+mod speculative;
 mod tools;

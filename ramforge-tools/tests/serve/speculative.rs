@@ -1,0 +1,132 @@
+//! Speculative decoding in the server (`serve --lookup`, `serve --draft`): the greedy answers
+//! of the same requests, whole and streamed, equal plain `serve`'s; `usage.speculation` reports
+//! what it did (drafts accepted on a prompt that repeats itself), and `/metrics` counts it.
+
+use super::generation::streamed_text;
+use super::server::{chat_body, completion_body, Server};
+use serde_json::Value;
+
+/// A prompt that repeats itself, so the context has n-grams to look up.
+const PROMPT: &str =
+    "one two three four five six seven eight one two three four five six seven eight one two three";
+
+/// One answer: its text, finish_reason and usage.
+type Answer = (String, String, Value);
+
+/// The answers of the same requests, in order: a completion, the same completion streamed
+/// (its usage chunk asked for), and a chat.
+fn answers(server: &Server) -> Vec<Answer> {
+    let mut out = Vec::new();
+    let (status, v) = server.post("/v1/completions", &completion_body(PROMPT, 40, ""));
+    assert_eq!(status, 200, "{v}");
+    let choice = &v["choices"][0];
+    out.push((
+        choice["text"].as_str().unwrap().to_string(),
+        choice["finish_reason"].as_str().unwrap().to_string(),
+        v["usage"].clone(),
+    ));
+    let extra = r#""stream": true, "stream_options": {"include_usage": true}"#;
+    let chunks = server.stream("/v1/completions", &completion_body(PROMPT, 40, extra));
+    let (text, finish) = streamed_text(&chunks, false);
+    let usage: Value = serde_json::from_str(&chunks[chunks.len() - 2]).unwrap();
+    out.push((text, finish, usage["usage"].clone()));
+    let question = format!("Continue the list: {PROMPT}");
+    let (status, v) = server.post("/v1/chat/completions", &chat_body(&question, 24, ""));
+    assert_eq!(status, 200, "{v}");
+    let choice = &v["choices"][0];
+    out.push((
+        choice["message"]["content"].as_str().unwrap().to_string(),
+        choice["finish_reason"].as_str().unwrap().to_string(),
+        v["usage"].clone(),
+    ));
+    out
+}
+
+/// A counter's value in the server's `/metrics`.
+fn counter(server: &Server, name: &str) -> u64 {
+    let text = ureq::get(&server.url("/metrics"))
+        .call()
+        .expect("GET /metrics")
+        .into_string()
+        .unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(name))
+        .unwrap_or_else(|| panic!("no {name} in\n{text}"));
+    line.split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse::<f64>()
+        .unwrap() as u64
+}
+
+/// The answers of a server with `flags` equal plain `serve`'s, each reporting speculation;
+/// returns them.
+fn equal_to_plain(flags: &[&str]) -> (Server, Vec<Answer>) {
+    let plain = answers(&Server::start(&["--ctx", "512"]));
+    let mut args = vec!["--ctx", "512"];
+    args.extend_from_slice(flags);
+    let server = Server::start(&args);
+    let spec = answers(&server);
+    for (p, s) in plain.iter().zip(&spec) {
+        assert_eq!(
+            (&p.0, &p.1),
+            (&s.0, &s.1),
+            "{flags:?} differs from plain serve"
+        );
+        assert_eq!(p.2["completion_tokens"], s.2["completion_tokens"]);
+        assert!(p.2.get("speculation").is_none(), "{}", p.2);
+        let x = &s.2["speculation"];
+        let passes = x["passes"].as_u64().unwrap_or_else(|| panic!("{}", s.2));
+        let completion = s.2["completion_tokens"].as_u64().unwrap();
+        assert!(passes >= 1 && passes < completion, "{}", s.2);
+        assert!(x["accepted"].as_u64().unwrap() <= x["drafted"].as_u64().unwrap());
+    }
+    let sum = |key: &str| -> u64 {
+        spec.iter()
+            .map(|a| a.2["speculation"][key].as_u64().unwrap())
+            .sum()
+    };
+    assert_eq!(
+        counter(&server, "ramforge_draft_tokens_accepted_total"),
+        sum("accepted")
+    );
+    assert_eq!(
+        counter(&server, "ramforge_speculative_passes_total"),
+        sum("passes")
+    );
+    (server, spec)
+}
+
+#[test]
+fn lookup_answers_equal_plain_and_accept_drafts() {
+    let (_server, spec) = equal_to_plain(&["--lookup"]);
+    for a in &spec[..2] {
+        let x = &a.2["speculation"];
+        assert!(x["accepted"].as_u64().unwrap() > 0, "{x}");
+    }
+}
+
+#[test]
+fn draft_model_answers_equal_plain() {
+    // Another quantization of the same model: the same vocabulary, mostly the same tokens.
+    let draft = super::common::model("smollm2-Q4_0.gguf");
+    let (_server, spec) = equal_to_plain(&["--draft", &draft, "--draft-max", "6"]);
+    let accepted: u64 = spec
+        .iter()
+        .map(|a| a.2["speculation"]["accepted"].as_u64().unwrap())
+        .sum();
+    assert!(accepted > 0, "{spec:?}");
+}
+
+#[test]
+fn logprobs_requests_decode_plainly() {
+    let server = Server::start(&["--ctx", "512", "--lookup"]);
+    let extra = r#""logprobs": true, "top_logprobs": 2"#;
+    let (status, v) = server.post("/v1/chat/completions", &chat_body(PROMPT, 8, extra));
+    assert_eq!(status, 200, "{v}");
+    assert!(v["usage"].get("speculation").is_none(), "{v}");
+    let entries = v["choices"][0]["logprobs"]["content"].as_array().unwrap();
+    let completion = v["usage"]["completion_tokens"].as_u64().unwrap();
+    assert_eq!(entries.len() as u64, completion, "{v}");
+}
