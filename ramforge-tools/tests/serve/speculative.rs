@@ -130,3 +130,98 @@ fn logprobs_requests_decode_plainly() {
     let completion = v["usage"]["completion_tokens"].as_u64().unwrap();
     assert_eq!(entries.len() as u64, completion, "{v}");
 }
+
+/// A completion request body for `model`, greedy.
+fn body_for(model: &str, prompt: &str, max_tokens: usize) -> String {
+    let prompt = serde_json::to_string(prompt).unwrap();
+    format!(
+        r#"{{"model": "{model}", "prompt": {prompt}, "temperature": 0, "max_tokens": {max_tokens}}}"#
+    )
+}
+
+/// The texts of one request alone, then of two together (the second sent once the first,
+/// streamed, has sent its first chunk): a request decoded alone speculates, two together step
+/// plainly, and the first's context passes from one to the other mid-answer.
+fn alone_then_together(server: &Server, model: &str) -> Vec<String> {
+    let text = |v: &Value| v["choices"][0]["text"].as_str().unwrap().to_string();
+    let (status, a) = server.post("/v1/completions", &body_for(model, PROMPT, 48));
+    assert_eq!(status, 200, "{a}");
+    let url = server.url("/v1/completions");
+    let first = body_for(model, PROMPT, 200).replace(r#""prompt""#, r#""stream": true, "prompt""#);
+    let (started, begun) = std::sync::mpsc::channel();
+    let together = std::thread::spawn(move || {
+        let response = ureq::post(&url)
+            .set("Content-Type", "application/json")
+            .send_string(&first)
+            .expect("first request");
+        let mut chunks = Vec::new();
+        for line in std::io::BufRead::lines(std::io::BufReader::new(response.into_reader())) {
+            if let Some(data) = line.unwrap().strip_prefix("data: ") {
+                chunks.push(data.to_string());
+                let _ = started.send(());
+            }
+        }
+        chunks
+    });
+    begun.recv().expect("a first chunk");
+    let (status, b) = server.post("/v1/completions", &body_for(model, "seven eight nine", 24));
+    assert_eq!(status, 200, "{b}");
+    let (first, _) = streamed_text(&together.join().unwrap(), false);
+    let (_, health) = server.get("/health", None);
+    assert_eq!(
+        health["busiest_step"], 2,
+        "the two requests were not decoded together"
+    );
+    vec![text(&a), first, text(&b)]
+}
+
+/// A hybrid model (qwen35moe synth: a recurrent state rolled back after a rejected draft)
+/// drafted for by its own Q4_0 copy, with two slots: answers equal plain `serve`'s.
+#[test]
+fn hybrid_draft_answers_equal_plain_alone_and_together() {
+    let dir = std::env::temp_dir().join(format!("ramforge-serve-spec-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let args = [
+        "--arch",
+        "qwen35moe",
+        "--layers",
+        "3",
+        "--embd",
+        "128",
+        "--ffn",
+        "64",
+        "--heads",
+        "4",
+        "--kv-heads",
+        "2",
+        "--experts",
+        "8",
+        "--experts-used",
+        "2",
+        "--full-attention-interval",
+        "2",
+    ];
+    let (target, draft) = (dir.join("target.gguf"), dir.join("draft.gguf"));
+    for (file, ty) in [(&target, "Q8_0"), (&draft, "Q4_0")] {
+        let mut a = args.to_vec();
+        a.extend(["--type", ty]);
+        super::common::synth(file, &a);
+    }
+    let flags = ["--ctx", "256", "--parallel", "2"];
+    let plain = alone_then_together(&Server::start_model(&target, &flags), "target");
+    let draft_arg = draft.to_str().unwrap();
+    let mut spec_flags = flags.to_vec();
+    spec_flags.extend(["--draft", draft_arg]);
+    let server = Server::start_model(&target, &spec_flags);
+    let spec = alone_then_together(&server, "target");
+    assert_eq!(spec, plain);
+    // Drafts both accepted and rejected: recurrent states rolled back.
+    let accepted = counter(&server, "ramforge_draft_tokens_accepted_total");
+    let drafted = counter(&server, "ramforge_draft_tokens_total");
+    assert!(
+        0 < accepted && accepted < drafted,
+        "{accepted} of {drafted} accepted"
+    );
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
