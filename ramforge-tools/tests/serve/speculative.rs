@@ -225,3 +225,41 @@ fn hybrid_draft_answers_equal_plain_alone_and_together() {
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A schema-constrained chat answer and a completion cut by a stop string, from `server`.
+fn constrained_and_stopped(server: &Server) -> (String, String, Value) {
+    let schema = r#"{"type": "object", "properties": {"name": {"type": "string", "maxLength": 12}, "age": {"type": "integer", "minimum": 0, "maximum": 120}}, "required": ["name", "age"], "additionalProperties": false}"#;
+    let extra = format!(
+        r#""response_format": {{"type": "json_schema", "json_schema": {{"name": "person", "strict": true, "schema": {schema}}}}}"#
+    );
+    let question = "Describe a person as JSON.";
+    let (status, v) = server.post("/v1/chat/completions", &chat_body(question, 60, &extra));
+    assert_eq!(status, 200, "{v}");
+    let json = v["choices"][0]["message"]["content"].as_str().unwrap();
+    serde_json::from_str::<Value>(json).unwrap_or_else(|e| panic!("not JSON ({e}): {v}"));
+    let (status, s) = server.post(
+        "/v1/completions",
+        &completion_body(PROMPT, 40, r#""stop": ["eight one"]"#),
+    );
+    assert_eq!(status, 200, "{s}");
+    let stopped = &s["choices"][0];
+    assert_eq!(stopped["finish_reason"], "stop", "{s}");
+    (
+        json.to_string(),
+        stopped["text"].as_str().unwrap().to_string(),
+        v["usage"].clone(),
+    )
+}
+
+#[test]
+fn constrained_and_stopped_answers_equal_plain() {
+    let plain = constrained_and_stopped(&Server::start(&["--ctx", "512"]));
+    let server = Server::start(&["--ctx", "512", "--lookup"]);
+    let spec = constrained_and_stopped(&server);
+    assert_eq!((&spec.0, &spec.1), (&plain.0, &plain.1));
+    assert!(
+        spec.2["speculation"]["passes"].as_u64().unwrap() > 0,
+        "{}",
+        spec.2
+    );
+}
