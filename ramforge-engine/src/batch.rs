@@ -32,10 +32,13 @@ impl Engine {
         self.plan.request.sequences.clamp(1, self.scratch.batch)
     }
 
-    /// Exchanges the engine's own context with `seq`'s.
-    fn swap_context(&mut self, seq: &mut Sequence) {
+    /// Exchanges the engine's own context with `seq`'s (with what a verify pass saved, and a
+    /// rolled-back recurrent state's lag).
+    pub(crate) fn swap_context(&mut self, seq: &mut Sequence) {
         std::mem::swap(&mut self.kv, &mut seq.kv);
         std::mem::swap(&mut self.history, &mut seq.history);
+        std::mem::swap(&mut self.saved, &mut seq.saved);
+        std::mem::swap(&mut self.stale, &mut seq.stale);
     }
 
     /// Evaluates `prompt` on `seq`, keeping the longest prefix `seq` already holds (at least
@@ -88,6 +91,19 @@ impl Engine {
                 "{n} sequences in one step; this engine was laid out for {}",
                 self.max_sequences()
             )));
+        }
+        for seq in seqs.iter_mut() {
+            // Nothing of a speculative step is rolled back after it: release the copy.
+            seq.saved = None;
+            if seq.stale.is_some() {
+                // A hybrid's recurrent state rolled back by a speculative step lacks its
+                // accepted tokens: evaluate them first (a pass of their own).
+                self.swap_context(seq);
+                let caught_up = self.eval_verify(&[]).map(|_| ());
+                self.saved = None;
+                self.swap_context(seq);
+                caught_up?;
+            }
         }
         let ctx = self.context_size();
         for seq in seqs.iter_mut() {

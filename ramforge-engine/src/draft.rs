@@ -174,6 +174,26 @@ impl DraftLength {
     }
 }
 
+/// One sequence's speculative decoding between passes: its adapted draft length and what it
+/// did so far. [`crate::Engine::generate`] keeps one per generation, the server one per request
+/// ([`crate::Engine::speculating`], [`crate::Engine::speculate_sequence`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Speculating {
+    pub(crate) length: DraftLength,
+    /// What speculative decoding did for this sequence.
+    pub stats: SpeculationStats,
+}
+
+impl Speculating {
+    /// Drafts of at most `max` tokens.
+    pub(crate) fn new(max: usize) -> Speculating {
+        Speculating {
+            length: DraftLength::new(max),
+            stats: SpeculationStats::default(),
+        }
+    }
+}
+
 /// What speculative decoding did in one generation.
 #[derive(Clone, Copy, Debug, Default, serde::Serialize)]
 pub struct SpeculationStats {

@@ -5,11 +5,12 @@
 use crate::budget::MemoryBudget;
 use crate::constraint::Constraint;
 use crate::decoding::{Decoding, Next, StopReason};
-use crate::draft::{DraftLength, DraftModel, Drafter, SpeculationStats};
+use crate::draft::{DraftModel, Drafter, Speculating, SpeculationStats};
 use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::sampling::argmax;
 use crate::sampling::SamplingParams;
+use crate::sequence::Sequence;
 use crate::stream::ResidencyStats;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -200,7 +201,6 @@ impl Engine {
         let stop_reason = match self.drafter.take() {
             Some(mut drafter) if self.verify_capacity() > 1 => {
                 let mut stats = SpeculationStats::default();
-                let draft_before = drafter.model().map(|m| *m.residency());
                 let result = self.speculate(
                     &mut drafter,
                     &mut decoding,
@@ -209,9 +209,6 @@ impl Engine {
                     on_token,
                     cancel,
                 );
-                if let (Some(before), Some(e)) = (draft_before, drafter.model()) {
-                    stats.draft_bytes_read = e.residency().since(&before).bytes_read;
-                }
                 self.drafter = Some(drafter);
                 speculation = Some(stats);
                 result?
@@ -270,10 +267,8 @@ impl Engine {
         self.drafter.as_ref()
     }
 
-    /// The decoding loop with drafts: each pass evaluates the token just chosen and a draft
-    /// after it ([`Engine::eval_verify`]), then chooses each next token from its row, checking
-    /// the draft's token there ([`Decoding::next_checking`]); the first that differs is
-    /// the next pass's first token, and the context is rolled back to just before it.
+    /// The decoding loop with drafts: speculative passes ([`Engine::speculative_pass`]) until
+    /// the generation ends.
     fn speculate(
         &mut self,
         drafter: &mut Drafter,
@@ -283,58 +278,133 @@ impl Engine {
         on_token: &mut dyn FnMut(u32, &str),
         cancel: &AtomicBool,
     ) -> Result<StopReason, EngineError> {
+        let ctx = self.context_size();
+        let mut spec = Speculating::new(self.verify_capacity() - 1);
+        let cancelled = cancel.load(Ordering::Relaxed);
+        let mut id = match decoding.next(logits, self.history(), ctx, cancelled, on_token) {
+            Next::Stop(reason) => return check_stop(reason, decoding),
+            Next::Eval(id) => id,
+        };
+        loop {
+            let next =
+                self.speculative_pass(drafter, &mut spec, decoding, logits, id, on_token, cancel);
+            *stats = spec.stats;
+            match next? {
+                Next::Eval(t) => id = t,
+                Next::Stop(reason) => return check_stop(reason, decoding),
+            }
+        }
+    }
+
+    /// Whether [`Engine::speculate_sequence`] can run: a drafter is set and the engine was
+    /// laid out for drafting (`EngineOptions::draft`).
+    pub fn can_speculate(&self) -> bool {
+        self.drafter.is_some() && self.verify_capacity() > 1
+    }
+
+    /// A fresh speculative state for one sequence (drafts as long as this engine verifies).
+    pub fn speculating(&self) -> Speculating {
+        Speculating::new(self.verify_capacity().saturating_sub(1).max(1))
+    }
+
+    /// Charges the keys and values of `seq` for the longest speculative step it may take (its
+    /// tokens, plus [`Engine::verify_capacity`], at most the context): a budget error here
+    /// leaves `seq` as it was, unlike one inside [`Engine::speculate_sequence`].
+    pub fn reserve_speculation(&self, seq: &mut Sequence) -> Result<(), EngineError> {
+        let n = (seq.len() + self.verify_capacity()).min(self.context_size());
+        seq.kv.reserve(n)
+    }
+
+    /// One speculative step of `seq` (the server's, when it decodes one request alone): as
+    /// [`Engine::speculative_pass`] on `seq`'s context, with the engine's drafter. Nothing is
+    /// left to roll back after it (the copy [`Engine::eval_verify`] made is released). On
+    /// error `seq` is emptied.
+    #[allow(clippy::too_many_arguments)]
+    pub fn speculate_sequence(
+        &mut self,
+        seq: &mut Sequence,
+        spec: &mut Speculating,
+        decoding: &mut Decoding<'_>,
+        logits: &mut [f32],
+        id: u32,
+        on_token: &mut dyn FnMut(u32, &str),
+        cancel: &AtomicBool,
+    ) -> Result<Next, EngineError> {
+        if !self.can_speculate() {
+            return Err(EngineError::Invalid(
+                "speculative decoding needs a drafter and an engine laid out for drafts".into(),
+            ));
+        }
+        let mut drafter = self.drafter.take().expect("can_speculate saw a drafter");
+        self.swap_context(seq);
+        let next =
+            self.speculative_pass(&mut drafter, spec, decoding, logits, id, on_token, cancel);
+        self.saved = None;
+        self.swap_context(seq);
+        self.drafter = Some(drafter);
+        if next.is_err() {
+            seq.clear();
+        }
+        next
+    }
+
+    /// One pass with drafts on the engine's own context: evaluates `id` (the token just
+    /// chosen, not yet evaluated) and a draft after it ([`Engine::eval_verify`]), then chooses
+    /// each next token from its row, checking the draft's token there
+    /// ([`Decoding::next_checking`]). The first that differs from the draft (or the one after
+    /// a wholly accepted draft) is returned, to be evaluated by the next pass, and the context
+    /// is rolled back to just before it; so is it when the generation ends.
+    #[allow(clippy::too_many_arguments)]
+    fn speculative_pass(
+        &mut self,
+        drafter: &mut Drafter,
+        spec: &mut Speculating,
+        decoding: &mut Decoding<'_>,
+        logits: &mut [f32],
+        id: u32,
+        on_token: &mut dyn FnMut(u32, &str),
+        cancel: &AtomicBool,
+    ) -> Result<Next, EngineError> {
         let v = self.n_vocab();
         let ctx = self.context_size();
-        let mut length = DraftLength::new(self.verify_capacity() - 1);
-        let mut next: Option<u32> = None;
-        let mut context = self.history().to_vec();
-        loop {
-            let id = match next.take() {
-                Some(id) => id,
-                None => {
-                    let cancelled = cancel.load(Ordering::Relaxed);
-                    match decoding.next(logits, self.history(), ctx, cancelled, on_token) {
-                        Next::Stop(reason) => return check_stop(reason, decoding),
-                        Next::Eval(id) => id,
-                    }
-                }
-            };
-            let base = self.n_past();
-            context.truncate(base);
-            context.push(id);
-            // No draft past the tokens still allowed or the context.
-            let room = decoding.remaining().min(ctx.saturating_sub(base + 1));
-            let draft = drafter.draft(&context, length.get().min(room))?;
-            context.extend_from_slice(&draft);
-            let rows = self.eval_verify(&context[base..])?.to_vec();
-            stats.passes += 1;
-            stats.drafted += draft.len() as u64;
-            let mut accepted = 0;
-            for (i, row) in rows.chunks_exact(v).enumerate() {
-                logits.copy_from_slice(row);
-                let Some(&d) = draft.get(i) else {
-                    break; // every draft token accepted: the last row follows them all
-                };
-                let held = base + 1 + i;
-                let cancelled = cancel.load(Ordering::Relaxed);
-                let history = &self.history()[..held];
-                match decoding.next_checking(logits, history, ctx, cancelled, on_token, Some(d)) {
-                    Next::Eval(t) if t == d => accepted += 1,
-                    Next::Eval(t) => {
-                        next = Some(t);
-                        self.rollback(held)?;
-                        break;
-                    }
-                    Next::Stop(reason) => {
-                        self.rollback(held)?;
-                        stats.accepted += accepted as u64;
-                        return check_stop(reason, decoding);
-                    }
+        let base = self.n_past();
+        let mut context = Vec::with_capacity(base + 1 + spec.length.get());
+        context.extend_from_slice(self.history());
+        context.push(id);
+        // No draft past the tokens still allowed or the context.
+        let room = decoding.remaining().min(ctx.saturating_sub(base + 1));
+        let read_before = drafter.model().map(|m| m.residency().bytes_read);
+        let draft = drafter.draft(&context, spec.length.get().min(room))?;
+        if let (Some(before), Some(m)) = (read_before, drafter.model()) {
+            spec.stats.draft_bytes_read += m.residency().bytes_read.saturating_sub(before);
+        }
+        context.extend_from_slice(&draft);
+        let rows = self.eval_verify(&context[base..])?.to_vec();
+        spec.stats.passes += 1;
+        spec.stats.drafted += draft.len() as u64;
+        let mut accepted = 0;
+        let mut outcome = Next::Stop(StopReason::Cancelled);
+        for (i, row) in rows.chunks_exact(v).enumerate() {
+            logits.copy_from_slice(row);
+            // The last row follows the whole draft: nothing to check there.
+            let d = draft.get(i).copied();
+            let held = base + 1 + i;
+            let cancelled = cancel.load(Ordering::Relaxed);
+            let history = &self.history()[..held];
+            match decoding.next_checking(logits, history, ctx, cancelled, on_token, d) {
+                Next::Eval(t) if Some(t) == d => accepted += 1,
+                next => {
+                    self.rollback(held)?;
+                    outcome = next;
+                    break;
                 }
             }
-            stats.accepted += accepted as u64;
-            length.update(draft.len(), accepted);
         }
+        spec.stats.accepted += accepted as u64;
+        if matches!(outcome, Next::Eval(_)) {
+            spec.length.update(draft.len(), accepted);
+        }
+        Ok(outcome)
     }
 }
 

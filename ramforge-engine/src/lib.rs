@@ -73,7 +73,7 @@ pub use constraint::{Constraint, Grammar, GrammarCompiler};
 pub use decoding::{Decoding, Next, StopReason};
 pub use draft::{
     draft_options, lookup, split_budget, vocabulary_difference, DraftModel, DraftSplit, Drafter,
-    SpeculationStats, DRAFT_SHARE,
+    Speculating, SpeculationStats, DRAFT_SHARE,
 };
 pub use engine::{Engine, PromptProgress};
 pub use error::EngineError;

@@ -8,6 +8,10 @@ use crate::kv::KvCache;
 pub struct Sequence {
     pub(crate) kv: KvCache,
     pub(crate) history: Vec<u32>,
+    /// What a verify pass on this sequence overwrote (see the engine's field of that name).
+    pub(crate) saved: Option<(usize, crate::kv::Saved)>,
+    /// A rolled-back recurrent state holds only `history[..n]` (see the engine's field).
+    pub(crate) stale: Option<usize>,
 }
 
 impl Sequence {
@@ -15,6 +19,8 @@ impl Sequence {
         Sequence {
             kv,
             history: Vec::new(),
+            saved: None,
+            stale: None,
         }
     }
 
@@ -37,6 +43,8 @@ impl Sequence {
     pub fn clear(&mut self) {
         self.kv.clear();
         self.history.clear();
+        self.saved = None;
+        self.stale = None;
     }
 
     /// How many leading tokens of `tokens` this context holds already.

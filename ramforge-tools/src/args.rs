@@ -80,7 +80,7 @@ pub struct RamBudget {
     pub ram: Option<u64>,
 }
 
-/// `--lookup`, `--draft` and `--draft-max` of `run` and `chat`: speculative decoding, whose
+/// `--lookup`, `--draft` and `--draft-max` of `run`, `chat` and `serve`: speculative decoding, whose
 /// output is that of plain decoding (greedy: token for token; sampled: in distribution).
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct Speculation {

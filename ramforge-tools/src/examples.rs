@@ -91,6 +91,7 @@ Examples:
   ramforge-tools serve                                       # default model on http://127.0.0.1:8080
   ramforge-tools serve model.gguf --ram 64M --port 0         # a free port, printed on stderr
   ramforge-tools serve --host 0.0.0.0 --api-key secret --queue 4
+  ramforge-tools serve model.gguf --ram 1G --lookup          # drafts checked several per pass
 
 OpenAI's API: GET /v1/models, POST /v1/chat/completions and /v1/completions (\"stream\": true for
 server-sent events), GET /health. One request is generated at a time; --queue more wait.";

@@ -40,7 +40,7 @@ fn cli(prompt: &str, max_tokens: usize, chat: bool) -> String {
 }
 
 /// The text of a streamed answer's chunks, and its finish_reason.
-fn streamed_text(chunks: &[String], chat: bool) -> (String, String) {
+pub(super) fn streamed_text(chunks: &[String], chat: bool) -> (String, String) {
     assert_eq!(
         chunks.last().map(String::as_str),
         Some("[DONE]"),

@@ -1,5 +1,5 @@
 //! Clients that hang up (mid-stream and while waiting for a whole answer) cancel their
-//! generation and leave the server healthy; SIGTERM lets a request in flight finish and exits 0.
+//! generation (speculative or not) and leave the server healthy; SIGTERM lets a request in flight finish and exits 0.
 
 use super::server::{completion_body, Server};
 use std::io::Read;
@@ -20,7 +20,17 @@ fn quick_request_secs(server: &Server) -> f64 {
 
 #[test]
 fn hanging_up_cancels_the_generation() {
-    let server = Server::start(&[]);
+    hang_ups_cancel(&[]);
+}
+
+/// The same with speculative steps (`--lookup`: the counting prompt's drafts are accepted).
+#[test]
+fn hanging_up_cancels_a_speculative_generation() {
+    hang_ups_cancel(&["--lookup"]);
+}
+
+fn hang_ups_cancel(flags: &[&str]) {
+    let server = Server::start(flags);
     // The time 1500 tokens take, measured on 60 of them (the bound below is far under it).
     let started = Instant::now();
     let (_, body) = server.post(

@@ -2,7 +2,8 @@
 //! errors (`errors`), generation against the CLI's own output and streamed against plain
 //! (`generation`), a conversation with a hybrid model from its cached state (`hybrid`), hang-ups and SIGTERM (`lifecycle`), `/metrics` and `/status` (`metrics`), the
 //! chat page in headless Chromium (`page`), several requests decoded together (`parallel`), logprobs, penalties and structured output
-//! (`sampling`), tool calls and reasoning (`tools`), and the real `openai` python
+//! (`sampling`), speculative decoding equal to plain (`speculative`), tool calls and reasoning
+//! (`tools`), and the real `openai` python
 //! client (`openai_client`).
 
 #[path = "../common/mod.rs"]
@@ -17,4 +18,5 @@ mod page;
 mod parallel;
 mod sampling;
 mod server;
+mod speculative;
 mod tools;

@@ -29,6 +29,10 @@ pub struct EngineFigures {
     /// Batched decoding passes (one pass over the weights each), and the tokens they evaluated.
     pub passes: u64,
     pub pass_tokens: u64,
+    /// Speculative passes (among `passes`), the tokens drafted for them and those accepted.
+    pub speculative_passes: u64,
+    pub drafted_tokens: u64,
+    pub accepted_tokens: u64,
     /// Tokens generated for finished requests, and how many requests finished.
     pub completion_tokens: u64,
     pub finished: u64,
@@ -81,6 +85,15 @@ impl Telemetry {
         f.residency = *engine.residency();
         f.passes += 1;
         f.pass_tokens += rows as u64;
+    }
+
+    /// After one speculative pass (also counted by [`Telemetry::stepped`]) that checked
+    /// `drafted` tokens and accepted `accepted` of them.
+    pub fn speculated(&self, drafted: u64, accepted: u64) {
+        let mut f = self.engine();
+        f.speculative_passes += 1;
+        f.drafted_tokens += drafted;
+        f.accepted_tokens += accepted;
     }
 
     /// A request finished with `completion_tokens` generated.
@@ -243,6 +256,21 @@ pub fn prometheus_text(s: &Snapshot) -> String {
         "ramforge_decode_pass_tokens_total",
         "Tokens evaluated by the decoding passes (over passes: tokens per pass).",
         e.pass_tokens as f64,
+    );
+    out.counter(
+        "ramforge_speculative_passes_total",
+        "Decoding passes that verified drafted tokens (--lookup, --draft).",
+        e.speculative_passes as f64,
+    );
+    out.counter(
+        "ramforge_draft_tokens_total",
+        "Tokens drafted for speculative passes.",
+        e.drafted_tokens as f64,
+    );
+    out.counter(
+        "ramforge_draft_tokens_accepted_total",
+        "Drafted tokens the model accepted.",
+        e.accepted_tokens as f64,
     );
     out.counter(
         "ramforge_tokens_evaluated_total",

@@ -21,10 +21,10 @@ mod worker;
 // The request reader and error shapes are the library's (fuzzed there).
 use ramforge_tools::openai::{errors, request as api};
 
-use crate::args::{ModelChoice, RamBudget, TemplateFile, Workers};
+use crate::args::{ModelChoice, RamBudget, Speculation, TemplateFile, Workers};
 use crate::error::CmdResult;
 use crate::expert_history::ExpertHistoryFlag;
-use crate::generate::load_engine;
+use crate::generate::load_speculative;
 use crate::note;
 use crate::verbosity::quiet;
 use ramforge_engine::text::ChatPrompt;
@@ -66,6 +66,9 @@ pub struct Args {
     pub parallel: u16,
     #[command(flatten)]
     pub history: ExpertHistoryFlag,
+    /// Speculative decoding while one request is decoded alone (see the scheduler).
+    #[command(flatten)]
+    pub speculation: Speculation,
 }
 
 pub fn run(args: Args) -> CmdResult {
@@ -90,7 +93,7 @@ pub fn run(args: Args) -> CmdResult {
         sequences: args.parallel.into(),
         ..EngineOptions::default()
     };
-    let mut engine = load_engine(model, &options)?;
+    let mut engine = load_speculative(model, &options, &args.speculation)?;
     args.history.load(&mut engine);
     let parallel = engine.max_sequences();
     let tokenizer = Arc::clone(&engine.model().tokenizer);

@@ -2,7 +2,7 @@
 //! streamed one (`chat.completion.chunk`, or `text_completion` pieces), with `usage`.
 
 use super::api::Endpoint;
-use ramforge_engine::{Logprobs, StopReason};
+use ramforge_engine::{Logprobs, SpeculationStats, StopReason};
 use ramforge_tools::openai::tools::ToolCall;
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,16 +14,30 @@ pub struct Usage {
     pub prompt_tokens: usize,
     pub cached_tokens: usize,
     pub completion_tokens: usize,
+    /// What speculative decoding did for the request (`serve --lookup` or `--draft`; `None`
+    /// without, or for a request decoded plainly, one asking for logprobs).
+    pub speculation: Option<SpeculationStats>,
 }
 
 impl Usage {
     fn json(&self) -> Value {
-        json!({
+        let mut v = json!({
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "total_tokens": self.prompt_tokens + self.completion_tokens,
             "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
-        })
+        });
+        // Not OpenAI's: named as `run --json` names them.
+        if let Some(x) = &self.speculation {
+            v["speculation"] = json!({
+                "passes": x.passes,
+                "drafted": x.drafted,
+                "accepted": x.accepted,
+                "acceptance": x.acceptance(),
+                "draft_bytes_read": x.draft_bytes_read,
+            });
+        }
+        v
     }
 }
 

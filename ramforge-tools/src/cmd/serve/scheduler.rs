@@ -8,12 +8,18 @@
 //! produced; a request whose client is gone is stopped (or skipped, if still queued). A
 //! finished request's keys and values stay in its slot (the plan booked a whole context for
 //! every slot), to be reused or dropped by the next request the slot takes.
+//!
+//! With `--lookup` or `--draft`, a step with one request active is a speculative one instead
+//! ([`Engine::speculate_sequence`]): a draft, checked in one pass over the weights, accepted
+//! as `run` accepts it (greedy output token for token that of plain decoding). Several active
+//! requests already share each pass, so they step plainly. A request asking for logprobs
+//! always decodes plainly (one logprob event per token, after its own step).
 
 use super::job::Job;
 use super::metrics::Telemetry;
 use super::reply::Usage;
 use ramforge_engine::text::Tokenizer;
-use ramforge_engine::{Decoding, Engine, EngineError, Next, Sequence, StopReason};
+use ramforge_engine::{Decoding, Engine, EngineError, Next, Sequence, Speculating, StopReason};
 use std::cmp::Reverse;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, TryRecvError};
@@ -49,6 +55,8 @@ struct Active<'t> {
     /// The token to evaluate in the next step.
     next: u32,
     usage: Usage,
+    /// Its speculative decoding, when the server drafts and the request may take drafts.
+    spec: Option<Speculating>,
 }
 
 /// Runs jobs from `jobs` until every sender is gone and nothing is left; returns the engine.
@@ -107,6 +115,33 @@ pub fn serve_jobs(
         // One step for every active request, rows in slot order.
         active.sort_by_key(|a| a.slot);
         busiest.saw(active.len());
+        if active.len() == 1
+            && active[0].spec.is_some()
+            && speculative_room(&engine, &mut slots, active[0].slot)
+        {
+            let mut a = active.pop().expect("one active request");
+            let seq = &mut slots[a.slot].seq;
+            match speculative_step(&mut engine, seq, &mut a, &mut row, telemetry) {
+                Ok(Next::Eval(t)) => {
+                    a.next = t;
+                    active.push(a);
+                }
+                Ok(Next::Stop(reason)) => {
+                    let slot = &mut slots[a.slot];
+                    (slot.busy, slot.last_used) = (false, clock);
+                    telemetry.set_active(0);
+                    finish(a.job, a.decoding, reason, a.usage, a.spec, telemetry);
+                }
+                Err(e) => {
+                    let slot = &mut slots[a.slot];
+                    (slot.busy, slot.last_used) = (false, clock);
+                    slot.seq.clear();
+                    telemetry.set_active(0);
+                    a.job.done(Err(e.to_string()));
+                }
+            }
+            continue;
+        }
         let tokens: Vec<u32> = active.iter().map(|a| a.next).collect();
         let mut seqs: Vec<&mut Sequence> = slots
             .iter_mut()
@@ -165,9 +200,48 @@ pub fn serve_jobs(
             (slot.busy, slot.last_used) = (false, clock);
             // Before the answer goes out, so a client that reads /metrics next sees it done.
             telemetry.set_active(active.len());
-            finish(a.job, a.decoding, reason, a.usage, telemetry);
+            finish(a.job, a.decoding, reason, a.usage, a.spec, telemetry);
         }
     }
+}
+
+/// Whether the keys and values of the speculative step of `slot` can be charged (dropping
+/// the idle slots' kept contexts if needed); if not, the step is a plain one.
+fn speculative_room(engine: &Engine, slots: &mut [Slot], slot: usize) -> bool {
+    if engine.reserve_speculation(&mut slots[slot].seq).is_ok() {
+        return true;
+    }
+    evict_idle(slots, slot) && engine.reserve_speculation(&mut slots[slot].seq).is_ok()
+}
+
+/// One speculative step of the one active request `a`, its context `seq`: the tokens it
+/// accepted are sent as they are chosen; returns the next token to evaluate, or why it ends.
+fn speculative_step(
+    engine: &mut Engine,
+    seq: &mut Sequence,
+    a: &mut Active<'_>,
+    row: &mut [f32],
+    telemetry: &Telemetry,
+) -> Result<Next, EngineError> {
+    let spec = a.spec.as_mut().expect("a speculating request");
+    let before = spec.stats;
+    let job = &a.job;
+    let next = engine.speculate_sequence(
+        seq,
+        spec,
+        &mut a.decoding,
+        row,
+        a.next,
+        &mut |_, t| job.text(t),
+        &job.cancel,
+    );
+    let after = spec.stats;
+    if after.passes > before.passes {
+        let drafted = after.drafted - before.drafted;
+        telemetry.stepped(engine, 1 + drafted as usize);
+        telemetry.speculated(drafted, after.accepted - before.accepted);
+    }
+    next
 }
 
 /// Prefills `job` in the free slot whose context shares the longest prefix with its prompt
@@ -214,6 +288,7 @@ fn admit<'t>(
                 prompt_tokens: prompt.len(),
                 cached_tokens: 0,
                 completion_tokens: 0,
+                speculation: None,
             };
             job.done(Ok((StopReason::Cancelled, usage)));
             return None;
@@ -230,7 +305,11 @@ fn admit<'t>(
         prompt_tokens: prompt.len(),
         cached_tokens: cached,
         completion_tokens: 0,
+        speculation: None,
     };
+    // Logprobs go out one event per step: such a request decodes plainly.
+    let spec =
+        (engine.can_speculate() && job.params.logprobs.is_none()).then(|| engine.speculating());
     let mut decoding = Decoding::new(tokenizer, &job.params);
     if let Some(c) = job.constraint.take() {
         decoding = decoding.constrained(c);
@@ -254,10 +333,11 @@ fn admit<'t>(
                 decoding,
                 next,
                 usage,
+                spec,
             })
         }
         Next::Stop(reason) => {
-            finish(job, decoding, reason, usage, telemetry);
+            finish(job, decoding, reason, usage, spec, telemetry);
             None
         }
     }
@@ -295,8 +375,10 @@ fn finish(
     decoding: Decoding<'_>,
     reason: StopReason,
     mut usage: Usage,
+    spec: Option<Speculating>,
     telemetry: &Telemetry,
 ) {
+    usage.speculation = spec.map(|s| s.stats);
     if reason == StopReason::ConstraintFailed {
         let why = decoding.error().unwrap_or("the grammar failed").to_string();
         job.done(Err(format!("response_format: {why}")));
