@@ -548,6 +548,32 @@ fn glm_dsa_sparse_attention_matches_llama_cpp() {
     );
 }
 
+/// GLM-5.2's shared indexer layers (`attention.indexer.types` 1,0,0): layer 0 runs its
+/// indexer, layers 1 and 2 carry none and attend to the 8 positions layer 0 chose for the
+/// same query. Judged as the sparse path above (F32, f32 caches, llama.cpp's own cut margins
+/// asserted); llama.cpp scores only layer 0, about a third of the choices of three full layers.
+#[test]
+fn glm_dsa_shared_indexer_layers_match_llama_cpp() {
+    let model = tmp("glm-dsa-shared-F32.gguf");
+    let mut args = glm_dsa_args("F32", "8", "1");
+    args.extend(["--indexer-types", "1,0,0"]);
+    common::synth(&model, &args);
+    let (golden, m) = indexer_golden(&model, 8, "f32");
+    eprintln!("glm-dsa F32 with shared indexer layers, llama.cpp's indexer: {m}");
+    let selections = m["selections"].as_u64().unwrap();
+    assert!(
+        (60..=120).contains(&selections),
+        "llama.cpp's indexer did not run on layer 0 alone: {m}"
+    );
+    let margin = m["min_margin"].as_f64().unwrap();
+    assert!(
+        margin >= 5e-5,
+        "llama.cpp's top-k has a near-tie (gap {margin:.2e}, at {}): choose another seed",
+        m["at"]
+    );
+    check_f32_kv("glm-dsa-shared-F32", &model, &golden, 1e-4);
+}
+
 /// glm-dsa with a top-k past every context (64; the longest is 23 + 16 tokens): each query
 /// attends to every position, as the indexer leaves it, so everything but the choice is held
 /// to llama.cpp: in F32 with f32 caches to 1e-4 (no row cuts, asserted), in F16 with the

@@ -56,6 +56,7 @@ fn layer_norm(x: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
 /// before the rows are written to the cache.
 pub(super) fn keys_and_queries(
     cfg: &ModelConfig,
+    layer: usize,
     w: &LayerView<'_>,
     vecs: &LayerVectors,
     s: &mut Scratch,
@@ -67,6 +68,13 @@ pub(super) fn keys_and_queries(
     };
     let (hi, di, rope, hw) = (x.n_head, x.head_dim, cfg.rope_dim, cfg.head_dim);
     let row = rope + m.kv_lora_rank;
+    if !cfg.indexer_is_full(layer) {
+        // A shared layer has no indexer: its cache rows' indexer keys are never read.
+        for t in 0..n {
+            s.k[t * hw + row..][..di].fill(0.0);
+        }
+        return Ok(());
+    }
     let style = cfg.arch.rope;
     let Scratch {
         xn,
@@ -181,7 +189,9 @@ impl TopK<'_> {
 /// Replaces the dense attention output in `s.att` of every row whose position is at least
 /// `top_k` by attention over the `top_k` positions its indexer scores highest. The rows'
 /// cache rows (the latent row and the indexer key) must already be stored.
-/// Row `t` of the `n` rows belongs to the sequence `at(t)` names, at its position.
+/// Row `t` of the `n` rows belongs to the sequence `at(t)` names, at its position. A shared
+/// layer (GLM-5.2) attends to the positions the last full layer chose for the same row, kept
+/// in the scratch between the layers of a pass.
 pub(super) fn sparse_attention<'k>(
     cfg: &ModelConfig,
     layer: usize,
@@ -194,13 +204,20 @@ pub(super) fn sparse_attention<'k>(
     };
     let (h, hi, di, hw) = (cfg.n_head, x.n_head, x.head_dim, cfg.head_dim);
     let row = cfg.rope_dim + m.kv_lora_rank;
+    let full = cfg.indexer_is_full(layer);
     let Scratch { q, att, mla, .. } = &mut *s;
     let tail = &mut mla[mla_base_floats(cfg, n)..];
     let (iq, rest) = tail.split_at_mut(n * hi * di);
     let (iw, rest) = rest.split_at_mut(n * hi);
     let rest = &mut rest[n * di..];
     let (sel_s, rest) = rest.split_at_mut(x.top_k);
-    let (sel_p, rest) = rest.split_at_mut(x.top_k);
+    // Each row's choice, its count first: kept per row when later layers share it.
+    let kept = if cfg.indexer_has_shared_layers() {
+        n
+    } else {
+        1
+    };
+    let (choices, rest) = rest.split_at_mut(kept * (x.top_k + 1));
     let (run_m, rest) = rest.split_at_mut(h);
     let (run_s, rest) = rest.split_at_mut(h);
     let buf = &mut rest[..hw];
@@ -214,27 +231,34 @@ pub(super) fn sparse_attention<'k>(
                 "sparse attention at position {p} (at most 2^24)"
             )));
         }
-        // Score every earlier position by the indexer; keep the best top_k. As llama.cpp's
-        // fused `ggml_lightning_indexer`: the queries in f32, each cached key widened to f32.
-        let mut top = TopK {
-            score: &mut sel_s[..],
-            pos: &mut sel_p[..],
-            len: 0,
-        };
-        let (qs, ws) = (&iq[t * hi * di..][..hi * di], &iw[t * hi..][..hi]);
-        for j in 0..=p {
-            let key = &mut buf[..di];
-            kv.read_row(layer, j, row, key);
-            let mut score = 0.0f32;
-            for (qh, &wh) in qs.chunks_exact(di).zip(ws) {
-                let d: f32 = qh.iter().zip(key.iter()).map(|(a, b)| a * b).sum();
-                score += d.max(0.0) * wh;
+        let (count, sel_p) = choices[(t % kept) * (x.top_k + 1)..][..x.top_k + 1]
+            .split_first_mut()
+            .expect("room for the count");
+        if full {
+            // Score every earlier position by the indexer; keep the best top_k. As
+            // llama.cpp's fused `ggml_lightning_indexer`: the queries in f32, each cached key
+            // widened to f32.
+            let mut top = TopK {
+                score: &mut sel_s[..],
+                pos: &mut sel_p[..],
+                len: 0,
+            };
+            let (qs, ws) = (&iq[t * hi * di..][..hi * di], &iw[t * hi..][..hi]);
+            for j in 0..=p {
+                let key = &mut buf[..di];
+                kv.read_row(layer, j, row, key);
+                let mut score = 0.0f32;
+                for (qh, &wh) in qs.chunks_exact(di).zip(ws) {
+                    let d: f32 = qh.iter().zip(key.iter()).map(|(a, b)| a * b).sum();
+                    score += d.max(0.0) * wh;
+                }
+                top.push(score, j);
             }
-            top.push(score, j);
+            let len = top.len;
+            *count = len as f32;
+            sel_p[..len].sort_by(|a, b| a.total_cmp(b));
         }
-        let count = top.len;
-        let chosen = &mut sel_p[..count];
-        chosen.sort_by(|a, b| a.total_cmp(b));
+        let chosen = &sel_p[..*count as usize];
         // Attention over the chosen positions, online softmax per head.
         let out = &mut att[t * h * hw..][..h * hw];
         out.fill(0.0);

@@ -142,7 +142,7 @@ pub(crate) fn block(
     if cfg.layer_kind(layer_index).attention == AttentionKind::Latent {
         // One key/value head whose values are the cached rows themselves.
         mla::queries_and_latent(cfg, w, vecs, s, n, per_token)?;
-        indexer::keys_and_queries(cfg, w, vecs, s, n, per_token)?;
+        indexer::keys_and_queries(cfg, layer_index, w, vecs, s, n, per_token)?;
         attend_rows(cfg, layer_index, s, &mut rows, None);
         match &rows {
             Rows::Run(kv, positions, _) => {

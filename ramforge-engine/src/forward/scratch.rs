@@ -96,12 +96,19 @@ fn mla_floats(cfg: &ModelConfig, batch: usize) -> usize {
 }
 
 /// Floats of glm-dsa's lightning indexer (`indexer.rs`) beyond MLA's for `batch` rows: each
-/// row's queries and weights, the key being built, the selection (scores and positions),
-/// each head's running maximum and sum, and one cached row.
+/// row's queries and weights, the key being built, the selection's scores, its positions with
+/// their count (one row's, or every row's when shared layers reuse them), each head's running
+/// maximum and sum, and one cached row.
 fn indexer_floats(cfg: &ModelConfig, batch: usize) -> usize {
     cfg.indexer.map_or(0, |x| {
+        let kept = if cfg.indexer_has_shared_layers() {
+            batch
+        } else {
+            1
+        };
         batch * (x.n_head * x.head_dim + x.n_head + x.head_dim)
-            + 2 * x.top_k
+            + x.top_k
+            + kept * (x.top_k + 1)
             + 2 * cfg.n_head
             + cfg.head_dim
     })

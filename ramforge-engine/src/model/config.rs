@@ -70,6 +70,10 @@ pub struct ModelConfig {
     /// latent row (`head_dim` = `kv_lora_rank + rope_dim + indexer head`), where the heads'
     /// queries are zero.
     pub indexer: Option<IndexerConfig>,
+    /// Per block, whether its indexer runs ("full") or it attends to the positions the last
+    /// full layer before it chose ("shared", GLM-5.2; no indexer tensors, and its cache row's
+    /// indexer key is unused). Empty without an indexer.
+    pub indexer_full: Vec<bool>,
     /// A hybrid model's gated delta-net layers (`None`: attention on every layer).
     pub delta_net: Option<super::hybrid::DeltaNetConfig>,
 }
@@ -281,16 +285,20 @@ impl ModelConfig {
         } else {
             (None, attn_scale, rope_yarn)
         };
-        let indexer = match mla {
-            Some(m) if arch.spec(Role::IndexerK).is_some() => Some(super::mla::read_indexer(
-                meta,
-                &key,
-                &m,
-                rope_dim,
-                n_ctx_train,
-                rope_yarn.is_some(),
-            )?),
-            _ => None,
+        let (indexer, indexer_full) = match mla {
+            Some(m) if arch.spec(Role::IndexerK).is_some() => {
+                let (x, full) = super::mla::read_indexer(
+                    meta,
+                    &key,
+                    &m,
+                    rope_dim,
+                    n_ctx_train,
+                    n_layer,
+                    rope_yarn.is_some(),
+                )?;
+                (Some(x), full)
+            }
+            _ => (None, Vec::new()),
         };
         // Latent attention caches one row of the latent and the RoPE key per position (and
         // the indexer's key after them): one key/value head that wide, whatever layout the
@@ -336,8 +344,21 @@ impl ModelConfig {
             local_rope,
             mla,
             indexer,
+            indexer_full,
             delta_net,
         })
+    }
+
+    /// Whether layer `layer` runs its own lightning indexer (glm-dsa's full layers; a shared
+    /// layer reuses the last full layer's choice).
+    pub fn indexer_is_full(&self, layer: usize) -> bool {
+        self.indexer_full.get(layer).copied().unwrap_or(false)
+    }
+
+    /// Whether some layer reuses another's indexer choice (GLM-5.2's shared layers), so a
+    /// pass keeps each row's choice for the layers after the one that made it.
+    pub fn indexer_has_shared_layers(&self) -> bool {
+        self.indexer_full.iter().any(|&full| !full)
     }
 
     /// What layer `layer` is made of.

@@ -2,7 +2,9 @@
 //! attention scale and RoPE magnitude llama.cpp derives for it under YaRN.
 
 use crate::error::EngineError;
-use ramforge_gguf::Metadata;
+#[cfg(test)]
+use ramforge_gguf::ValueType;
+use ramforge_gguf::{Metadata, Value};
 
 /// The sizes of multi-head latent attention (`deepseek2`), absorbed form: the query of each
 /// head is `qk_nope + rope_dim` wide, its value `v_head`.
@@ -208,16 +210,17 @@ const MAX_TOP_K: u64 = 1 << 16;
 /// Reads the indexer's keys and checks them: the key is RoPEd on its leading `rope_dim`
 /// elements and rotated by a Hadamard matrix, so it must be a power of two of at least 64
 /// (llama.cpp keeps rotations of 64 and up) above `rope_dim`. glm-dsa needs the q-LoRA and
-/// the absorbed layout; indexer layers that share a previous layer's choice
-/// (`attention.indexer_types`, GLM-5.2) and YaRN are refused.
+/// the absorbed layout; YaRN is refused. Returns the sizes and, per layer, whether its
+/// indexer runs ([`indexer_layers`]).
 pub(super) fn read_indexer(
     meta: &Metadata,
     key: &dyn Fn(&str) -> String,
     m: &MlaConfig,
     rope_dim: usize,
     n_ctx_train: usize,
+    n_layer: usize,
     yarn: bool,
-) -> Result<IndexerConfig, EngineError> {
+) -> Result<(IndexerConfig, Vec<bool>), EngineError> {
     let required = |k: &str, max: u64| -> Result<usize, EngineError> {
         let full = key(k);
         match optional(meta, &full, max)? {
@@ -248,23 +251,137 @@ pub(super) fn read_indexer(
             key("attention.value_length_mla")
         )));
     }
-    let types = key("attention.indexer_types");
-    if meta.contains(&types) || n_ctx_train >= 1 << 20 {
-        return Err(EngineError::Unsupported(format!(
-            "{types} (indexer layers sharing a previous layer's choice, GLM-5.2) is not \
-             implemented"
-        )));
-    }
+    let full = indexer_layers(meta, key, n_ctx_train, n_layer)?;
     if yarn {
         return Err(EngineError::Unsupported(format!(
             "{} with YaRN scaling is not implemented",
             key("attention.indexer.top_k")
         )));
     }
-    Ok(IndexerConfig {
-        n_head,
-        head_dim,
-        top_k,
-        norm_eps: 0.0,
-    })
+    Ok((
+        IndexerConfig {
+            n_head,
+            head_dim,
+            top_k,
+            norm_eps: 0.0,
+        },
+        full,
+    ))
+}
+
+/// Contexts of this many positions or more mark a GLM-5.2 file, whose indexer layers default
+/// to [`glm52_full_layers`] (as llama.cpp decides).
+const GLM52_CONTEXT: usize = 1 << 20;
+
+/// GLM-5.2's full indexer layers (its `config.json`'s `indexer_types`): layers 0 and 1, then
+/// the first of every four from layer 2 (2, 6, 10, ...); the others are shared.
+pub(crate) fn glm52_full_layers(n_layer: usize) -> Vec<bool> {
+    (0..n_layer).map(|l| l < 2 || (l - 2) % 4 == 0).collect()
+}
+
+/// Which layers run their own indexer ("full") and which reuse the choice of the last full
+/// layer before them ("shared", GLM-5.2): `attention.indexer.types` (one value, or one per
+/// layer; non-zero or true is full), else every layer before GLM-5.2's context length and
+/// [`glm52_full_layers`] from it. A shared layer needs a full one before it.
+fn indexer_layers(
+    meta: &Metadata,
+    key: &dyn Fn(&str) -> String,
+    n_ctx_train: usize,
+    n_layer: usize,
+) -> Result<Vec<bool>, EngineError> {
+    let types = key("attention.indexer.types");
+    let full = match meta.get(&types) {
+        None if n_ctx_train >= GLM52_CONTEXT => glm52_full_layers(n_layer),
+        None => vec![true; n_layer],
+        Some(value) => {
+            let flag = |v: &Value, at: &str| match v {
+                Value::Bool(b) => Ok(*b),
+                other => other.as_i64().map(|x| x != 0).ok_or_else(|| {
+                    EngineError::BadModel(format!(
+                        "metadata {types}{at} is not a boolean or an integer"
+                    ))
+                }),
+            };
+            match value.as_array() {
+                Some((_, items)) => {
+                    if items.len() != n_layer {
+                        return Err(EngineError::BadModel(format!(
+                            "metadata {types} has {} entries; expected {n_layer} (the blocks \
+                             before any MTP layers)",
+                            items.len()
+                        )));
+                    }
+                    items
+                        .iter()
+                        .enumerate()
+                        .map(|(i, v)| flag(v, &format!("[{i}]")))
+                        .collect::<Result<_, _>>()?
+                }
+                None => vec![flag(value, "")?; n_layer],
+            }
+        }
+    };
+    if full.first() == Some(&false) {
+        return Err(EngineError::BadModel(format!(
+            "metadata {types}: layer 0 is shared, but a shared indexer layer reuses the choice \
+             of a full one before it"
+        )));
+    }
+    Ok(full)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layers(
+        meta: &Metadata,
+        n_ctx_train: usize,
+        n_layer: usize,
+    ) -> Result<Vec<bool>, EngineError> {
+        indexer_layers(
+            meta,
+            &|k: &str| format!("glm-dsa.{k}"),
+            n_ctx_train,
+            n_layer,
+        )
+    }
+
+    #[test]
+    fn glm52_runs_its_indexer_on_layers_0_1_2_then_every_fourth() {
+        let full = glm52_full_layers(78);
+        let at: Vec<usize> = (0..78).filter(|&l| full[l]).collect();
+        let mut want = vec![0, 1];
+        want.extend((2..78).step_by(4));
+        assert_eq!(at, want);
+        assert_eq!(at.len(), 21);
+        // Without the key: every layer before GLM-5.2's context length, its table from it.
+        let meta = Metadata::new();
+        assert_eq!(layers(&meta, 202_752, 8).unwrap(), vec![true; 8]);
+        assert_eq!(layers(&meta, 1 << 20, 8).unwrap(), glm52_full_layers(8));
+    }
+
+    #[test]
+    fn indexer_types_are_read_per_layer_or_whole_and_checked() {
+        let key = "glm-dsa.attention.indexer.types";
+        let mut meta = Metadata::new();
+        let list =
+            |v: &[i32]| Value::Array(ValueType::I32, v.iter().map(|&x| Value::I32(x)).collect());
+        meta.set(key, list(&[1, 0, 2]));
+        assert_eq!(layers(&meta, 4096, 3).unwrap(), vec![true, false, true]);
+        meta.set(key, Value::Bool(true));
+        assert_eq!(layers(&meta, 1 << 20, 3).unwrap(), vec![true; 3]);
+        for (value, error) in [
+            (list(&[1, 0]), "has 2 entries; expected 3"),
+            (list(&[0, 1, 1]), "layer 0 is shared"),
+            (
+                Value::String("full".into()),
+                "is not a boolean or an integer",
+            ),
+        ] {
+            meta.set(key, value);
+            let e = layers(&meta, 4096, 3).unwrap_err().to_string();
+            assert!(e.contains(error) && e.contains(key), "{e}");
+        }
+    }
 }

@@ -251,9 +251,18 @@ fn bind_layer(file: &GgufFile, cfg: &ModelConfig, i: usize) -> Result<LayerTenso
             Presence::Required | Presence::Group(_) => true,
             Presence::QLora(with) => cfg.mla.is_some_and(|m| (m.q_lora_rank > 0) == with),
             Presence::Absorbed(split) => cfg.mla.is_some_and(|m| m.absorbed == split),
+            Presence::Indexer => cfg.indexer_is_full(i),
         };
         let found = file.header().tensor(&name(spec));
         if !wanted {
+            if found.is_some() && spec.presence == Presence::Indexer {
+                return Err(EngineError::BadModel(format!(
+                    "tensor {:?} is not used by layer {i}, a shared indexer layer ({} is 0 \
+                     there: it reuses the last full layer's choice)",
+                    name(spec),
+                    format_args!("{}.attention.indexer.types", cfg.arch.name),
+                )));
+            }
             if found.is_some()
                 && matches!(
                     spec.presence,

@@ -120,6 +120,11 @@ pub struct Args {
     /// that short prompts take the sparse path.
     #[arg(long, default_value_t = 8)]
     pub indexer_top_k: u64,
+    /// glm-dsa: per block, whether its indexer runs (1, "full") or it reuses the last full
+    /// layer's choice (0, "shared", as GLM-5.2; written without indexer tensors), as a comma
+    /// list (`attention.indexer.types`); absent: every block full, no key written.
+    #[arg(long, value_name = "LIST")]
+    pub indexer_types: Option<String>,
     /// glm4moe: MTP (nextn) layers after the blocks, written whole but never run.
     #[arg(long, default_value_t = 0)]
     pub nextn: u32,
@@ -398,6 +403,15 @@ pub fn run(args: Args) -> CmdResult {
             md.set(key("attention.indexer.head_count"), u(x.heads)?);
             md.set(key("attention.indexer.key_length"), u(x.dim)?);
             md.set(key("attention.indexer.top_k"), u(x.top_k)?);
+            if let Some(full) = &x.full {
+                md.set(
+                    key("attention.indexer.types"),
+                    Value::Array(
+                        ramforge_gguf::ValueType::I32,
+                        full.iter().map(|&f| Value::I32(f as i32)).collect(),
+                    ),
+                );
+            }
         }
     }
     md.set(key("vocab_size"), Value::U32(u32::try_from(vocab)?));
@@ -486,7 +500,12 @@ pub fn run(args: Args) -> CmdResult {
             }
             let vd = h * m.v_head;
             add(b("attn_output.weight"), ty, dims(vd, e), Fill::fan_in(vd))?;
-            if let Some(x) = &m.indexer {
+            let runs_indexer = |x: &Indexer| {
+                x.full
+                    .as_ref()
+                    .is_none_or(|full| full.get(l as usize).copied().unwrap_or(true))
+            };
+            if let Some(x) = m.indexer.as_ref().filter(|x| runs_indexer(x)) {
                 let ql = m.q_lora;
                 let iq = x.heads * x.dim;
                 add(
@@ -775,6 +794,8 @@ struct Indexer {
     heads: u64,
     dim: u64,
     top_k: u64,
+    /// Per block, whether its indexer runs (`--indexer-types`).
+    full: Option<Vec<bool>>,
 }
 
 impl Shape {
@@ -880,10 +901,32 @@ impl Shape {
                          power of two of at least 64 above --rope-dim"
                         .into());
                 }
+                let full = match &a.indexer_types {
+                    None => None,
+                    Some(list) => {
+                        let full = list
+                            .split(',')
+                            .map(|v| match v.trim() {
+                                "1" => Ok(true),
+                                "0" => Ok(false),
+                                other => Err(format!("--indexer-types: {other:?} is not 0 or 1")),
+                            })
+                            .collect::<Result<Vec<bool>, String>>()?;
+                        if full.len() != a.layers as usize || full.first() != Some(&true) {
+                            return Err(format!(
+                                "--indexer-types needs one 0 or 1 per layer ({}), the first 1",
+                                a.layers
+                            )
+                            .into());
+                        }
+                        Some(full)
+                    }
+                };
                 Some(Indexer {
                     heads: a.indexer_heads,
                     dim,
                     top_k: a.indexer_top_k,
+                    full,
                 })
             } else {
                 None

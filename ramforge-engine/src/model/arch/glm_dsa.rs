@@ -5,7 +5,9 @@
 //! `indexer.k_norm` with its bias), `indexer.proj` (one weight per indexer head). The indexer
 //! keys are cached beside the latent; each query attends only to the
 //! `attention.indexer.top_k` positions the indexer scores highest (every position while
-//! there are no more than that). Dense FFNs in the first `leading_dense_block_count` layers,
+//! there are no more than that). In GLM-5.2 only some layers run their indexer ("full", per
+//! `attention.indexer.types`); the others ("shared") have no indexer tensors and attend to the
+//! positions the last full layer chose. Dense FFNs in the first `leading_dense_block_count` layers,
 //! then sigmoid-routed experts with a selection bias beside `expert_shared_count` shared
 //! experts. Its MTP (nextn) layers are bound but not run.
 
@@ -49,11 +51,11 @@ const LAYER: [TensorSpec; 26] = [
             rows: Dim::Embd,
         },
     ),
-    layer_tensor(IndexerQB),
-    layer_tensor(IndexerK),
-    layer_tensor(IndexerKNorm),
-    layer_tensor(IndexerKNormBias),
-    layer_tensor(IndexerProj),
+    with_presence(layer_tensor(IndexerQB), Presence::Indexer),
+    with_presence(layer_tensor(IndexerK), Presence::Indexer),
+    with_presence(layer_tensor(IndexerKNorm), Presence::Indexer),
+    with_presence(layer_tensor(IndexerKNormBias), Presence::Indexer),
+    with_presence(layer_tensor(IndexerProj), Presence::Indexer),
     layer_tensor(FfnNorm),
     with_presence(layer_tensor(FfnGate), Presence::Dense),
     with_presence(layer_tensor(FfnUp), Presence::Dense),

@@ -506,6 +506,9 @@ pub enum Presence {
     /// Required when MLA's `attn_k_b`/`attn_v_b` are split (`true`, the absorbed layout) or
     /// when the file has the older unsplit `attn_kv_b` (`false`).
     Absorbed(bool),
+    /// Required in a layer whose lightning indexer runs (glm-dsa's full layers), absent in a
+    /// shared one (`ModelConfig::indexer_full`).
+    Indexer,
     /// Required in a full-attention layer of a hybrid model (every layer of another).
     Attention,
     /// Required in a gated delta-net layer of a hybrid model, absent elsewhere.
