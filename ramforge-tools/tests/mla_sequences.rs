@@ -20,8 +20,22 @@ fn glm_dsa_batched_decoding_and_prompt_reuse_equal_single_runs() {
     batched_decoding_and_prompt_reuse_equal_single_runs("glm-dsa", &["--indexer-top-k", "4"]);
 }
 
+/// The same with GLM-5.2's shared indexer layers: layers 1 and 2 reuse each row's choice of
+/// layer 0, kept per row of the batch.
+#[test]
+fn glm_dsa_shared_layers_batched_decoding_and_prompt_reuse_equal_single_runs() {
+    batched_decoding_and_prompt_reuse_equal_single_runs(
+        "glm-dsa",
+        &["--indexer-top-k", "4", "--indexer-types", "1,0,0"],
+    );
+}
+
 fn batched_decoding_and_prompt_reuse_equal_single_runs(arch: &str, extra: &[&str]) {
-    let dir = std::env::temp_dir().join(format!("ramforge-mla-seq-{arch}-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!(
+        "ramforge-mla-seq-{arch}-{}-{}",
+        extra.len(),
+        std::process::id()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join(format!("{arch}.gguf"));
     let mut args = vec![
