@@ -574,6 +574,28 @@ fn glm_dsa_shared_indexer_layers_match_llama_cpp() {
     check_f32_kv("glm-dsa-shared-F32", &model, &golden, 1e-4);
 }
 
+/// glm-dsa with YaRN (factor 40, as DeepSeek V3 files carry it): the indexer's queries and
+/// keys are RoPEd with the same YaRN frequencies as the latent's RoPE key, as llama.cpp does.
+/// Judged as the sparse path above; the same weights without YaRN miss llama.cpp's golden of
+/// this file by a mean of 2.4.
+#[test]
+fn glm_dsa_with_yarn_matches_llama_cpp() {
+    let model = tmp("glm-dsa-yarn-F32.gguf");
+    let mut args = glm_dsa_args("F32", "8", "1");
+    args.extend(["--yarn-factor", "40"]);
+    common::synth(&model, &args);
+    let (golden, m) = indexer_golden(&model, 8, "f32");
+    eprintln!("glm-dsa F32 with YaRN, llama.cpp's indexer: {m}");
+    assert!(m["selections"].as_u64().unwrap() >= 200, "{m}");
+    let margin = m["min_margin"].as_f64().unwrap();
+    assert!(
+        margin >= 5e-5,
+        "llama.cpp's top-k has a near-tie (gap {margin:.2e}, at {}): choose another seed",
+        m["at"]
+    );
+    check_f32_kv("glm-dsa-yarn-F32", &model, &golden, 1e-4);
+}
+
 /// glm-dsa with a top-k past every context (64; the longest is 23 + 16 tokens): each query
 /// attends to every position, as the indexer leaves it, so everything but the choice is held
 /// to llama.cpp: in F32 with f32 caches to 1e-4 (no row cuts, asserted), in F16 with the

@@ -287,15 +287,8 @@ impl ModelConfig {
         };
         let (indexer, indexer_full) = match mla {
             Some(m) if arch.spec(Role::IndexerK).is_some() => {
-                let (x, full) = super::mla::read_indexer(
-                    meta,
-                    &key,
-                    &m,
-                    rope_dim,
-                    n_ctx_train,
-                    n_layer,
-                    rope_yarn.is_some(),
-                )?;
+                let (x, full) =
+                    super::mla::read_indexer(meta, &key, &m, rope_dim, n_ctx_train, n_layer)?;
                 (Some(x), full)
             }
             _ => (None, Vec::new()),

@@ -210,8 +210,8 @@ const MAX_TOP_K: u64 = 1 << 16;
 /// Reads the indexer's keys and checks them: the key is RoPEd on its leading `rope_dim`
 /// elements and rotated by a Hadamard matrix, so it must be a power of two of at least 64
 /// (llama.cpp keeps rotations of 64 and up) above `rope_dim`. glm-dsa needs the q-LoRA and
-/// the absorbed layout; YaRN is refused. Returns the sizes and, per layer, whether its
-/// indexer runs ([`indexer_layers`]).
+/// the absorbed layout. Returns the sizes and, per layer, whether its indexer runs
+/// ([`indexer_layers`]).
 pub(super) fn read_indexer(
     meta: &Metadata,
     key: &dyn Fn(&str) -> String,
@@ -219,7 +219,6 @@ pub(super) fn read_indexer(
     rope_dim: usize,
     n_ctx_train: usize,
     n_layer: usize,
-    yarn: bool,
 ) -> Result<(IndexerConfig, Vec<bool>), EngineError> {
     let required = |k: &str, max: u64| -> Result<usize, EngineError> {
         let full = key(k);
@@ -252,12 +251,6 @@ pub(super) fn read_indexer(
         )));
     }
     let full = indexer_layers(meta, key, n_ctx_train, n_layer)?;
-    if yarn {
-        return Err(EngineError::Unsupported(format!(
-            "{} with YaRN scaling is not implemented",
-            key("attention.indexer.top_k")
-        )));
-    }
     Ok((
         IndexerConfig {
             n_head,
