@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """MoE beyond RAM (issue 16): RAMforge's expert streaming against llama.cpp's pure mmap.
 
-For one MoE GGUF file (benches/moe_streaming.sh makes the ~1 GB synthetic qwen3moe):
+For one MoE GGUF file, or a split one named by its first part (benches/moe_streaming.sh makes the
+~1 GB synthetic qwen3moe, `--scale` the ~11 GB split glm4moe of issue 29):
   cold: every run under ../shared/bench/limits.sh (a memory cgroup of --mem-frac x the file,
         reads from the file's device capped at --read-bps, the file dropped from the page cache
         first); RAMforge `bench --ram (limit - margin)` and llama.cpp with use_extra_bufts = false
@@ -10,13 +11,17 @@ For one MoE GGUF file (benches/moe_streaming.sh makes the ~1 GB synthetic qwen3m
   sweep (--sweep): the same for memory at 10%..100% of the file, with RAMforge's hit rates.
   warm (--warm): the file in the page cache, no cgroup; RAMforge at --ram --mem-frac x the file
         against RAMforge all-resident.
+  checks (--checks): under the cold limits, the wall time of `plan` (open every part, plan) and
+        the greedy tokens of `run` against those of a run without limits.
 Prints a table; --json prints one JSON object instead.
 """
 
 import argparse
 import json
 import os
+import re
 import statistics
+import time
 import subprocess
 import sys
 from pathlib import Path
@@ -28,6 +33,30 @@ import vs_llamacpp  # noqa: E402  (the llama.cpp child and the wait4 runner)
 
 LIMITS = HERE.parent.parent / "shared" / "bench" / "limits.sh"
 MARGIN = 24 << 20  # cgroup limit - RAMforge --ram: the binary, its heap, the page tables
+
+
+def model_files(model):
+    """The model's files: every part of a split model (`PREFIX-00001-of-0000N.gguf`), else itself."""
+    m = re.match(r"(.*)-00001-of-(\d{5})\.gguf$", model)
+    if not m:
+        return [model]
+    n = int(m.group(2))
+    return [f"{m.group(1)}-{i:05d}-of-{n:05d}.gguf" for i in range(1, n + 1)]
+
+
+def model_size(model):
+    return sum(os.path.getsize(f) for f in model_files(model))
+
+
+def evict(model):
+    """Drops every part of the model from the page cache (limits.sh drops the first only)."""
+    os.sync()
+    for f in model_files(model):
+        fd = os.open(f, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
 
 
 def engine_cmds(args, ram):
@@ -42,6 +71,7 @@ def engine_cmds(args, ram):
 
 def run(cmd, limit=None, read_bps=None, model=None, timeout=1800):
     if limit is not None:
+        evict(model)
         cmd = ["bash", str(LIMITS), "--mem", str(limit), "--read-bps", str(read_bps), "--file", model, "--", *cmd]
     rc, out, err, maxrss, wall = vs_llamacpp.wait4_child(cmd, timeout=timeout)
     result = vs_llamacpp.last_json(out) or {}
@@ -55,7 +85,7 @@ def run(cmd, limit=None, read_bps=None, model=None, timeout=1800):
 
 def median_runs(args, frac, read_bps):
     """Alternating runs of both engines under the cold limits at `frac` of the file."""
-    size = os.path.getsize(args.model)
+    size = model_size(args.model)
     limit = int(size * frac)
     cmds = engine_cmds(args, max(limit - MARGIN, 1))
     runs = {name: [] for name in cmds}
@@ -85,8 +115,8 @@ def median_runs(args, frac, read_bps):
 
 def warm(args):
     """RAMforge with the file in the page cache: --ram at mem-frac of the file against all-resident."""
-    size = os.path.getsize(args.model)
-    subprocess.run(["cat", args.model], stdout=subprocess.DEVNULL, check=True)  # into the page cache
+    size = model_size(args.model)
+    subprocess.run(["cat", *model_files(args.model)], stdout=subprocess.DEVNULL, check=True)  # into the page cache
     res = {"resident": [], "budget": []}
     for _ in range(args.runs):
         res["resident"].append(run(engine_cmds(args, None)["ramforge"], timeout=args.timeout))
@@ -94,6 +124,27 @@ def warm(args):
     med = {k: statistics.median(r["decode_tokens_per_sec"] for r in v if r["ok"]) for k, v in res.items()}
     return {"mem_frac": args.mem_frac, "resident_tokens_per_sec": med["resident"],
             "budget_tokens_per_sec": med["budget"], "share": med["budget"] / med["resident"], "runs": res}
+
+
+def checks(args):
+    """Under the cold limits at --mem-frac: how long `plan` takes (opening every part), and
+    whether greedy `run` tokens equal those of a run without limits."""
+    limit = int(model_size(args.model) * args.mem_frac)
+    ram = str(max(limit - MARGIN, 1))
+    plan = [args.ramforge, "--quiet", "plan", args.model, "--ram", ram, "--json"]
+    evict(args.model)
+    started = time.monotonic()
+    rc, _, err, _, _ = vs_llamacpp.wait4_child(
+        ["bash", str(LIMITS), "--mem", str(limit), "--read-bps", str(args.read_bps), "--file", args.model,
+         "--", *plan], timeout=args.timeout)
+    plan_secs = time.monotonic() - started
+    gen = [args.ramforge, "--quiet", "run", args.model, "-p", "The capital of France is", "-n",
+           str(args.gen_tokens), "-t", str(args.threads), "--json"]
+    limited = run(gen + ["--ram", ram], limit, args.read_bps, args.model, args.timeout)
+    free = run(gen, timeout=args.timeout)
+    return {"plan_secs": plan_secs, "plan_exit_code": rc, "plan_error": err.strip().splitlines()[-1:] if rc else [],
+            "tokens_limited": limited.get("tokens"), "tokens_free": free.get("tokens"),
+            "tokens_identical": limited.get("tokens") is not None and limited.get("tokens") == free.get("tokens")}
 
 
 def main():
@@ -107,18 +158,21 @@ def main():
     p.add_argument("-n", "--gen-tokens", type=int, default=16)
     p.add_argument("--sweep", action="store_true", help="also memory at 10%%..100%% of the file")
     p.add_argument("--warm", action="store_true", help="also the warm-file case")
+    p.add_argument("--checks", action="store_true", help="also plan time and greedy identity under the limits")
     p.add_argument("--ramforge", required=True)
     p.add_argument("--python", required=True, help="python with llama_cpp 0.3.36")
     p.add_argument("--timeout", type=float, default=1800)
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
 
-    report = {"model": args.model, "model_bytes": os.path.getsize(args.model), "read_bps": args.read_bps,
+    report = {"model": args.model, "model_bytes": model_size(args.model), "read_bps": args.read_bps,
               "threads": args.threads, "gen_tokens": args.gen_tokens, "runs": args.runs}
     fracs = [args.mem_frac] + ([0.1, 0.2, 0.5, 0.7, 1.0] if args.sweep else [])
     report["cold"] = [median_runs(args, f, args.read_bps) for f in fracs]
     if args.warm:
         report["warm"] = warm(args)
+    if args.checks:
+        report["checks"] = checks(args)
     if args.json:
         print(json.dumps(report, indent=1))
         return
@@ -138,6 +192,10 @@ def main():
               f"{(rf.get('bytes_read_per_token') or 0) / m:>9.1f}Mi {100 * rf.get('share_of_limit', 0):>9.0f}% "
               f"{hit:>9} {(rf.get('peak_rss_bytes') or 0) / m:>7.0f}Mi "
               f"{ll.get('tokens_per_sec', float('nan')):>15.2f} {row.get('ratio', float('nan')):>6.2f}x")
+    if "checks" in report:
+        c = report["checks"]
+        print(f"plan under the limits: {c['plan_secs']:.1f} s (exit {c['plan_exit_code']}); greedy tokens "
+              f"under the limits {'identical to' if c['tokens_identical'] else 'DIFFERENT from'} a run without")
     if "warm" in report:
         w = report["warm"]
         print(f"warm file, --ram {w['mem_frac']:.0%}: {w['budget_tokens_per_sec']:.2f} tok/s against "
