@@ -23,6 +23,8 @@ pub struct DraftSplit {
     pub target: Option<u64>,
     /// Whether the draft model is resident whole.
     pub draft_resident: bool,
+    /// What the draft model charges with every weight resident.
+    pub draft_whole: u64,
 }
 
 /// The split of `ram` between `draft` (laid out under `options`, the target's, without
@@ -44,6 +46,7 @@ pub fn split_budget(
             draft: None,
             target: None,
             draft_resident: true,
+            draft_whole: whole,
         },
         Some(ram) => {
             let share = (ram as f64 * DRAFT_SHARE) as u64;
@@ -52,6 +55,7 @@ pub fn split_budget(
                 draft: Some(draft),
                 target: Some(ram - draft),
                 draft_resident: whole <= share,
+                draft_whole: whole,
             }
         }
     })

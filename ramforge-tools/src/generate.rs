@@ -27,22 +27,33 @@ pub fn load_speculative(
         draft: usize::from(spec.draft_max.max(1)),
         ..options.clone()
     };
-    let drafter = match &spec.draft {
-        None => Drafter::Lookup,
-        Some(path) => {
-            let draft = Model::open(path)?;
-            if let Some(why) = vocabulary_difference(&model.tokenizer, &draft.tokenizer) {
-                return Err(format!("--draft {}: {why}", path.display()).into());
+    let drafter =
+        match &spec.draft {
+            None => Drafter::Lookup,
+            Some(path) => {
+                let draft = Model::open(path)?;
+                if let Some(why) = vocabulary_difference(&model.tokenizer, &draft.tokenizer) {
+                    return Err(format!("--draft {}: {why}", path.display()).into());
+                }
+                let split = split_budget(&draft, &options, options.ram)?;
+                if !split.draft_resident && !crate::verbosity::quiet() {
+                    eprintln!(
+                    "warning: --draft {}: the draft model needs {} to stay resident, more than \
+                     the quarter of --ram it may take ({}); it streams, which usually costs more \
+                     reads than its drafts save (--lookup drafts without a model)",
+                    path.display(),
+                    ramforge_engine::budget::human_bytes(split.draft_whole),
+                    split.draft.map_or("-".into(), ramforge_engine::budget::human_bytes),
+                );
+                }
+                options.ram = split.target;
+                let draft_options = EngineOptions {
+                    ram: split.draft,
+                    ..draft_options(&options)
+                };
+                Drafter::Model(Box::new(load_engine(draft, &draft_options)?))
             }
-            let split = split_budget(&draft, &options, options.ram)?;
-            options.ram = split.target;
-            let draft_options = EngineOptions {
-                ram: split.draft,
-                ..draft_options(&options)
-            };
-            Drafter::Model(Box::new(load_engine(draft, &draft_options)?))
-        }
-    };
+        };
     let mut engine = load_engine(model, &options)?;
     engine.set_drafter(Some(drafter));
     Ok(engine)

@@ -272,4 +272,30 @@ fn plan_draft_shows_the_split() {
     assert_eq!(draft + target, 2 << 30);
     assert_eq!(j["budget_bytes"].as_u64(), Some(target));
     assert_eq!(j["verify_rows"], 9);
+    let whole = d["whole_bytes"].as_u64().unwrap();
+    assert_eq!(draft, whole, "a resident draft takes what it needs whole");
+
+    // Under 1 GiB the 0.5B model does not fit in a quarter: it streams, and `run` says so.
+    let small = ["--ram", "1G", "--ctx", "256", "--draft"];
+    let target = common::model("qwen25-coder-1.5b.gguf");
+    let draft_model = common::model("qwen25-coder-0.5b.gguf");
+    let o = common::tool(&[&["plan", &target][..], &small, &[&draft_model, "--json"]].concat());
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["draft"]["resident"], false, "{}", j["draft"]);
+    assert_eq!(j["draft"]["whole_bytes"].as_u64(), Some(whole));
+    let o = common::tool(
+        &[
+            &["run", &target][..],
+            &small,
+            &[&draft_model, "-n", "1", "-p", "def"],
+        ]
+        .concat(),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.lines()
+            .any(|l| l.starts_with("warning: --draft") && l.contains("streams")),
+        "{err}"
+    );
 }

@@ -121,6 +121,7 @@ fn draft_json(args: &Args, s: &DraftSplit) -> serde_json::Value {
         "model": path,
         "budget_bytes": s.draft,
         "resident": s.draft_resident,
+        "whole_bytes": s.draft_whole,
         "target_budget_bytes": s.target,
     })
 }
@@ -138,9 +139,12 @@ fn draft_text(args: &Args, s: &DraftSplit) -> String {
         path.unwrap_or_default(),
         h(s.draft),
         if s.draft_resident {
-            "resident whole"
+            "resident whole".to_string()
         } else {
-            "streamed: it does not fit in a quarter"
+            format!(
+                "streamed: resident whole it needs {}, over a quarter",
+                human_bytes(s.draft_whole)
+            )
         },
         h(s.target),
     )
