@@ -13,6 +13,7 @@
 mod blocks;
 mod dots;
 mod lowbit;
+mod multi;
 #[cfg(test)]
 mod tests;
 
@@ -32,4 +33,9 @@ pub(crate) fn neon_kernels(ty: GgmlType) -> Option<&'static Kernels> {
 /// The `sdot` kernels for `ty`, if written (bit for bit the NEON ones).
 pub(crate) fn dotprod_kernels(ty: GgmlType) -> Option<&'static Kernels> {
     dots::dotprod_kernels(ty)
+}
+
+/// The `smmla` kernels for `ty`, if written (bit for bit the NEON ones).
+pub(crate) fn i8mm_kernels(ty: GgmlType) -> Option<&'static Kernels> {
+    dots::i8mm_kernels(ty)
 }
