@@ -12,9 +12,9 @@ use crate::isa::Isa;
 use crate::kernel_table::Kernels;
 use crate::GgmlType;
 
-/// Whether the tile kernel of `ty` on `isa` gives, per token, exactly the type's dot (the
-/// one-row tiles of the formats with a min): batched decoding may then use it and still get
-/// each sequence's numbers as if it were alone.
+/// Whether the tile kernel of `ty` on `isa` gives, per token, exactly the type's dot (x86's
+/// one-row tiles of the formats with a min, every aarch64 tile): batched decoding may then
+/// use it and still get each sequence's numbers as if it were alone.
 pub(crate) fn tile_is_exact(isa: Isa, ty: GgmlType) -> bool {
     match isa {
         Isa::Scalar => false,
