@@ -56,7 +56,7 @@ for model in "${gen_models[@]}"; do
   echo "  x86-64 scalar:   $reference"
   echo "  aarch64:         $detected"
   echo "  aarch64 (neon):  $neon"
-  case "${detected%% *}" in neon|dotprod) ;; *) echo "error: aarch64 ran ${detected%% *}, not a NEON instruction set" >&2; exit 1 ;; esac
+  case "${detected%% *}" in neon|dotprod|i8mm) ;; *) echo "error: aarch64 ran ${detected%% *}, not a NEON instruction set" >&2; exit 1 ;; esac
   [ "${neon%% *}" = neon ] || { echo "error: RAMFORGE_ISA=neon ran ${neon%% *}" >&2; exit 1; }
   for got in "$detected" "$neon"; do
     [ "${got#* }" = "${reference#* }" ] || { echo "error: aarch64 tokens differ from the x86-64 reference's" >&2; exit 1; }

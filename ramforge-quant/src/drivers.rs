@@ -404,16 +404,43 @@ fn run_item(p: &Prepared<'_>, cols: usize, n: usize, item: usize) {
     let weight_row = |o: usize| &p.weights[o * p.row..(o + 1) * p.row];
     if n == 1 || p.per_token {
         let mut t0 = 0;
-        if let (true, Some(tile @ Tile::Quant(_))) = (p.exact_tile, p.tile) {
-            while t0 + TILE <= n {
-                for o in o0..o1 {
-                    let out = dot_tile(tile, p.acts, weight_row(o), t0);
-                    for (k, v) in out.into_iter().enumerate() {
-                        write(t0 + k, o, v);
+        match (p.exact_tile, p.tile) {
+            (true, Some(tile @ Tile::Quant(_))) => {
+                while t0 + TILE <= n {
+                    for o in o0..o1 {
+                        let out = dot_tile(tile, p.acts, weight_row(o), t0);
+                        for (k, v) in out.into_iter().enumerate() {
+                            write(t0 + k, o, v);
+                        }
                     }
+                    t0 += TILE;
                 }
-                t0 += TILE;
             }
+            // An exact multi-row tile (aarch64's); rows that fill no group run per token.
+            (true, Some(tile @ Tile::QuantRows(_))) => {
+                while t0 + TILE <= n {
+                    let mut o = o0;
+                    while o + TILE_ROWS <= o1 {
+                        let w = &p.weights[o * p.row..(o + TILE_ROWS) * p.row];
+                        for (r, out) in dot_rows_tile(tile, p.acts, cols, w, t0)
+                            .into_iter()
+                            .enumerate()
+                        {
+                            for (k, v) in out.into_iter().enumerate() {
+                                write(t0 + k, o + r, v);
+                            }
+                        }
+                        o += TILE_ROWS;
+                    }
+                    for o in o..o1 {
+                        for t in t0..t0 + TILE {
+                            write(t, o, dot_token(p.dot, p.acts, cols, weight_row(o), t));
+                        }
+                    }
+                    t0 += TILE;
+                }
+            }
+            _ => {}
         }
         // The item's weight rows stay in cache while each token visits them.
         for t in t0..n {

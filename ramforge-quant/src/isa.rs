@@ -25,17 +25,21 @@ pub enum Isa {
     /// [`Isa::Neon`] plus the dot-product extension (`sdot`: ARMv8.2-A and later, e.g. Apple
     /// M1 and later, Graviton 2 and later). The same results as [`Isa::Neon`].
     Dotprod,
+    /// [`Isa::Dotprod`] plus the int8 matrix multiply (`smmla`: ARMv8.6-A and later, e.g.
+    /// Apple M2 and later, Graviton 3 and later) in the prefill tiles. The same results.
+    I8mm,
 }
 
 impl Isa {
     /// Every instruction set, the reference first.
-    pub const ALL: [Isa; 6] = [
+    pub const ALL: [Isa; 7] = [
         Isa::Scalar,
         Isa::Avx2,
         Isa::AvxVnni,
         Isa::Avx512Vnni,
         Isa::Neon,
         Isa::Dotprod,
+        Isa::I8mm,
     ];
 
     /// Lower-case name, as `RAMFORGE_ISA` and the tools spell it.
@@ -47,6 +51,7 @@ impl Isa {
             Isa::Avx512Vnni => "avx512vnni",
             Isa::Neon => "neon",
             Isa::Dotprod => "dotprod",
+            Isa::I8mm => "i8mm",
         }
     }
 
@@ -65,6 +70,7 @@ impl Isa {
             Isa::Avx512Vnni => avx2_available() && avx512_vnni_available(),
             Isa::Neon => neon_available(),
             Isa::Dotprod => neon_available() && dotprod_available(),
+            Isa::I8mm => neon_available() && dotprod_available() && i8mm_available(),
         }
     }
 
@@ -133,6 +139,16 @@ fn dotprod_available() -> bool {
     false
 }
 
+#[cfg(target_arch = "aarch64")]
+fn i8mm_available() -> bool {
+    std::arch::is_aarch64_feature_detected!("i8mm")
+}
+
+#[cfg(not(target_arch = "aarch64"))]
+fn i8mm_available() -> bool {
+    false
+}
+
 /// The best instruction set this CPU supports (AVX-VNNI before AVX512-VNNI where both are:
 /// the same kernels, the shorter encoding).
 pub fn detected() -> Isa {
@@ -142,6 +158,8 @@ pub fn detected() -> Isa {
         Isa::Avx512Vnni
     } else if Isa::Avx2.is_available() {
         Isa::Avx2
+    } else if Isa::I8mm.is_available() {
+        Isa::I8mm
     } else if Isa::Dotprod.is_available() {
         Isa::Dotprod
     } else if Isa::Neon.is_available() {
@@ -162,6 +180,7 @@ fn code(isa: Isa) -> u8 {
         Isa::Avx512Vnni => 4,
         Isa::Neon => 5,
         Isa::Dotprod => 6,
+        Isa::I8mm => 7,
     }
 }
 
@@ -175,6 +194,7 @@ pub fn active() -> Isa {
         4 => Isa::Avx512Vnni,
         5 => Isa::Neon,
         6 => Isa::Dotprod,
+        7 => Isa::I8mm,
         _ => {
             let isa = requested().ok().flatten().unwrap_or_else(detected);
             ACTIVE.store(code(isa), Ordering::Relaxed);

@@ -25,11 +25,15 @@ pub(crate) const TILE: usize = 4;
 /// Results must equal `TILE` calls of the type's `Dot` up to f32 summation order.
 #[derive(Clone, Copy)]
 pub(crate) enum Tile {
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // aarch64 tiles are multi-row
     Quant(fn(&[u8], [&[u8]; TILE]) -> [f32; TILE]),
     /// [`TILE_ROWS`] consecutive weight rows (back to back in the first argument) times
     /// [`TILE`] tokens: `out[r][t]`. Also amortises the per-token work (activation loads and
     /// scales) over the rows; a matrix's last rows that fill no group run per token.
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // x86 kernels only, so far
+    #[cfg_attr(
+        not(any(target_arch = "x86_64", target_arch = "aarch64")),
+        allow(dead_code)
+    )]
     QuantRows(RowsTile),
     /// The same for float weights and f32 activations; equals `TILE_ROWS * TILE` calls of
     /// the type's `Dot` bit for bit.

@@ -12,9 +12,9 @@ use crate::isa::Isa;
 use crate::kernel_table::Kernels;
 use crate::GgmlType;
 
-/// Whether the tile kernel of `ty` on `isa` gives, per token, exactly the type's dot (the
-/// one-row tiles of the formats with a min): batched decoding may then use it and still get
-/// each sequence's numbers as if it were alone.
+/// Whether the tile kernel of `ty` on `isa` gives, per token, exactly the type's dot (x86's
+/// one-row tiles of the formats with a min, every aarch64 tile): batched decoding may then
+/// use it and still get each sequence's numbers as if it were alone.
 pub(crate) fn tile_is_exact(isa: Isa, ty: GgmlType) -> bool {
     match isa {
         Isa::Scalar => false,
@@ -23,14 +23,14 @@ pub(crate) fn tile_is_exact(isa: Isa, ty: GgmlType) -> bool {
         #[cfg(target_arch = "x86_64")]
         Isa::AvxVnni | Isa::Avx512Vnni => x86::vnni_tile_is_exact(ty),
         #[cfg(target_arch = "aarch64")]
-        Isa::Neon | Isa::Dotprod => aarch64::tile_is_exact(ty),
+        Isa::Neon | Isa::Dotprod | Isa::I8mm => aarch64::tile_is_exact(ty),
         #[cfg(not(target_arch = "x86_64"))]
         Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni => {
             let _ = ty;
             false
         }
         #[cfg(not(target_arch = "aarch64"))]
-        Isa::Neon | Isa::Dotprod => {
+        Isa::Neon | Isa::Dotprod | Isa::I8mm => {
             let _ = ty;
             false
         }
@@ -51,13 +51,15 @@ pub(crate) fn kernels(isa: Isa, ty: GgmlType) -> Option<&'static Kernels> {
         Isa::Neon => aarch64::neon_kernels(ty),
         #[cfg(target_arch = "aarch64")]
         Isa::Dotprod => aarch64::dotprod_kernels(ty),
+        #[cfg(target_arch = "aarch64")]
+        Isa::I8mm => aarch64::i8mm_kernels(ty),
         #[cfg(not(target_arch = "x86_64"))]
         Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni => {
             let _ = ty;
             None
         }
         #[cfg(not(target_arch = "aarch64"))]
-        Isa::Neon | Isa::Dotprod => {
+        Isa::Neon | Isa::Dotprod | Isa::I8mm => {
             let _ = ty;
             None
         }

@@ -1,22 +1,35 @@
-//! The block dots: one exact integer dot per block (NEON's widening multiplies, or `sdot`),
-//! scaled and summed in f32 exactly as the generated reference does, so `vec_dot`, the
-//! decode `rows` and the prefill tile all return the reference's result bit for bit.
+//! The exact integer dots of 32-quant chunks (NEON's widening multiplies, `sdot`, or `smmla`
+//! two rows by two tokens), and the tables: every format's `vec_dot`, decode `rows` and
+//! prefill tile are [`multi`]'s generic drivers over its [`multi::Format`], scaled and summed
+//! in f32 exactly as the generated reference does, so bit for bit its result.
 
 use super::blocks::{
-    q8k_scale, Act32, ActQ8_0, ActQ8_1, Block32, BlockK, Iq4Nl, Iq4Xs, Mxfp4, Q2K, Q3K, Q4K, Q4_0,
-    Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8_0, Q8_1,
+    ActQ8_0, ActQ8_1, Iq4Nl, Iq4Xs, Mxfp4, Q2K, Q3K, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8_0,
+    Q8_1,
 };
-use super::lowbit::{nvfp4_pair, Iq1M, Iq1S, Iq2S, Iq2Xs, Iq2Xxs, Iq3S, Iq3Xxs, Tq1_0, Tq2_0};
+use super::lowbit::{Iq1M, Iq1S, Iq2S, Iq2Xs, Iq2Xxs, Iq3S, Iq3Xxs, Tq1_0, Tq2_0};
+use super::multi::{self, Nvfp4, B32, K};
 use crate::kernel_table::Kernels;
 use crate::simd::register::fast_kernels;
 use crate::GgmlType;
 use std::arch::aarch64::*;
 
-/// How the exact integer dot of 32 weight quants with 32 activation quants is taken.
+/// How the exact integer dots of 32 weight quants with 32 activation quants are taken.
 pub(super) trait IntDot {
-    unsafe fn dot(w: (int8x16_t, int8x16_t), a: (int8x16_t, int8x16_t)) -> i32;
-    /// The same over 16 quants.
-    unsafe fn dot16(w: int8x16_t, a: int8x16_t) -> i32;
+    /// The dots of the two halves (elements 0..16, 16..32).
+    unsafe fn halves(w: (int8x16_t, int8x16_t), a: (int8x16_t, int8x16_t)) -> [i32; 2];
+
+    /// The halves' dots of two weight chunks with two activation chunks: `out[r][t]`.
+    #[inline(always)]
+    unsafe fn quad(
+        w: [(int8x16_t, int8x16_t); 2],
+        a: [(int8x16_t, int8x16_t); 2],
+    ) -> [[[i32; 2]; 2]; 2] {
+        [
+            [Self::halves(w[0], a[0]), Self::halves(w[0], a[1])],
+            [Self::halves(w[1], a[0]), Self::halves(w[1], a[1])],
+        ]
+    }
 }
 
 /// Plain NEON: widening multiplies to i16 (|q| <= 128, so a product fits), pairwise
@@ -24,18 +37,12 @@ pub(super) trait IntDot {
 pub(super) struct Mull;
 impl IntDot for Mull {
     #[inline(always)]
-    unsafe fn dot(w: (int8x16_t, int8x16_t), a: (int8x16_t, int8x16_t)) -> i32 {
-        let s = vpaddlq_s16(vmull_s8(vget_low_s8(w.0), vget_low_s8(a.0)));
-        let s = vpadalq_s16(s, vmull_high_s8(w.0, a.0));
-        let s = vpadalq_s16(s, vmull_s8(vget_low_s8(w.1), vget_low_s8(a.1)));
-        let s = vpadalq_s16(s, vmull_high_s8(w.1, a.1));
-        vaddvq_s32(s)
-    }
-
-    #[inline(always)]
-    unsafe fn dot16(w: int8x16_t, a: int8x16_t) -> i32 {
-        let s = vpaddlq_s16(vmull_s8(vget_low_s8(w), vget_low_s8(a)));
-        vaddvq_s32(vpadalq_s16(s, vmull_high_s8(w, a)))
+    unsafe fn halves(w: (int8x16_t, int8x16_t), a: (int8x16_t, int8x16_t)) -> [i32; 2] {
+        let dot16 = |w: int8x16_t, a: int8x16_t| {
+            let s = vpaddlq_s16(vmull_s8(vget_low_s8(w), vget_low_s8(a)));
+            vaddvq_s32(vpadalq_s16(s, vmull_high_s8(w, a)))
+        };
+        [dot16(w.0, a.0), dot16(w.1, a.1)]
     }
 }
 
@@ -43,14 +50,51 @@ impl IntDot for Mull {
 pub(super) struct Sdot;
 impl IntDot for Sdot {
     #[inline(always)]
-    unsafe fn dot(w: (int8x16_t, int8x16_t), a: (int8x16_t, int8x16_t)) -> i32 {
-        let s = sdot(vdupq_n_s32(0), w.0, a.0);
-        vaddvq_s32(sdot(s, w.1, a.1))
+    unsafe fn halves(w: (int8x16_t, int8x16_t), a: (int8x16_t, int8x16_t)) -> [i32; 2] {
+        let zero = vdupq_n_s32(0);
+        let s = vpaddq_s32(sdot(zero, w.0, a.0), sdot(zero, w.1, a.1));
+        let s = vpaddq_s32(s, s);
+        [vgetq_lane_s32::<0>(s), vgetq_lane_s32::<1>(s)]
+    }
+}
+
+/// The int8 matrix multiply: `smmla` takes a 2x8 by 8x2 product into a 2x2 of i32, two
+/// weight rows by two tokens; one-row dots are [`Sdot`]'s.
+pub(super) struct Smmla;
+impl IntDot for Smmla {
+    #[inline(always)]
+    unsafe fn halves(w: (int8x16_t, int8x16_t), a: (int8x16_t, int8x16_t)) -> [i32; 2] {
+        Sdot::halves(w, a)
     }
 
     #[inline(always)]
-    unsafe fn dot16(w: int8x16_t, a: int8x16_t) -> i32 {
-        vaddvq_s32(sdot(vdupq_n_s32(0), w, a))
+    unsafe fn quad(
+        w: [(int8x16_t, int8x16_t); 2],
+        a: [(int8x16_t, int8x16_t); 2],
+    ) -> [[[i32; 2]; 2]; 2] {
+        // Eight elements of row 0 then the same eight of row 1 (and of token 0, token 1):
+        // one `smmla` gives lanes [r0.t0, r0.t1, r1.t0, r1.t1] of those eight.
+        let low = |x: int8x16_t, y: int8x16_t| {
+            vreinterpretq_s8_s64(vzip1q_s64(vreinterpretq_s64_s8(x), vreinterpretq_s64_s8(y)))
+        };
+        let high = |x: int8x16_t, y: int8x16_t| {
+            vreinterpretq_s8_s64(vzip2q_s64(vreinterpretq_s64_s8(x), vreinterpretq_s64_s8(y)))
+        };
+        let half = |w0: int8x16_t, w1: int8x16_t, a0: int8x16_t, a1: int8x16_t| {
+            let s = smmla(vdupq_n_s32(0), low(w0, w1), low(a0, a1));
+            smmla(s, high(w0, w1), high(a0, a1))
+        };
+        let h0 = half(w[0].0, w[1].0, a[0].0, a[1].0);
+        let h1 = half(w[0].1, w[1].1, a[0].1, a[1].1);
+        // Lanes 0..2 (row 0) and 2..4 (row 1), each [t0, t1], per half.
+        let r0 = vzip1q_s32(h0, h1); // [h0.r0t0, h1.r0t0, h0.r0t1, h1.r0t1]
+        let r1 = vzip2q_s32(h0, h1); // [h0.r1t0, h1.r1t0, h0.r1t1, h1.r1t1]
+        let lanes = |v: int32x4_t| {
+            let mut out = [0i32; 4];
+            vst1q_s32(out.as_mut_ptr(), v);
+            [[out[0], out[1]], [out[2], out[3]]]
+        };
+        [lanes(r0), lanes(r1)]
     }
 }
 
@@ -69,136 +113,68 @@ unsafe fn sdot(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
     acc
 }
 
-/// A row of `F` blocks dotted with a row of `A` blocks: the reference's `vec_dot`, term by
-/// term (per block `sum = 0; sum += s * dot; sum += m * sum(a)` with a min; `acc += da * sum`).
+/// `acc + smmla(a, b)`: `a` and `b` two rows of eight i8 each, `acc` lane `2i + j` plus the
+/// dot of row i of `a` with row j of `b`; assembly like [`sdot`]. Only inlined into
+/// `#[target_feature(enable = "i8mm")]` bodies.
 #[inline(always)]
-unsafe fn block_dot<F: Block32, A: Act32, D: IntDot>(w: &[u8], a: &[u8]) -> f32 {
-    assert!(a.len() / A::BYTES >= w.len() / F::BYTES);
-    let mut acc = 0f32;
-    for (wb, ab) in w.chunks_exact(F::BYTES).zip(a.chunks_exact(A::BYTES)) {
-        let q = F::quants(wb.as_ptr());
-        let aq = ab.as_ptr().add(A::QS).cast::<i8>();
-        let aq = (vld1q_s8(aq), vld1q_s8(aq.add(16)));
-        let da = A::scale(ab);
-        let (s, m) = F::params(wb);
-        let mut sum = 0f32;
-        sum += s * D::dot(q, aq) as f32;
-        if F::HAS_MIN {
-            let total = vaddlvq_s8(aq.0) as i32 + vaddlvq_s8(aq.1) as i32;
-            sum += m * total as f32;
-        }
-        acc += da * sum;
-    }
+unsafe fn smmla(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
+    let mut acc = acc;
+    std::arch::asm!(
+        "smmla {acc:v}.4s, {a:v}.16b, {b:v}.16b",
+        acc = inout(vreg) acc,
+        a = in(vreg) a,
+        b = in(vreg) b,
+        options(pure, nomem, nostack, preserves_flags),
+    );
     acc
 }
 
-/// A row of 256-element blocks dotted with a row of Q8_K blocks, term by term as the
-/// reference: per block `sum = 0`, then per group `sum += s * dot` (and `sum += m * sum(a)`
-/// with a min), then `acc += da * sum`. A whole-block group's dot is the exact sum of the
-/// chunks' (no such format has a min).
-#[inline(always)]
-unsafe fn k_block_dot<F: BlockK, D: IntDot>(w: &[u8], a: &[u8]) -> f32 {
-    const Q8K_BYTES: usize = crate::formats::q8_k::BYTES;
-    assert!(a.len() / Q8K_BYTES >= w.len() / F::BYTES);
-    let mut acc = 0f32;
-    for (wb, ab) in w.chunks_exact(F::BYTES).zip(a.chunks_exact(Q8K_BYTES)) {
-        let da = q8k_scale(ab);
-        let (s, m) = F::params(wb);
-        let aq = ab
-            .as_ptr()
-            .add(crate::formats::q8_k::OFFSET_QS)
-            .cast::<i8>();
-        let mut sum = 0f32;
-        let mut whole = 0i32;
-        for c in 0..8 {
-            let q = F::chunk(wb.as_ptr(), c);
-            let a = (vld1q_s8(aq.add(32 * c)), vld1q_s8(aq.add(32 * c + 16)));
-            match F::GROUP {
-                256 => whole += D::dot(q, a),
-                32 => {
-                    sum += s[c] * D::dot(q, a) as f32;
-                    if F::HAS_MIN {
-                        sum += m[c] * (vaddlvq_s8(a.0) as i32 + vaddlvq_s8(a.1) as i32) as f32;
-                    }
-                }
-                _ => {
-                    for (g, (q, a)) in [(2 * c, (q.0, a.0)), (2 * c + 1, (q.1, a.1))] {
-                        sum += s[g] * D::dot16(q, a) as f32;
-                        if F::HAS_MIN {
-                            sum += m[g] * vaddlvq_s8(a) as i32 as f32;
-                        }
-                    }
-                }
-            }
-        }
-        if F::GROUP == 256 {
-            sum += s[0] * whole as f32;
-        }
-        acc += da * sum;
-    }
-    acc
-}
-
-/// A row of NVFP4 blocks dotted with a row of Q8_0 blocks (two per block), term by term as
-/// the reference: per Q8_0 block `sum = 0`, `sum += s * dot` for its two groups of 16,
-/// `acc += da * sum`.
-#[inline(always)]
-unsafe fn nvfp4_dot<D: IntDot>(w: &[u8], a: &[u8]) -> f32 {
-    use crate::formats::{nvfp4, q8_0};
-    assert!(a.len() / (2 * q8_0::BYTES) >= w.len() / nvfp4::BYTES);
-    let mut acc = 0f32;
-    for (wb, ab) in w
-        .chunks_exact(nvfp4::BYTES)
-        .zip(a.chunks_exact(2 * q8_0::BYTES))
-    {
-        let (s, _) = nvfp4::group_params(&nvfp4::blocks(wb)[0]);
-        for (k, ab) in ab.chunks_exact(q8_0::BYTES).enumerate() {
-            let q = nvfp4_pair(wb.as_ptr(), k);
-            let aq = ab.as_ptr().add(q8_0::OFFSET_QS).cast::<i8>();
-            let da = ActQ8_0::scale(ab);
-            let mut sum = 0f32;
-            sum += s[2 * k] * D::dot16(q.0, vld1q_s8(aq)) as f32;
-            sum += s[2 * k + 1] * D::dot16(q.1, vld1q_s8(aq.add(16))) as f32;
-            acc += da * sum;
-        }
-    }
-    acc
-}
-
-/// Module `$table` with the kernels of every listed format over integer dot `$dot`,
-/// compiled for `$feature` (`$table::kernels`). `rows` and the tile call `vec_dot` per row
-/// and token: each block's work is small next to its load, and the results stay exact.
+/// Module `$table` with the kernels of every listed format (its [`Format`]) over integer
+/// dot `$dot`, compiled for `$feature` (`$table::kernels`): `vec_dot`, `rows` and the
+/// multi-row tile are [`multi`]'s generic drivers.
 macro_rules! table {
-    ($table:ident: $feature:literal, $dot:ident; $($module:ident: $body:ident $(::<$($ty:ident),*>)?;)*) => {
+    ($table:ident: $feature:literal, $dot:ident; $($module:ident: $format:ty;)*) => {
         pub(super) mod $table {
             use super::*;
-            use crate::kernel_table::{Tile, ROWS, TILE};
+            use crate::kernel_table::{Tile, ROWS, TILE, TILE_ROWS};
             $(
                 mod $module {
                     use super::*;
 
+                    type F = $format;
+
                     #[target_feature(enable = $feature)]
                     unsafe fn dot(w: &[u8], a: &[u8]) -> f32 {
-                        $body::<$($($ty,)*)? $dot>(w, a)
+                        multi::dot::<F, $dot>(w, a)
                     }
 
+                    #[target_feature(enable = $feature)]
+                    unsafe fn rows_in(w: &[u8], a: &[u8]) -> [f32; ROWS] {
+                        multi::rows::<F, $dot>(w, a)
+                    }
+
+                    #[target_feature(enable = $feature)]
+                    unsafe fn tile_in(w: &[u8], a: [&[u8]; TILE]) -> [[f32; TILE]; TILE_ROWS] {
+                        multi::tile::<F, $dot>(w, a)
+                    }
+
+                    // SAFETY (the three below): reachable only through this table, which the
+                    // kernel table uses only when `$feature` was detected (see `isa.rs`);
+                    // the drivers read whole blocks of `w` and `a` through checked slices.
+
                     pub(in super::super) fn vec_dot(w: &[u8], a: &[u8]) -> f32 {
-                        // SAFETY: reachable only through this table, which the kernel table
-                        // uses only when `$feature` was detected (see `isa.rs`); reads stay
-                        // within `w` and `a`, whose lengths `vec_dot` checks.
                         unsafe { dot(w, a) }
                     }
 
                     pub(in super::super) fn rows(w: &[u8], a: &[u8]) -> [f32; ROWS] {
-                        let row = w.len() / ROWS;
-                        std::array::from_fn(|r| vec_dot(&w[r * row..(r + 1) * row], a))
+                        unsafe { rows_in(w, a) }
                     }
 
-                    fn tile(w: &[u8], a: [&[u8]; TILE]) -> [f32; TILE] {
-                        a.map(|a| vec_dot(w, a))
+                    fn tile(w: &[u8], a: [&[u8]; TILE]) -> [[f32; TILE]; TILE_ROWS] {
+                        unsafe { tile_in(w, a) }
                     }
 
-                    pub(in super::super) const PREFILL: Tile = Tile::Quant(tile);
+                    pub(in super::super) const PREFILL: Tile = Tile::QuantRows(tile);
                 }
             )*
             fast_kernels! { $($module: block($module);)* }
@@ -206,40 +182,42 @@ macro_rules! table {
     };
 }
 
-/// The formats with kernels, listed once: a `neon` table over widening multiplies and a
-/// `dotprod` one over `sdot`, the same drivers and unpacking in both.
+/// The formats with kernels, listed once: a `neon` table over widening multiplies, a
+/// `dotprod` one over `sdot` and an `i8mm` one whose tiles use `smmla`; the same drivers
+/// and unpacking in all.
 macro_rules! tables {
     ($($list:tt)*) => {
         table!(neon: "neon", Mull; $($list)*);
         table!(dotprod: "neon,dotprod", Sdot; $($list)*);
+        table!(i8mm: "neon,dotprod,i8mm", Smmla; $($list)*);
     };
 }
 
 tables!(
-    q2_k: k_block_dot::<Q2K>;
-    q3_k: k_block_dot::<Q3K>;
-    q4_k: k_block_dot::<Q4K>;
-    q5_k: k_block_dot::<Q5K>;
-    q6_k: k_block_dot::<Q6K>;
-    iq4_xs: k_block_dot::<Iq4Xs>;
-    iq2_xxs: k_block_dot::<Iq2Xxs>;
-    iq3_xxs: k_block_dot::<Iq3Xxs>;
-    iq2_xs: k_block_dot::<Iq2Xs>;
-    iq2_s: k_block_dot::<Iq2S>;
-    iq3_s: k_block_dot::<Iq3S>;
-    iq1_s: k_block_dot::<Iq1S>;
-    iq1_m: k_block_dot::<Iq1M>;
-    tq2_0: k_block_dot::<Tq2_0>;
-    tq1_0: k_block_dot::<Tq1_0>;
-    q4_0: block_dot::<Q4_0, ActQ8_0>;
-    q4_1: block_dot::<Q4_1, ActQ8_1>;
-    q5_0: block_dot::<Q5_0, ActQ8_0>;
-    q5_1: block_dot::<Q5_1, ActQ8_1>;
-    q8_0: block_dot::<Q8_0, ActQ8_0>;
-    q8_1: block_dot::<Q8_1, ActQ8_1>;
-    iq4_nl: block_dot::<Iq4Nl, ActQ8_0>;
-    mxfp4: block_dot::<Mxfp4, ActQ8_0>;
-    nvfp4: nvfp4_dot;
+    q2_k: K<Q2K>;
+    q3_k: K<Q3K>;
+    q4_k: K<Q4K>;
+    q5_k: K<Q5K>;
+    q6_k: K<Q6K>;
+    iq4_xs: K<Iq4Xs>;
+    iq2_xxs: K<Iq2Xxs>;
+    iq3_xxs: K<Iq3Xxs>;
+    iq2_xs: K<Iq2Xs>;
+    iq2_s: K<Iq2S>;
+    iq3_s: K<Iq3S>;
+    iq1_s: K<Iq1S>;
+    iq1_m: K<Iq1M>;
+    tq2_0: K<Tq2_0>;
+    tq1_0: K<Tq1_0>;
+    q4_0: B32<Q4_0, ActQ8_0>;
+    q4_1: B32<Q4_1, ActQ8_1>;
+    q5_0: B32<Q5_0, ActQ8_0>;
+    q5_1: B32<Q5_1, ActQ8_1>;
+    q8_0: B32<Q8_0, ActQ8_0>;
+    q8_1: B32<Q8_1, ActQ8_1>;
+    iq4_nl: B32<Iq4Nl, ActQ8_0>;
+    mxfp4: B32<Mxfp4, ActQ8_0>;
+    nvfp4: Nvfp4;
 );
 
 /// The NEON kernels for `ty`, if written.
@@ -250,4 +228,9 @@ pub(super) fn neon_kernels(ty: GgmlType) -> Option<&'static Kernels> {
 /// The `sdot` kernels for `ty`, if written.
 pub(super) fn dotprod_kernels(ty: GgmlType) -> Option<&'static Kernels> {
     dotprod::kernels(ty)
+}
+
+/// The `smmla` kernels for `ty`, if written.
+pub(super) fn i8mm_kernels(ty: GgmlType) -> Option<&'static Kernels> {
+    i8mm::kernels(ty)
 }

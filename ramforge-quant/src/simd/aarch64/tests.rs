@@ -1,10 +1,10 @@
-//! Every aarch64 kernel against the generated reference, bit for bit, on both instruction
-//! sets: `vec_dot`, `rows` and the tile of each format, on random rows of blocks the reference
-//! quantized and on blocks of random bytes (every quant value, grid row and sign) under a
+//! Every aarch64 kernel against the generated reference, bit for bit, on each instruction
+//! set (NEON, `sdot`, `smmla`): `vec_dot`, `rows` and the multi-row tile of each format, on
+//! random rows of blocks the reference quantized and on blocks of random bytes (every quant value, grid row and sign) under a
 //! finite scale, against quantized activations and one of random quants.
 
 use crate::isa::Isa;
-use crate::kernel_table::{Dot, Kernels, Tile, ROWS, TILE};
+use crate::kernel_table::{Dot, Kernels, Tile, ROWS, TILE, TILE_ROWS};
 use crate::{dispatch, formats, GgmlType};
 
 const FORMATS: [GgmlType; 24] = [
@@ -120,7 +120,8 @@ fn vec_dot(k: &Kernels) -> (GgmlType, VecDot) {
 
 #[test]
 fn every_kernel_equals_the_reference_bit_for_bit() {
-    let isas: Vec<Isa> = [Isa::Neon, Isa::Dotprod]
+    const { assert!(ROWS == TILE_ROWS) };
+    let isas: Vec<Isa> = [Isa::Neon, Isa::Dotprod, Isa::I8mm]
         .into_iter()
         .filter(|i| i.is_available())
         .collect();
@@ -164,15 +165,26 @@ fn every_kernel_equals_the_reference_bit_for_bit() {
                 let expected: Vec<u32> = want.iter().map(|r| r[t]).collect();
                 assert_eq!(got.to_vec(), expected, "{ty:?} on {isa}: rows, token {t}");
             }
-            let Some(Tile::Quant(tile)) = k.tile else {
-                panic!("{ty:?} on {isa}: a one-row tile");
+            let Some(Tile::QuantRows(tile)) = k.tile else {
+                panic!("{ty:?} on {isa}: a multi-row tile");
             };
             let a: [&[u8]; TILE] = std::array::from_fn(|t| acts[t].as_slice());
-            for (r, wr) in w.chunks_exact(row).enumerate() {
-                let got = tile(wr, a).map(f32::to_bits);
+            for (r, got) in tile(&w, a).into_iter().enumerate() {
+                let got = got.map(f32::to_bits);
                 assert_eq!(got.to_vec(), want[r], "{ty:?} on {isa}: tile, row {r}");
             }
             assert!(crate::simd::tile_is_exact(isa, ty));
         }
     }
+}
+
+#[test]
+fn detection_picks_the_widest_neon_set() {
+    let best = [Isa::I8mm, Isa::Dotprod, Isa::Neon]
+        .into_iter()
+        .find(|i| i.is_available())
+        .expect("every aarch64 CPU has NEON");
+    eprintln!("detected: {}", crate::isa::detected());
+    assert_eq!(crate::isa::detected(), best);
+    assert_eq!(Isa::from_name("i8mm"), Some(Isa::I8mm));
 }
