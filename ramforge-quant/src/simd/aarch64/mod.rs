@@ -7,7 +7,7 @@
 //! K-quants (Q2_K to Q6_K), IQ4_XS, the low-bit formats (IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S,
 //! IQ3_XXS, IQ3_S, TQ1_0, TQ2_0: [`lowbit`], grid rows gathered by scalar loads) and NVFP4
 //! unpack each 32 quants into two vectors ([`blocks`], [`lowbit`]); one generic driver
-//! ([`multi`]) takes their exact integer dots with the activation's quants ([`dots`]) for
+//! ([`multi`]) takes their exact integer dots with the activation's quants ([`int_dot`]; the tables in [`dots`]) for
 //! `vec_dot`, the decode `rows` (each activation block loaded once for 8 rows) and the
 //! prefill tile (8 rows by 4 tokens, two by two with `smmla`); scales, mins and the f32 sums
 //! are the generated reference's own code in its own order, so every kernel here returns bit
@@ -16,6 +16,7 @@
 
 mod blocks;
 mod dots;
+mod int_dot;
 mod lowbit;
 mod multi;
 #[cfg(test)]

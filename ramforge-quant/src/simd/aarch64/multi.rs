@@ -1,7 +1,7 @@
 //! One generic driver for every format's `vec_dot`, decode `rows` and prefill tile: a
 //! [`Format`] says how a weight block and the activation bytes it meets split into chunks of
 //! 32 quants and how the reference turns the chunks' exact integer dots into its f32 sums;
-//! an [`IntDot`](super::dots::IntDot) takes those dots (widening multiplies, `sdot`, or
+//! an [`IntDot`](super::int_dot::IntDot) takes those dots (widening multiplies, `sdot`, or
 //! `smmla` two rows by two tokens at once).
 //!
 //! Every (row, token) pair is summed block by block in the reference's order whatever the
@@ -11,7 +11,7 @@
 //! once for every row) return the reference's results bit for bit.
 
 use super::blocks::{q8k_scale, Act32, ActQ8_0, Block32, BlockK};
-use super::dots::IntDot;
+use super::int_dot::IntDot;
 use super::lowbit::nvfp4_pair;
 use crate::formats;
 use crate::kernel_table::{ROWS, TILE, TILE_ROWS};
