@@ -46,6 +46,30 @@ pub fn drop_range(file: &File, offset: u64, len: u64) {
     let _ = (file.as_raw_fd(), offset, len);
 }
 
+/// Asks the kernel to read bytes `offset..offset + len` of `file` ahead, into the page cache,
+/// before the buffered reads of them: macOS's `F_RDADVISE`, so a segment the stream jumps to
+/// is read in one request rather than as its first reads fault in the readahead. Linux's own
+/// readahead follows the sequential reads; nothing is asked there. A hint: a refusal is
+/// ignored.
+#[cfg(target_os = "macos")]
+pub fn advise_read(file: &File, offset: u64, len: u64) {
+    let advice = libc::radvisory {
+        ra_offset: offset as libc::off_t,
+        ra_count: len.min(i32::MAX as u64) as libc::c_int,
+    };
+    // SAFETY: F_RDADVISE reads the `radvisory` passed by pointer, alive for the call; the
+    // descriptor is open.
+    unsafe {
+        libc::fcntl(file.as_raw_fd(), libc::F_RDADVISE, &advice);
+    }
+}
+
+/// Elsewhere the kernel's readahead follows the sequential reads (see the macOS version).
+#[cfg(not(target_os = "macos"))]
+pub fn advise_read(file: &File, offset: u64, len: u64) {
+    let _ = (file.as_raw_fd(), offset, len);
+}
+
 /// Opens `path` for reads that go around the page cache: `O_DIRECT` on Linux (aligned
 /// offsets, lengths and buffers), `F_NOCACHE` on macOS.
 #[cfg(target_os = "linux")]

@@ -10,7 +10,9 @@
 
 use super::aligned::AlignedBuf;
 use super::layout::{LayerLayout, MapError, MappedLayer};
-use super::page_cache::{drop_range, drop_read, open_uncached, DROP_CHUNK, FOLIO, READAHEAD_TAIL};
+use super::page_cache::{
+    advise_read, drop_range, drop_read, open_uncached, DROP_CHUNK, FOLIO, READAHEAD_TAIL,
+};
 use ramforge_gguf::{GgufError, GgufFile};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -250,6 +252,7 @@ impl StreamFile {
             }
         }
         let buffered = &self.buffered[shard];
+        advise_read(buffered, offset, needed as u64);
         if !self.drop_cached {
             return read_at_least(buffered, &mut dst[..needed], offset, needed);
         }
