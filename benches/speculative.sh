@@ -11,12 +11,12 @@
 #           plain decoding of the same prompt (target >= 1.3x).
 #
 # usage: benches/speculative.sh [--models DIR] [--reps N] [--tokens N] [--threads N]
-#                               [--mem-frac F] [--read-bps N] [--ramforge BIN]
+#                               [--mem-frac F] [--read-bps N] [--ramforge BIN] [--only lookup|draft]
 # Prints one JSON object per run (mode, prompt, tok/s, speculation) and a table of medians.
 # Needs root (cgroups); run it on an otherwise idle machine.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-models="${RAMFORGE_MODELS:-$root/models}" reps=3 tokens=128 threads=2 frac=0.5 bps=400000000 bin=""
+only="" models="${RAMFORGE_MODELS:-$root/models}" reps=3 tokens=128 threads=2 frac=0.5 bps=400000000 bin=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --models) models="$2"; shift 2 ;;
@@ -26,6 +26,7 @@ while [ $# -gt 0 ]; do
     --mem-frac) frac="$2"; shift 2 ;;
     --read-bps) bps="$2"; shift 2 ;;
     --ramforge) bin="$2"; shift 2 ;;
+    --only) only="$2"; shift 2 ;;
     -h|--help) awk 'NR>1 && /^#/{sub(/^# ?/,""); print; next} NR>1{exit}' "$0"; exit 0 ;;
     *) echo "error: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -63,16 +64,22 @@ trap 'rm -rf "$out"' EXIT
 run() { # mode prompt extra-args...
   local mode="$1" prompt="$2"; shift 2
   sudo_or=""; [ "$(id -u)" = 0 ] || sudo_or="sudo"
+  # limits.sh drops the target from the page cache; the draft model must start cold too.
+  python3 -c 'import os,sys; fd=os.open(sys.argv[1], os.O_RDONLY); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)' "$draft"
   $sudo_or bash "$limits" --mem "$mem" --read-bps "$bps" --file "$target" -- \
     "$bin" run "$target" --chat --prompt "$prompt" -n "$tokens" -t "$threads" --ram "$ram" --json "$@" \
     | python3 -c 'import json,sys; j=json.load(sys.stdin); s=j.get("speculation") or {}; print(json.dumps({"mode":sys.argv[1],"tok_s":j["decode_tokens_per_sec"],"tokens":j["generated_tokens"],"bytes_per_generated_token":j["bytes_read_per_generated_token"],"tokens_per_pass":s.get("tokens_per_pass",1.0),"acceptance":s.get("acceptance"),"draft_budget":s.get("draft_budget_bytes")}))' "$mode" \
     | tee -a "$out/runs.jsonl"
 }
 for _ in $(seq "$reps"); do
-  run lookup-plain "$edit_prompt"
-  run lookup "$edit_prompt" --lookup
-  run draft-plain "$write_prompt"
-  run draft "$write_prompt" --draft "$draft"
+  if [ "$only" != draft ]; then
+    run lookup-plain "$edit_prompt"
+    run lookup "$edit_prompt" --lookup
+  fi
+  if [ "$only" != lookup ]; then
+    run draft-plain "$write_prompt"
+    run draft "$write_prompt" --draft "$draft"
+  fi
 done
 python3 - "$out/runs.jsonl" <<'PY'
 import json, statistics, sys
@@ -81,6 +88,8 @@ med = lambda mode, key: statistics.median(r[key] for r in runs if r["mode"] == m
 print("| mode | tok/s | tokens/pass | bytes/generated token | acceptance | vs plain |")
 print("|---|---:|---:|---:|---:|---:|")
 for mode, base in [("lookup-plain", None), ("lookup", "lookup-plain"), ("draft-plain", None), ("draft", "draft-plain")]:
+    if not any(r["mode"] == mode for r in runs):
+        continue
     acc = [r["acceptance"] for r in runs if r["mode"] == mode and r["acceptance"] is not None]
     ratio = f"{med(mode, 'tok_s') / med(base, 'tok_s'):.2f}x" if base else "-"
     print(f"| {mode} | {med(mode, 'tok_s'):.2f} | {med(mode, 'tokens_per_pass'):.2f} | "

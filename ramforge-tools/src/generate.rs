@@ -39,8 +39,9 @@ pub fn load_speculative(
                 if !split.draft_resident && !crate::verbosity::quiet() {
                     eprintln!(
                     "warning: --draft {}: the draft model needs {} to stay resident, more than \
-                     the quarter of --ram it may take ({}); it streams, which usually costs more \
-                     reads than its drafts save (--lookup drafts without a model)",
+                     the quarter of --ram it may take ({}); it streams, so every drafted token \
+                     reads its streamed layers too (`run --json`'s bytes_read_per_generated_token \
+                     counts them)",
                     path.display(),
                     ramforge_engine::budget::human_bytes(split.draft_whole),
                     split.draft.map_or("-".into(), ramforge_engine::budget::human_bytes),
