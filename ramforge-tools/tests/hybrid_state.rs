@@ -16,7 +16,10 @@ fn hybrid_model() -> PathBuf {
     let dir = std::env::temp_dir().join(format!("ramforge-hybrid-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join("qwen35moe.gguf");
-    common::synth(&out, &common::QWEN35MOE_SMALL);
+    common::synth(
+        &out,
+        &[&common::QWEN35MOE_SMALL[..], &["--type", "F32"]].concat(),
+    );
     out
 }
 

@@ -101,26 +101,7 @@ fn speculation_is_identical(args: &[&str]) {
 
 #[test]
 fn hybrid_speculation_greedy_equals_plain() {
-    speculation_is_identical(&[
-        "--arch",
-        "qwen35moe",
-        "--layers",
-        "3",
-        "--embd",
-        "128",
-        "--ffn",
-        "64",
-        "--heads",
-        "4",
-        "--kv-heads",
-        "2",
-        "--experts",
-        "8",
-        "--experts-used",
-        "2",
-        "--full-attention-interval",
-        "2",
-    ]);
+    speculation_is_identical(&common::QWEN35MOE_SMALL);
 }
 
 #[test]

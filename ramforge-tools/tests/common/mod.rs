@@ -94,8 +94,8 @@ pub fn tool(args: &[&str]) -> Output {
 }
 
 /// `synth` arguments of a small qwen35moe (hybrid) model: three layers, the middle one full
-/// attention, the others gated delta-net; 8 experts, 2 used.
-pub const QWEN35MOE_SMALL: [&str; 20] = [
+/// attention, the others gated delta-net; 8 experts, 2 used (the weight type is the caller's).
+pub const QWEN35MOE_SMALL: [&str; 18] = [
     "--arch",
     "qwen35moe",
     "--layers",
@@ -114,8 +114,6 @@ pub const QWEN35MOE_SMALL: [&str; 20] = [
     "2",
     "--full-attention-interval",
     "2",
-    "--type",
-    "F32",
 ];
 
 /// Writes `file` with `ramforge-tools synth` and `args`, taking the vocabulary from the real

@@ -36,7 +36,10 @@ fn a_hybrid_conversation_reuses_each_turn_and_answers_as_fresh() {
     let dir = std::env::temp_dir().join(format!("ramforge-serve-hybrid-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let model = dir.join("qwen35moe.gguf");
-    common::synth(&model, &common::QWEN35MOE_SMALL);
+    common::synth(
+        &model,
+        &[&common::QWEN35MOE_SMALL[..], &["--type", "F32"]].concat(),
+    );
     let flags = ["--ctx", "512"];
 
     let server = Server::start_model(&model, &flags);

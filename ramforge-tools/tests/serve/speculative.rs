@@ -181,31 +181,10 @@ fn alone_then_together(server: &Server, model: &str) -> Vec<String> {
 fn hybrid_draft_answers_equal_plain_alone_and_together() {
     let dir = std::env::temp_dir().join(format!("ramforge-serve-spec-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let args = [
-        "--arch",
-        "qwen35moe",
-        "--layers",
-        "3",
-        "--embd",
-        "128",
-        "--ffn",
-        "64",
-        "--heads",
-        "4",
-        "--kv-heads",
-        "2",
-        "--experts",
-        "8",
-        "--experts-used",
-        "2",
-        "--full-attention-interval",
-        "2",
-    ];
     let (target, draft) = (dir.join("target.gguf"), dir.join("draft.gguf"));
     for (file, ty) in [(&target, "Q8_0"), (&draft, "Q4_0")] {
-        let mut a = args.to_vec();
-        a.extend(["--type", ty]);
-        super::common::synth(file, &a);
+        let args = [&super::common::QWEN35MOE_SMALL[..], &["--type", ty]].concat();
+        super::common::synth(file, &args);
     }
     let flags = ["--ctx", "256", "--parallel", "2"];
     let plain = alone_then_together(&Server::start_model(&target, &flags), "target");
