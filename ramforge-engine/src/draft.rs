@@ -10,14 +10,16 @@ use crate::options::EngineOptions;
 use crate::stream::ResidencyStats;
 use crate::text::Tokenizer;
 
-/// The largest share of one budget a draft model may take (it is kept whole within it).
+/// The share of one budget a draft model that does not fit resident beside the target takes
+/// (its layers then stream).
 pub const DRAFT_SHARE: f64 = 0.25;
 
 /// How one `--ram` budget is split between a target and its draft model (`None`: unlimited).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct DraftSplit {
-    /// The draft model's budget: all it charges when every weight is resident, if that fits
-    /// in [`DRAFT_SHARE`] of the budget, else that share (its layers then stream).
+    /// The draft model's budget: all it charges when every weight is resident, or
+    /// [`DRAFT_SHARE`] of the budget (its layers then stream), whichever makes a pass read
+    /// less ([`split_budget`]).
     pub draft: Option<u64>,
     /// The rest, for the target.
     pub target: Option<u64>,
@@ -27,37 +29,61 @@ pub struct DraftSplit {
     pub draft_whole: u64,
 }
 
-/// The split of `ram` between `draft` (laid out under `options`, the target's, without
-/// drafting of its own) and the target: the draft model comes first because it runs several
-/// passes per target pass, so streaming it would cost more reads than it saves.
+/// The split of `ram` between `target` and `draft` (both laid out under `options`, the
+/// target's; the draft without drafting of its own). Two splits are weighed by the bytes one
+/// speculative pass streams, the target's streamed bytes plus `options.draft` times the
+/// draft's: the draft resident whole, the target the rest; or the draft in
+/// [`DRAFT_SHARE`] of the budget. The draft runs several passes per target pass, so a draft
+/// that streams usually costs more reads than the target saves; the resident split wins ties.
 pub fn split_budget(
+    target: &Model,
     draft: &Model,
     options: &EngineOptions,
     ram: Option<u64>,
 ) -> Result<DraftSplit, EngineError> {
+    let draft_opts = draft_options(options);
     let whole = draft
         .plan(&EngineOptions {
             ram: None,
-            ..draft_options(options)
+            ..draft_opts.clone()
         })?
         .total_bytes();
-    Ok(match ram {
-        None => DraftSplit {
+    let Some(ram) = ram else {
+        return Ok(DraftSplit {
             draft: None,
             target: None,
             draft_resident: true,
             draft_whole: whole,
-        },
-        Some(ram) => {
-            let share = (ram as f64 * DRAFT_SHARE) as u64;
-            let draft = whole.min(share);
-            DraftSplit {
-                draft: Some(draft),
-                target: Some(ram - draft),
-                draft_resident: whole <= share,
-                draft_whole: whole,
-            }
-        }
+        });
+    };
+    let split = |draft_ram: u64| DraftSplit {
+        draft: Some(draft_ram),
+        target: Some(ram - draft_ram),
+        draft_resident: draft_ram >= whole,
+        draft_whole: whole,
+    };
+    // Bytes streamed per speculative pass with `draft_ram` for the draft, if both plans fit.
+    let pass_bytes = |draft_ram: u64| -> Option<u64> {
+        let t = target
+            .plan(&EngineOptions {
+                ram: Some(ram.checked_sub(draft_ram)?),
+                ..options.clone()
+            })
+            .ok()?;
+        let d = draft
+            .plan(&EngineOptions {
+                ram: Some(draft_ram),
+                ..draft_opts.clone()
+            })
+            .ok()?;
+        let drafted = options.draft.max(1) as u64;
+        Some(t.streamed_bytes_per_token() + drafted * d.streamed_bytes_per_token())
+    };
+    let share = whole.min((ram as f64 * DRAFT_SHARE) as u64);
+    Ok(match (pass_bytes(whole), pass_bytes(share)) {
+        (Some(resident), Some(shared)) if resident <= shared => split(whole),
+        (Some(_), None) => split(whole),
+        _ => split(share),
     })
 }
 

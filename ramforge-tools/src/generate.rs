@@ -35,13 +35,13 @@ pub fn load_speculative(
                 if let Some(why) = vocabulary_difference(&model.tokenizer, &draft.tokenizer) {
                     return Err(format!("--draft {}: {why}", path.display()).into());
                 }
-                let split = split_budget(&draft, &options, options.ram)?;
+                let split = split_budget(&model, &draft, &options, options.ram)?;
                 if !split.draft_resident && !crate::verbosity::quiet() {
                     eprintln!(
-                    "warning: --draft {}: the draft model needs {} to stay resident, more than \
-                     the quarter of --ram it may take ({}); it streams, so every drafted token \
-                     reads its streamed layers too (`run --json`'s bytes_read_per_generated_token \
-                     counts them)",
+                    "warning: --draft {}: the draft model needs {} to stay resident, and beside \
+                     it the target would not fit in --ram or would stream more; in its share \
+                     ({}) it streams, so every drafted token reads its streamed layers too \
+                     (`run --json`'s bytes_read_per_generated_token counts them)",
                     path.display(),
                     ramforge_engine::budget::human_bytes(split.draft_whole),
                     split.draft.map_or("-".into(), ramforge_engine::budget::human_bytes),

@@ -256,10 +256,18 @@ fn plan_draft_shows_the_split() {
     let whole = d["whole_bytes"].as_u64().unwrap();
     assert_eq!(draft, whole, "a resident draft takes what it needs whole");
 
-    // Under 1 GiB the 0.5B model does not fit in a quarter: it streams, and `run` says so.
-    let small = ["--ram", "1G", "--ctx", "256", "--draft"];
+    // Under 1 GiB the 0.5B model resident whole leaves the 1.5B enough: a pass then streams
+    // less than with the draft in a quarter (the target's layers once, not the draft's k times).
     let target = common::model("qwen25-coder-1.5b.gguf");
     let draft_model = common::model("qwen25-coder-0.5b.gguf");
+    let mid = ["--ram", "1G", "--ctx", "256", "--draft"];
+    let o = common::tool(&[&["plan", &target][..], &mid, &[&draft_model, "--json"]].concat());
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["draft"]["resident"], true, "{}", j["draft"]);
+    assert_eq!(j["draft"]["budget_bytes"].as_u64(), Some(whole));
+    // Under 400 MiB the target does not fit beside it: the draft streams in its quarter,
+    // and `run` says so.
+    let small = ["--ram", "400M", "--ctx", "256", "--draft"];
     let o = common::tool(&[&["plan", &target][..], &small, &[&draft_model, "--json"]].concat());
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(j["draft"]["resident"], false, "{}", j["draft"]);

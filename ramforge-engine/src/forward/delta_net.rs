@@ -1,5 +1,5 @@
 //! The gated delta-net (linear attention) layer of hybrid models (qwen35moe), as llama.cpp's
-//! `build_layer_attn_linear` and `delta-net-base.cpp` compute it, one token after another:
+//! `build_layer_attn_linear` and `delta-net-base.cpp` compute it:
 //!
 //! - `attn_qkv` gives the convolution's input, `attn_gate` the output gate `z`, `ssm_beta`
 //!   and `ssm_alpha` (qwen3next: both in `ssm_ba`) one number per value head each;
@@ -9,13 +9,15 @@
 //! - per value head `h` (its key head as [`DeltaNetConfig::key_head`] says): `beta = sigmoid(beta)`, the decay
 //!   `g = softplus(alpha + dt_bias) * ssm_a`, then the delta rule on its state matrix `S`
 //!   (row `j` a value element, column `i` a key element): `S *= exp(g)`,
-//!   `S[j] += k * beta * (v[j] - S[j].k)`, and the output `o[j] = S[j].q`;
+//!   `S[j] += k * beta * (v[j] - S[j].k)`, and the output `o[j] = S[j].q` (`delta_rule.rs`:
+//!   token by token while decoding, in chunks of 64 tokens for a prompt, heads on the pool);
 //! - each head's output is RMS-normalized (`ssm_norm`) and multiplied by `silu(z)`, and
 //!   `ssm_out` projects it back to the residual width.
 //!
 //! A full-attention layer of the same models gates its output instead: see
 //! [`split_query_gate`] and [`apply_query_gate`].
 
+use super::delta_rule::{self, Token};
 use super::matmul::matmul;
 use super::scratch::Scratch;
 use crate::error::EngineError;
@@ -71,7 +73,14 @@ pub(crate) fn delta_net_layer(
     let (z, rest) = rest.split_at_mut(n * v);
     let (beta, rest) = rest.split_at_mut(n * h);
     let (alpha, rest) = rest.split_at_mut(n * h);
-    let (out, grouped) = rest.split_at_mut(n * v);
+    let (out, rest) = rest.split_at_mut(n * v);
+    let (heads, rest) = rest.split_at_mut(n * v);
+    let ws_len = if n > 1 {
+        delta_rule::chunk_workspace_floats(d.head_dim)
+    } else {
+        0
+    };
+    let (ws, grouped) = rest.split_at_mut(h * ws_len);
     if d.joint_beta_alpha {
         // qwen3next: per key head, its value heads' betas then their alphas.
         let ba = &mut out[..n * 2 * h];
@@ -131,23 +140,63 @@ pub(crate) fn delta_net_layer(
         norm: vecs.norm(Role::SsmNorm),
         eps: cfg.rms_eps,
     };
-    let row = |t: usize, qkv: &mut [f32], out: &mut [f32], state: (&mut [f32], &mut [f32])| {
-        p.step(
-            state,
+    // Convolution, normalization, beta and the decay, token by token (the convolution's
+    // inputs are the sequence's).
+    for t in 0..n {
+        let kv = if caches.len() == 1 { 0 } else { t };
+        let conv_state = caches[kv].recurrent_layer(layer).0;
+        p.prepare(
+            conv_state,
             &mut qkv[t * c..(t + 1) * c],
-            &z[t * v..(t + 1) * v],
-            &beta[t * h..(t + 1) * h],
-            &alpha[t * h..(t + 1) * h],
-            &mut out[t * v..(t + 1) * v],
-        )
-    };
-    if let [kv] = caches {
-        for t in 0..n {
-            row(t, qkv, out, kv.recurrent_layer(layer));
+            &mut beta[t * h..(t + 1) * h],
+            &mut alpha[t * h..(t + 1) * h],
+        );
+    }
+    let (qkv, beta, g) = (&*qkv, &*beta, &*alpha);
+    let (hd, kd) = (d.head_dim, d.key_dim());
+    let token = |t: usize, head: usize| {
+        let (row, kh) = (&qkv[t * c..(t + 1) * c], d.key_head(head));
+        Token {
+            q: &row[kh * hd..(kh + 1) * hd],
+            k: &row[kd + kh * hd..kd + (kh + 1) * hd],
+            v: &row[2 * kd + head * hd..2 * kd + (head + 1) * hd],
+            b: beta[t * h + head],
+            g: g[t * h + head],
         }
+    };
+    // The delta rule, value head by value head (`heads` holds head `h`'s rows together).
+    if let [kv] = caches {
+        let state = kv.recurrent_layer(layer).1;
+        let chunked = n > 1 && !per_token;
+        for_each_head(d, n, state, heads, ws, ws_len, |head, state, o, ws| {
+            if chunked {
+                delta_rule::chunked(state, n, |t| token(t, head), o, ws)
+            } else {
+                delta_rule::recurrent(state, n, |t| token(t, head), o)
+            }
+        });
     } else {
         for (t, kv) in caches.iter_mut().enumerate().take(n) {
-            row(t, qkv, out, kv.recurrent_layer(layer));
+            let state = kv.recurrent_layer(layer).1;
+            let row_out = &mut heads[t * v..(t + 1) * v];
+            for_each_head(d, 1, state, row_out, &mut [], 0, |head, state, o, _| {
+                delta_rule::recurrent(state, 1, |_| token(t, head), o)
+            });
+        }
+    }
+    // The gated norm, from head-major rows into token-major ones.
+    let per_call = if caches.len() == 1 { n } else { 1 };
+    for t in 0..n {
+        for head in 0..h {
+            let src = match per_call {
+                1 => &heads[t * v + head * hd..][..hd],
+                _ => &heads[(head * n + t) * hd..][..hd],
+            };
+            p.gated_norm(
+                src,
+                &z[t * v + head * hd..][..hd],
+                &mut out[t * v + head * hd..][..hd],
+            );
         }
     }
     matmul(
@@ -191,16 +240,15 @@ struct Params<'a> {
 }
 
 impl Params<'_> {
-    /// One token: `qkv` (its projection, overwritten), `z`, `beta`, `alpha` in, the gated,
-    /// normalized output in `out`; the convolution inputs and state matrices advance.
-    fn step(
+    /// One token's inputs to the delta rule: its convolution (advancing `conv_state`), SiLU
+    /// and the normalized, scaled q and k in `qkv`; `beta` becomes `sigmoid(beta)` and
+    /// `alpha` the log of the decay, `softplus(alpha + dt_bias) * ssm_a`.
+    fn prepare(
         &self,
-        (conv_state, state): (&mut [f32], &mut [f32]),
+        conv_state: &mut [f32],
         qkv: &mut [f32],
-        z: &[f32],
-        beta: &[f32],
-        alpha: &[f32],
-        out: &mut [f32],
+        beta: &mut [f32],
+        alpha: &mut [f32],
     ) {
         let d = self.d;
         let (c, k_taps, hd) = (d.channels(), d.d_conv, d.head_dim);
@@ -223,8 +271,7 @@ impl Params<'_> {
             }
             qkv[ch] = sum / (1.0 + (-sum).exp());
         }
-        let (qk, vals) = qkv.split_at_mut(2 * kd);
-        let (q, k) = qk.split_at_mut(kd);
+        let (q, k) = qkv[..2 * kd].split_at_mut(kd);
         let q_scale = 1.0 / (hd as f32).sqrt();
         for head in q.chunks_exact_mut(hd) {
             l2_normalize(head, self.eps, q_scale);
@@ -232,36 +279,83 @@ impl Params<'_> {
         for head in k.chunks_exact_mut(hd) {
             l2_normalize(head, self.eps, 1.0);
         }
-        for h in 0..d.n_v_heads {
-            let kh = d.key_head(h);
-            let (qh, kh) = (&q[kh * hd..(kh + 1) * hd], &k[kh * hd..(kh + 1) * hd]);
-            let vh = &vals[h * hd..(h + 1) * hd];
-            let b = 1.0 / (1.0 + (-beta[h]).exp());
-            let decay = (softplus(alpha[h] + self.dt_bias[h]) * self.a[h]).exp();
-            let s = &mut state[h * hd * hd..(h + 1) * hd * hd];
-            let o = &mut out[h * hd..(h + 1) * hd];
-            for (j, row) in s.chunks_exact_mut(hd).enumerate() {
-                let mut sk = 0.0f32;
-                for (x, &ki) in row.iter_mut().zip(kh) {
-                    *x *= decay;
-                    sk += *x * ki;
-                }
-                let delta = (vh[j] - sk) * b;
-                let mut oj = 0.0f32;
-                for ((x, &ki), &qi) in row.iter_mut().zip(kh).zip(qh) {
-                    *x += ki * delta;
-                    oj += *x * qi;
-                }
-                o[j] = oj;
-            }
-            // The gated norm: RMSNorm of the head, times silu(z).
-            let ss: f64 = o.iter().map(|&x| (x as f64) * (x as f64)).sum();
-            let scale = 1.0 / ((ss / hd as f64) as f32 + self.eps).sqrt();
-            let zh = &z[h * hd..(h + 1) * hd];
-            for ((x, &wn), &g) in o.iter_mut().zip(self.norm).zip(zh) {
-                *x = *x * scale * wn * (g / (1.0 + (-g).exp()));
-            }
+        for (h, (b, a)) in beta.iter_mut().zip(alpha.iter_mut()).enumerate() {
+            *b = 1.0 / (1.0 + (-*b).exp());
+            *a = softplus(*a + self.dt_bias[h]) * self.a[h];
         }
+    }
+
+    /// One head's output: RMS-normalized, times `ssm_norm`, times `silu(z)`.
+    fn gated_norm(&self, o: &[f32], z: &[f32], out: &mut [f32]) {
+        let ss: f64 = o.iter().map(|&x| (x as f64) * (x as f64)).sum();
+        let scale = 1.0 / ((ss / o.len() as f64) as f32 + self.eps).sqrt();
+        for (((y, &x), &wn), &g) in out.iter_mut().zip(o).zip(self.norm).zip(z) {
+            *y = x * scale * wn * (g / (1.0 + (-g).exp()));
+        }
+    }
+}
+
+/// State elements times tokens under which a region's fork and join cost more than they
+/// save: the heads then run on the calling thread.
+const HEADS_ON_POOL_MIN: usize = 1 << 16;
+
+/// Runs `f(head, its state, its n output rows, its workspace)` for every value head of
+/// `d`: `state` holds the heads' matrices in turn, `out` `n` rows of `head_dim` per head,
+/// `ws` `ws_len` elements per head. On the pool when the work is large enough.
+fn for_each_head(
+    d: &DeltaNetConfig,
+    n: usize,
+    state: &mut [f32],
+    out: &mut [f32],
+    ws: &mut [f32],
+    ws_len: usize,
+    f: impl Fn(usize, &mut [f32], &mut [f32], &mut [f32]) + Sync,
+) {
+    let (heads, mat) = (d.n_v_heads, d.head_dim * d.head_dim);
+    let rows = n * d.head_dim;
+    assert!(state.len() >= heads * mat && out.len() >= heads * rows && ws.len() >= heads * ws_len);
+    if heads < 2 || n * heads * mat < HEADS_ON_POOL_MIN {
+        for head in 0..heads {
+            f(
+                head,
+                &mut state[head * mat..(head + 1) * mat],
+                &mut out[head * rows..(head + 1) * rows],
+                &mut ws[head * ws_len..(head + 1) * ws_len],
+            );
+        }
+        return;
+    }
+    let (sp, op, wp) = (
+        HeadPtr(state.as_mut_ptr()),
+        HeadPtr(out.as_mut_ptr()),
+        HeadPtr(ws.as_mut_ptr()),
+    );
+    ramforge_quant::parallel::for_each(heads, |head| {
+        // SAFETY: item `head` is the only one given these ranges, which lie inside the
+        // slices (asserted above), borrowed mutably for the whole call; each item runs once.
+        let (s, o, w) = unsafe {
+            (
+                sp.slice(head * mat, mat),
+                op.slice(head * rows, rows),
+                wp.slice(head * ws_len, ws_len),
+            )
+        };
+        f(head, s, o, w)
+    });
+}
+
+/// A pointer into a slice the items of one region share, each taking its own range.
+#[derive(Clone, Copy)]
+struct HeadPtr(*mut f32);
+// SAFETY: only used by `for_each_head`, whose items take disjoint ranges.
+unsafe impl Send for HeadPtr {}
+unsafe impl Sync for HeadPtr {}
+
+impl HeadPtr {
+    /// # Safety
+    /// `start..start + len` lies inside the slice and no other live borrow touches it.
+    unsafe fn slice<'s>(self, start: usize, len: usize) -> &'s mut [f32] {
+        unsafe { std::slice::from_raw_parts_mut(self.0.add(start), len) }
     }
 }
 

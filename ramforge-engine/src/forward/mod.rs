@@ -4,6 +4,7 @@
 
 mod attention;
 mod delta_net;
+mod delta_rule;
 mod gate;
 mod indexer;
 mod matmul;

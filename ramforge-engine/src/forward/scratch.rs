@@ -148,7 +148,8 @@ pub(crate) fn gated_query(cfg: &ModelConfig) -> bool {
 }
 
 /// f32 elements of the scratch a hybrid model's layers need beyond the common buffers, for
-/// `batch` rows: the delta-net projections and outputs, or the gated attention's gates.
+/// `batch` rows: the delta-net projections and outputs (token- and head-major), or the gated
+/// attention's gates.
 fn hybrid_floats(cfg: &ModelConfig, batch: usize) -> usize {
     let dn = cfg.delta_net.as_ref().map_or(0, |d| {
         // qwen3next's `ssm_in` form: its grouped output beside the rest, then sorted.
@@ -157,7 +158,13 @@ fn hybrid_floats(cfg: &ModelConfig, batch: usize) -> usize {
         } else {
             0
         };
-        batch * (d.channels() + 2 * d.value_dim() + 2 * d.n_v_heads) + grouped
+        // A prompt's heads each have a workspace for the chunked form.
+        let chunked = if batch > 1 {
+            d.n_v_heads * super::delta_rule::chunk_workspace_floats(d.head_dim)
+        } else {
+            0
+        };
+        batch * (d.channels() + 3 * d.value_dim() + 2 * d.n_v_heads) + chunked + grouped
     });
     let gates = if gated_query(cfg) {
         batch * cfg.q_dim()

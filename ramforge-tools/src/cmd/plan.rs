@@ -67,7 +67,7 @@ pub fn run(mut args: Args) -> CmdResult {
             if let Some(why) = vocabulary_difference(&model.tokenizer, &draft.tokenizer) {
                 return Err(format!("--draft {}: {why}", path.display()).into());
             }
-            let split = split_budget(&draft, &options, options.ram)?;
+            let split = split_budget(&model, &draft, &options, options.ram)?;
             options.ram = split.target;
             args.ram = split.target.unwrap_or(args.ram);
             Some(split)
@@ -142,7 +142,7 @@ fn draft_text(args: &Args, s: &DraftSplit) -> String {
             "resident whole".to_string()
         } else {
             format!(
-                "streamed: resident whole it needs {}, over a quarter",
+                "streamed: resident whole it needs {}, and the target would not fit or stream more",
                 human_bytes(s.draft_whole)
             )
         },
