@@ -57,6 +57,8 @@ for model in "${gen_models[@]}"; do
   echo "  aarch64:         $detected"
   echo "  aarch64 (neon):  $neon"
   case "${detected%% *}" in neon|dotprod|i8mm) ;; *) echo "error: aarch64 ran ${detected%% *}, not a NEON instruction set" >&2; exit 1 ;; esac
+  # qemu's default CPU has i8mm; without it the kernel tests above skip the smmla tables.
+  [ "${detected%% *}" = i8mm ] || { echo "error: qemu's CPU ran ${detected%% *}, not i8mm: the smmla kernels went untested" >&2; exit 1; }
   [ "${neon%% *}" = neon ] || { echo "error: RAMFORGE_ISA=neon ran ${neon%% *}" >&2; exit 1; }
   for got in "$detected" "$neon"; do
     [ "${got#* }" = "${reference#* }" ] || { echo "error: aarch64 tokens differ from the x86-64 reference's" >&2; exit 1; }
