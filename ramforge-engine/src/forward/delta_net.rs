@@ -184,13 +184,15 @@ pub(crate) fn delta_net_layer(
             });
         }
     }
-    // The gated norm, from head-major rows into token-major ones.
-    let per_call = if caches.len() == 1 { n } else { 1 };
+    // The gated norm, into token-major rows: one sequence's outputs are head-major, a batch
+    // of sequences' token-major already.
+    let head_major = caches.len() == 1;
     for t in 0..n {
         for head in 0..h {
-            let src = match per_call {
-                1 => &heads[t * v + head * hd..][..hd],
-                _ => &heads[(head * n + t) * hd..][..hd],
+            let src = if head_major {
+                &heads[(head * n + t) * hd..][..hd]
+            } else {
+                &heads[t * v + head * hd..][..hd]
             };
             p.gated_norm(
                 src,
