@@ -264,19 +264,50 @@ struct Portable;
 impl Lanes for Portable {
     #[inline(always)]
     fn dot(a: &[f32], b: &[f32]) -> f32 {
-        dot(a, b)
+        let mut acc = [0.0f32; 8];
+        let (ac, at) = a.as_chunks::<8>();
+        let (bc, bt) = b[..a.len()].as_chunks::<8>();
+        for (x, y) in ac.iter().zip(bc) {
+            for l in 0..8 {
+                acc[l] += x[l] * y[l];
+            }
+        }
+        let mut sum = lanes_sum(acc);
+        for (x, y) in at.iter().zip(bt) {
+            sum += x * y;
+        }
+        sum
     }
     #[inline(always)]
     fn dot2(row: &[f32], a: &[f32], b: &[f32]) -> (f32, f32) {
-        dot2(row, a, b)
+        let (mut acc_a, mut acc_b) = ([0.0f32; 8], [0.0f32; 8]);
+        let (rc, rt) = row.as_chunks::<8>();
+        let (ac, at) = a[..row.len()].as_chunks::<8>();
+        let (bc, bt) = b[..row.len()].as_chunks::<8>();
+        for ((r, x), y) in rc.iter().zip(ac).zip(bc) {
+            for l in 0..8 {
+                acc_a[l] += r[l] * x[l];
+                acc_b[l] += r[l] * y[l];
+            }
+        }
+        let (mut sa, mut sb) = (lanes_sum(acc_a), lanes_sum(acc_b));
+        for ((r, x), y) in rt.iter().zip(at).zip(bt) {
+            sa += r * x;
+            sb += r * y;
+        }
+        (sa, sb)
     }
     #[inline(always)]
     fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
-        axpy(y, a, x)
+        for (y, &x) in y.iter_mut().zip(x) {
+            *y += a * x;
+        }
     }
     #[inline(always)]
     fn scale_add(y: &mut [f32], s: f32, a: f32, x: &[f32]) {
-        scale_add(y, s, a, x)
+        for (y, &x) in y.iter_mut().zip(x) {
+            *y = s * *y + a * x;
+        }
     }
 }
 
@@ -410,64 +441,10 @@ unsafe fn hsum(v: std::arch::x86_64::__m256) -> f32 {
     }
 }
 
-/// `a . b` in eight lanes.
-#[inline(always)]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0.0f32; 8];
-    let (ac, at) = a.as_chunks::<8>();
-    let (bc, bt) = b[..a.len()].as_chunks::<8>();
-    for (x, y) in ac.iter().zip(bc) {
-        for l in 0..8 {
-            acc[l] += x[l] * y[l];
-        }
-    }
-    let mut sum = lanes_sum(acc);
-    for (x, y) in at.iter().zip(bt) {
-        sum += x * y;
-    }
-    sum
-}
-
-/// `(row . a, row . b)` in one pass over `row`.
-#[inline(always)]
-fn dot2(row: &[f32], a: &[f32], b: &[f32]) -> (f32, f32) {
-    let (mut acc_a, mut acc_b) = ([0.0f32; 8], [0.0f32; 8]);
-    let (rc, rt) = row.as_chunks::<8>();
-    let (ac, at) = a[..row.len()].as_chunks::<8>();
-    let (bc, bt) = b[..row.len()].as_chunks::<8>();
-    for ((r, x), y) in rc.iter().zip(ac).zip(bc) {
-        for l in 0..8 {
-            acc_a[l] += r[l] * x[l];
-            acc_b[l] += r[l] * y[l];
-        }
-    }
-    let (mut sa, mut sb) = (lanes_sum(acc_a), lanes_sum(acc_b));
-    for ((r, x), y) in rt.iter().zip(at).zip(bt) {
-        sa += r * x;
-        sb += r * y;
-    }
-    (sa, sb)
-}
-
+/// The sum of [`Portable`]'s eight lanes, pairwise.
 #[inline(always)]
 fn lanes_sum(acc: [f32; 8]) -> f32 {
     ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))
-}
-
-/// `y += a x`.
-#[inline(always)]
-fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
-    for (y, &x) in y.iter_mut().zip(x) {
-        *y += a * x;
-    }
-}
-
-/// `y = s y + a x`.
-#[inline(always)]
-fn scale_add(y: &mut [f32], s: f32, a: f32, x: &[f32]) {
-    for (y, &x) in y.iter_mut().zip(x) {
-        *y = s * *y + a * x;
-    }
 }
 
 #[cfg(test)]
