@@ -34,10 +34,16 @@ pub(crate) fn kernels(ty: GgmlType) -> Option<&'static Kernels> {
 /// its AVX2 counterpart does, so switching between the two never changes a result), else the
 /// AVX2 ones.
 pub(crate) fn vnni_kernels(ty: GgmlType) -> Option<&'static Kernels> {
-    legacy::vnni_kernels(ty).or_else(|| kernels(ty))
+    legacy::vnni_kernels(ty)
+        .or_else(|| kquant::vnni_kernels(ty))
+        .or_else(|| iquant::vnni_kernels(ty))
+        .or_else(|| kernels(ty))
 }
 
 /// The AVX512-VNNI kernels for `ty`: [`vnni_kernels`] in the EVEX encoding (the same results).
 pub(crate) fn vnni512_kernels(ty: GgmlType) -> Option<&'static Kernels> {
-    legacy::vnni512_kernels(ty).or_else(|| kernels(ty))
+    legacy::vnni512_kernels(ty)
+        .or_else(|| kquant::vnni512_kernels(ty))
+        .or_else(|| iquant::vnni512_kernels(ty))
+        .or_else(|| kernels(ty))
 }

@@ -2,8 +2,8 @@
 //! bit spreads its formats build their quants from.
 
 pub(super) use crate::simd::x86::kquant::common::{
-    act_blocks, entry_points, f16_at, hsum256, load128, load256, u32_at, weight_blocks, Q8K_BYTES,
-    Q8K_QS,
+    act_blocks, encodings, entry_points, f16_at, hsum256, load128, load256, u32_at, weight_blocks,
+    PairSum, Q8K_BYTES, Q8K_QS,
 };
 use crate::simd::x86::prefetch::group_after_next;
 use std::arch::x86_64::*;
@@ -31,9 +31,10 @@ pub(super) trait Codebook {
 ///
 /// Per chunk: `maddubs(|a|, sign(q, a))` (pairs of at most 2 * 128 * 62, no saturation),
 /// `madd` with the scales into i32 (exact: at most 8 * 2 * 31 * 15872 per lane); per block
-/// `acc = fma(factor * da, sum, acc)`.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn dot<F: Codebook, const R: usize, const T: usize>(
+/// `acc = fma(factor * da, sum, acc)`. `madd` + `add` is `E`'s (one `vpdpwssd` with VNNI);
+/// only inlined into the encodings' kernels (see [`encodings`]).
+#[inline(always)]
+pub(super) unsafe fn dot<F: Codebook, E: PairSum, const R: usize, const T: usize>(
     w: &[u8],
     a: [&[u8]; T],
 ) -> [[f32; T]; R] {
@@ -58,7 +59,7 @@ pub(super) unsafe fn dot<F: Codebook, const R: usize, const T: usize>(
                 let (q, sc) = F::chunk(wb[r], c);
                 for t in 0..T {
                     let p = _mm256_maddubs_epi16(mag[t], _mm256_sign_epi8(q, x[t]));
-                    sumi[r][t] = _mm256_add_epi32(sumi[r][t], _mm256_madd_epi16(p, sc));
+                    sumi[r][t] = E::madd_add(sumi[r][t], p, sc);
                 }
             }
         }
@@ -175,21 +176,24 @@ pub(super) unsafe fn u64_at(p: *const u8) -> u64 {
 
 /// The safe entry points of a format module (`vec_dot`, `rows`, `tile`, `PREFILL`) around
 /// [`dot`] over the [`Codebook`] `$codebook`, whose generated format is `$format`; `rows`
-/// runs as calls of `$group` rows.
+/// runs as calls of `$group` rows. One set per encoding ([`encodings`]: `avx2`, `vex`, `evex`).
 macro_rules! codebook_entry_points {
     ($name:literal, $format:ident, $codebook:ty, $group:literal) => {
         use crate::formats::$format::BYTES;
-        use crate::simd::x86::iquant::common::{entry_points, Q8K_BYTES};
+        use crate::simd::x86::iquant::common::{encodings, entry_points, PairSum, Q8K_BYTES};
 
         const _: () =
             assert!(<$codebook as crate::simd::x86::iquant::common::Codebook>::BYTES == BYTES);
 
-        entry_points!($name, $group);
+        encodings!($name, $group);
 
         /// The shared driver for this format; the callers' SAFETY notes apply.
         #[inline(always)]
-        unsafe fn dot<const R: usize, const T: usize>(w: &[u8], a: [&[u8]; T]) -> [[f32; T]; R] {
-            crate::simd::x86::iquant::common::dot::<$codebook, R, T>(w, a)
+        unsafe fn dot<E: PairSum, const R: usize, const T: usize>(
+            w: &[u8],
+            a: [&[u8]; T],
+        ) -> [[f32; T]; R] {
+            crate::simd::x86::iquant::common::dot::<$codebook, E, R, T>(w, a)
         }
     };
 }

@@ -222,13 +222,79 @@ fn assert_dot_matches(f: &Format, w: &[u8], a: &[u8], what: &str) {
 }
 
 #[test]
-fn every_low_bit_format_has_avx2_kernels_which_the_vnni_sets_use() {
+fn every_low_bit_format_has_avx2_and_vnni_kernels() {
     for ty in FORMATS.iter().map(|f| f.ty).chain([GgmlType::NVFP4]) {
         let k = avx2(ty);
         assert!(k.rows.is_some() && k.tile.is_some(), "{ty}");
         for isa in [Isa::AvxVnni, Isa::Avx512Vnni] {
-            let v = crate::simd::kernels(isa, ty).expect("a fallback to the AVX2 kernels");
-            assert!(std::ptr::eq(v, k), "{isa} {ty}");
+            let v = crate::simd::kernels(isa, ty).expect("VNNI kernels or the AVX2 ones");
+            // NVFP4 has no `madd` + `add` pair for VNNI to fuse: its table is the AVX2 one.
+            assert_eq!(std::ptr::eq(v, k), ty == GgmlType::NVFP4, "{isa} {ty}");
+            assert!(v.rows.is_some() && v.tile.is_some(), "{isa} {ty}");
+        }
+    }
+}
+
+/// Every codebook format's VNNI kernels (`vpdpwssd` for `madd` + `add`) return bit for bit what
+/// its AVX2 ones do, so the instruction set never changes a result: `vec_dot`, `rows` and the
+/// tile, on raw, quantized and filled blocks against random and extreme activations.
+#[test]
+fn vnni_kernels_equal_the_avx2_kernels() {
+    let mut rng = Rng(31);
+    for isa in [Isa::AvxVnni, Isa::Avx512Vnni] {
+        if !isa.is_available() {
+            eprintln!("no {isa} on this CPU: its low-bit kernels were not compared");
+            continue;
+        }
+        for f in &FORMATS {
+            let (a2, vn) = (avx2(f.ty), crate::simd::kernels(isa, f.ty).unwrap());
+            for blocks in [1, 3, 6] {
+                let q = rng.bytes(blocks * 256);
+                let acts: Vec<Vec<u8>> = vec![
+                    activations(blocks, 1.0, &mut rng),
+                    q8k_row(blocks, 0.01, &|_| -128),
+                    q8k_row(blocks, -0.5, &|j| if j % 3 == 0 { -128 } else { 127 }),
+                    q8k_row(blocks, 0.25, &|j| q[j] as i8),
+                ];
+                let rows: Vec<Vec<u8>> = (0..TILE_ROWS)
+                    .map(|r| match r % 3 {
+                        0 => raw_row(f, blocks, &mut rng),
+                        1 => quantized_row(f.ty, blocks, 1.0 + r as f32, &mut rng),
+                        _ => {
+                            let fill = [0xFFu8, 0x55, 0x00][r / 3];
+                            let mut w = vec![fill; blocks * f.ty.type_size()];
+                            for b in w.chunks_exact_mut(f.ty.type_size()) {
+                                (f.set_scale)(b, half::f16::from_f32(0.5));
+                            }
+                            w
+                        }
+                    })
+                    .collect();
+                let acts_ref: [&[u8]; TILE] = std::array::from_fn(|t| &acts[t][..]);
+                let (ta, tv) = (
+                    tile_rows_of(a2, &rows, acts_ref),
+                    tile_rows_of(vn, &rows, acts_ref),
+                );
+                let packed = rows[..ROWS].concat();
+                for (t, a) in acts.iter().enumerate() {
+                    let (ra, rv) = (
+                        (a2.rows.unwrap())(&packed, a),
+                        (vn.rows.unwrap())(&packed, a),
+                    );
+                    for (r, w) in rows.iter().enumerate() {
+                        let what = format!("{isa} {} {blocks} blocks, row {r} token {t}", f.ty);
+                        assert_eq!(
+                            vec_dot_of(vn)(w, a).to_bits(),
+                            vec_dot_of(a2)(w, a).to_bits(),
+                            "{what}: vec_dot"
+                        );
+                        assert_eq!(tv[r][t].to_bits(), ta[r][t].to_bits(), "{what}: tile");
+                        if r < ROWS {
+                            assert_eq!(rv[r].to_bits(), ra[r].to_bits(), "{what}: rows");
+                        }
+                    }
+                }
+            }
         }
     }
 }

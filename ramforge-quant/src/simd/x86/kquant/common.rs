@@ -151,9 +151,9 @@ pub(in crate::simd::x86) unsafe fn act_blocks<const T: usize>(
 
 /// One 32-quant chunk `c` (0..8) of a weight block, `q` as unsigned bytes with its 16-element
 /// group scales `sc` (i16), against every token's Q8_K block: `sumi[t] += sc . (q x a_t)`.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(in crate::simd::x86) unsafe fn add_scaled_chunk<const T: usize>(
+/// (`#[inline(always)]`: only ever inlined into a kernel whose target features allow `E`.)
+#[inline(always)]
+pub(in crate::simd::x86) unsafe fn add_scaled_chunk<E: PairSum, const T: usize>(
     sumi: &mut [__m256i; T],
     q: __m256i,
     sc: __m256i,
@@ -162,10 +162,109 @@ pub(in crate::simd::x86) unsafe fn add_scaled_chunk<const T: usize>(
 ) {
     for t in 0..T {
         let qa = load256(ab[t].add(Q8K_QS + 32 * c));
-        let p = _mm256_madd_epi16(sc, _mm256_maddubs_epi16(q, qa));
-        sumi[t] = _mm256_add_epi32(sumi[t], p);
+        sumi[t] = E::madd_add(sumi[t], sc, _mm256_maddubs_epi16(q, qa));
     }
 }
+
+/// How a kernel adds `madd(a, b)` (the i16 lanes multiplied in pairs, each pair summed into an
+/// i32 lane) to an accumulator: two instructions on AVX2, one `vpdpwssd` with AVX-VNNI or
+/// AVX512-VNNI. Both wrap the same way, so every encoding gives the same integers and each
+/// kernel returns bit for bit what its AVX2 form does.
+pub(in crate::simd::x86) trait PairSum {
+    /// `acc + madd(a, b)`.
+    unsafe fn madd_add(acc: __m256i, a: __m256i, b: __m256i) -> __m256i;
+}
+
+/// AVX2: `vpmaddwd` then `vpaddd`.
+pub(in crate::simd::x86) struct Avx2Pairs;
+
+/// AVX-VNNI's VEX `vpdpwssd` (Alder Lake and later, Sapphire Rapids, Zen 5).
+pub(in crate::simd::x86) struct VexPairs;
+
+/// AVX512-VNNI's EVEX `vpdpwssd` on 256-bit vectors (with AVX512VL: Ice Lake and Cascade Lake
+/// servers, Zen 4), as inline assembly so that its kernels compile for AVX2 alone (see
+/// `legacy::vnni::Evex` for why).
+pub(in crate::simd::x86) struct EvexPairs;
+
+impl PairSum for Avx2Pairs {
+    #[inline(always)]
+    unsafe fn madd_add(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+        _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
+    }
+}
+
+impl PairSum for VexPairs {
+    #[inline(always)]
+    unsafe fn madd_add(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+        dpwssd_vex(acc, a, b)
+    }
+}
+
+/// `s + madd(a, b)` by the VEX `vpdpwssd` (the caller checked AVX-VNNI). Inline assembly, not
+/// the intrinsic: for a generic x86-64 target LLVM splits the intrinsic back into `vpmaddwd` +
+/// `vpaddd`, which measured slower here than the fused instruction.
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn dpwssd_vex(mut s: __m256i, a: __m256i, b: __m256i) -> __m256i {
+    std::arch::asm!(
+        "{{vex}} vpdpwssd {s}, {a}, {b}",
+        s = inout(ymm_reg) s,
+        a = in(ymm_reg) a,
+        b = in(ymm_reg) b,
+        options(pure, nomem, nostack, preserves_flags),
+    );
+    s
+}
+
+impl PairSum for EvexPairs {
+    #[inline(always)]
+    unsafe fn madd_add(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+        dpwssd_evex(acc, a, b)
+    }
+}
+
+/// `s + madd(a, b)` by the EVEX `vpdpwssd` (the caller checked AVX512-VNNI and AVX512VL).
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn dpwssd_evex(mut s: __m256i, a: __m256i, b: __m256i) -> __m256i {
+    std::arch::asm!(
+        "{{evex}} vpdpwssd {s}, {a}, {b}",
+        s = inout(ymm_reg) s,
+        a = in(ymm_reg) a,
+        b = in(ymm_reg) b,
+        options(pure, nomem, nostack, preserves_flags),
+    );
+    s
+}
+
+/// A super-block format's kernels once per [`PairSum`] encoding, as the modules `avx2`, `vex`
+/// and `evex`, each with the [`entry_points`] of the format's
+/// `dot::<E: PairSum, R, T>` (an `#[inline(always)]` body) compiled under that encoding's
+/// target features.
+macro_rules! encodings {
+    ($format:literal, $group:literal $(, tile rows $tile_group:literal)?) => {
+        encodings!(@one avx2, "avx2,fma,f16c", $crate::simd::x86::kquant::common::Avx2Pairs, $format, $group $(, tile rows $tile_group)?);
+        encodings!(@one vex, "avx2,fma,f16c,avxvnni", $crate::simd::x86::kquant::common::VexPairs, $format, $group $(, tile rows $tile_group)?);
+        encodings!(@one evex, "avx2,fma,f16c", $crate::simd::x86::kquant::common::EvexPairs, $format, $group $(, tile rows $tile_group)?);
+    };
+    (@one $module:ident, $features:literal, $pairs:path, $format:literal, $group:literal $(, tile rows $tile_group:literal)?) => {
+        pub(in crate::simd::x86) mod $module {
+            use super::*;
+
+            /// The format's kernel for this encoding.
+            #[target_feature(enable = $features)]
+            unsafe fn dot<const R: usize, const T: usize>(
+                w: &[u8],
+                a: [&[u8]; T],
+            ) -> [[f32; T]; R] {
+                super::dot::<$pairs, R, T>(w, a)
+            }
+
+            entry_points!($format, $group $(, tile rows $tile_group)?);
+        }
+    };
+}
+pub(in crate::simd::x86) use encodings;
 
 /// A weight block's integer sums into its row's f32 lanes: `acc[t] += (d * da[t]) * sumi[t]`.
 #[inline]
@@ -195,6 +294,20 @@ pub(in crate::simd::x86) unsafe fn weight_blocks<const R: usize>(
     i: usize,
 ) -> [*const u8; R] {
     std::array::from_fn(|r| w.as_ptr().add(r * row + i * bytes))
+}
+
+/// For a decode call (one token) of a kernel without a multi-row prefetch: asks for the block
+/// [`line_ahead`] bytes past each row's current one, line by line, so the stream of a single-row
+/// kernel stays ahead of its loads (see [`crate::simd::x86::prefetch`]).
+///
+/// [`line_ahead`]: crate::simd::x86::prefetch::line_ahead
+#[inline(always)]
+pub(in crate::simd::x86) unsafe fn blocks_ahead<const R: usize>(wb: &[*const u8; R], bytes: usize) {
+    for p in wb {
+        for l in 0..bytes.div_ceil(64) {
+            crate::simd::x86::prefetch::line_ahead(p.add(64 * l));
+        }
+    }
 }
 
 /// The safe entry points of a super-block format's kernel module, around its

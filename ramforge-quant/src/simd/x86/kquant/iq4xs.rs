@@ -11,7 +11,7 @@ use crate::formats::iq4_xs::{
 use crate::simd::x86::prefetch::group_after_next;
 use std::arch::x86_64::*;
 
-entry_points!("IQ4_XS", 8, tile rows 2);
+encodings!("IQ4_XS", 8, tile rows 2);
 
 /// The 8 signed group scales as i16, in both lanes. The 4 low bits of each sit in
 /// `scales_l`'s nibbles, the 2 high bits in `scales_h`'s bit pairs: both are spread to one
@@ -37,8 +37,12 @@ unsafe fn scales(wb: *const u8) -> __m256i {
     _mm256_broadcastsi128_si256(sc)
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot<const R: usize, const T: usize>(w: &[u8], a: [&[u8]; T]) -> [[f32; T]; R] {
+/// `R` rows by `T` tokens; only inlined into the encodings' kernels (see [`encodings`]).
+#[inline(always)]
+unsafe fn dot<E: PairSum, const R: usize, const T: usize>(
+    w: &[u8],
+    a: [&[u8]; T],
+) -> [[f32; T]; R] {
     let row = w.len() / R;
     let m4 = _mm256_set1_epi8(0x0F);
     let levels = _mm256_broadcastsi128_si256(load128(KVALUES.as_ptr().cast::<u8>()));
@@ -75,9 +79,7 @@ unsafe fn dot<const R: usize, const T: usize>(w: &[u8], a: [&[u8]; T]) -> [[f32;
                 for t in 0..T {
                     let p_lo = _mm256_maddubs_epi16(mag[t][0], _mm256_sign_epi8(lo, x[t][0]));
                     let p_hi = _mm256_maddubs_epi16(mag[t][1], _mm256_sign_epi8(hi, x[t][1]));
-                    let p =
-                        _mm256_add_epi32(_mm256_madd_epi16(s, p_lo), _mm256_madd_epi16(s, p_hi));
-                    sumi[r][t] = _mm256_add_epi32(sumi[r][t], p);
+                    sumi[r][t] = E::madd_add(E::madd_add(sumi[r][t], s, p_lo), s, p_hi);
                 }
             }
         }

@@ -6,10 +6,14 @@ use crate::formats::q2_k::{BYTES, OFFSET_D, OFFSET_DMIN, OFFSET_QS, OFFSET_SCALE
 use crate::simd::x86::prefetch::group_after_next;
 use std::arch::x86_64::*;
 
-entry_points!("Q2_K", 8);
+encodings!("Q2_K", 8);
 
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot<const R: usize, const T: usize>(w: &[u8], a: [&[u8]; T]) -> [[f32; T]; R] {
+/// `R` rows by `T` tokens; only inlined into the encodings' kernels (see [`encodings`]).
+#[inline(always)]
+unsafe fn dot<E: PairSum, const R: usize, const T: usize>(
+    w: &[u8],
+    a: [&[u8]; T],
+) -> [[f32; T]; R] {
     let row = w.len() / R;
     let m2 = _mm256_set1_epi8(3);
     let m4 = _mm_set1_epi8(0x0F);
@@ -43,7 +47,7 @@ unsafe fn dot<const R: usize, const T: usize>(w: &[u8], a: [&[u8]; T]) -> [[f32;
                     let q = _mm256_and_si256(low, m2);
                     low = _mm256_srli_epi16::<2>(low);
                     let sc = chunk_scales(hs, k);
-                    add_scaled_chunk(&mut sumi, q, sc, &ab, 4 * h + k);
+                    add_scaled_chunk::<E, T>(&mut sumi, q, sc, &ab, 4 * h + k);
                 }
             }
             add_block(&mut acc[r], d, &da, &sumi);

@@ -5,7 +5,7 @@ use super::common::*;
 use crate::formats::q3_k::{BYTES, OFFSET_D, OFFSET_HMASK, OFFSET_QS, OFFSET_SCALES};
 use std::arch::x86_64::*;
 
-entry_points!("Q3_K", 1);
+encodings!("Q3_K", 1);
 
 /// The 16 signed 6-bit group scales as i16 (groups 0-7 in the low lane).
 #[inline]
@@ -29,8 +29,12 @@ unsafe fn scales(p: *const u8) -> __m256i {
     _mm256_cvtepi8_epi16(_mm_sub_epi8(stored, _mm_set1_epi8(32)))
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot<const R: usize, const T: usize>(w: &[u8], a: [&[u8]; T]) -> [[f32; T]; R] {
+/// `R` rows by `T` tokens; only inlined into the encodings' kernels (see [`encodings`]).
+#[inline(always)]
+unsafe fn dot<E: PairSum, const R: usize, const T: usize>(
+    w: &[u8],
+    a: [&[u8]; T],
+) -> [[f32; T]; R] {
     let row = w.len() / R;
     let m2 = _mm256_set1_epi8(3);
     let bit2 = _mm256_set1_epi8(4);
@@ -38,6 +42,9 @@ unsafe fn dot<const R: usize, const T: usize>(w: &[u8], a: [&[u8]; T]) -> [[f32;
     for i in 0..row / BYTES {
         let wb = weight_blocks::<R>(w, row, BYTES, i);
         let (ab, da) = act_blocks(&a, i);
+        if T == 1 {
+            blocks_ahead(&wb, BYTES);
+        }
         let bs: [__m256i; T] = std::array::from_fn(|t| bsums(ab[t]));
         for r in 0..R {
             let sc16 = scales(wb[r].add(OFFSET_SCALES));
@@ -60,7 +67,7 @@ unsafe fn dot<const R: usize, const T: usize>(w: &[u8], a: [&[u8]; T]) -> [[f32;
                     low = _mm256_srli_epi16::<2>(low);
                     high = _mm256_srli_epi16::<1>(high);
                     let sc = chunk_scales(hs, k);
-                    add_scaled_chunk(&mut sumi, q, sc, &ab, 4 * h + k);
+                    add_scaled_chunk::<E, T>(&mut sumi, q, sc, &ab, 4 * h + k);
                 }
             }
             let d = f16_at(wb[r].add(OFFSET_D));

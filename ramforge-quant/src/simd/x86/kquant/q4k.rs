@@ -6,7 +6,7 @@ use crate::formats::q4_k::{BYTES, OFFSET_D, OFFSET_DMIN, OFFSET_QS, OFFSET_SCALE
 use crate::simd::x86::prefetch::group_after_next;
 use std::arch::x86_64::*;
 
-entry_points!("Q4_K", 8);
+encodings!("Q4_K", 8);
 
 /// The 8 group scales (low lane) and 8 group mins (high lane) as i16.
 #[inline]
@@ -42,9 +42,8 @@ pub(super) unsafe fn bsums32(ab: *const u8) -> __m128i {
 /// Chunk pair `j` (elements 64j..64j+64) of a Q4_K/Q5_K block, its low and high quants as
 /// unsigned bytes, against every token's activations `qa[t]`, each half scaled by its group
 /// scale from `sm` (see [`scales_mins`]).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn add_scaled_pair<const T: usize>(
+#[inline(always)]
+pub(super) unsafe fn add_scaled_pair<E: PairSum, const T: usize>(
     sumi: &mut [__m256i; T],
     lo: __m256i,
     hi: __m256i,
@@ -58,8 +57,7 @@ pub(super) unsafe fn add_scaled_pair<const T: usize>(
     for t in 0..T {
         let p_lo = _mm256_maddubs_epi16(lo, qa[t][0]);
         let p_hi = _mm256_maddubs_epi16(hi, qa[t][1]);
-        let p = _mm256_add_epi32(_mm256_madd_epi16(s_lo, p_lo), _mm256_madd_epi16(s_hi, p_hi));
-        sumi[t] = _mm256_add_epi32(sumi[t], p);
+        sumi[t] = E::madd_add(E::madd_add(sumi[t], s_lo, p_lo), s_hi, p_hi);
     }
 }
 
@@ -90,8 +88,12 @@ pub(super) unsafe fn add_block_with_mins<const T: usize>(
     }
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot<const R: usize, const T: usize>(w: &[u8], a: [&[u8]; T]) -> [[f32; T]; R] {
+/// `R` rows by `T` tokens; only inlined into the encodings' kernels (see [`encodings`]).
+#[inline(always)]
+unsafe fn dot<E: PairSum, const R: usize, const T: usize>(
+    w: &[u8],
+    a: [&[u8]; T],
+) -> [[f32; T]; R] {
     let row = w.len() / R;
     let m4 = _mm256_set1_epi8(0x0F);
     let mut acc = [[_mm256_setzero_ps(); T]; R];
@@ -112,7 +114,7 @@ unsafe fn dot<const R: usize, const T: usize>(w: &[u8], a: [&[u8]; T]) -> [[f32;
                 let q = load256(wb[r].add(OFFSET_QS + 32 * j));
                 let lo = _mm256_and_si256(q, m4);
                 let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
-                add_scaled_pair(&mut sumi[r], lo, hi, sm[r], j, &qa);
+                add_scaled_pair::<E, T>(&mut sumi[r], lo, hi, sm[r], j, &qa);
             }
         }
         let bs: [__m128i; T] = std::array::from_fn(|t| bsums32(ab[t]));

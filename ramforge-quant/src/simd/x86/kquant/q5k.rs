@@ -13,10 +13,14 @@ const _: () = assert!(
         && q4_k::OFFSET_SCALES == OFFSET_SCALES
 );
 
-entry_points!("Q5_K", 1);
+encodings!("Q5_K", 1);
 
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot<const R: usize, const T: usize>(w: &[u8], a: [&[u8]; T]) -> [[f32; T]; R] {
+/// `R` rows by `T` tokens; only inlined into the encodings' kernels (see [`encodings`]).
+#[inline(always)]
+unsafe fn dot<E: PairSum, const R: usize, const T: usize>(
+    w: &[u8],
+    a: [&[u8]; T],
+) -> [[f32; T]; R] {
     let row = w.len() / R;
     let m4 = _mm256_set1_epi8(0x0F);
     let bit4 = _mm256_set1_epi8(0x10);
@@ -24,6 +28,9 @@ unsafe fn dot<const R: usize, const T: usize>(w: &[u8], a: [&[u8]; T]) -> [[f32;
     for i in 0..row / BYTES {
         let wb = weight_blocks::<R>(w, row, BYTES, i);
         let (ab, da) = act_blocks(&a, i);
+        if T == 1 {
+            blocks_ahead(&wb, BYTES);
+        }
         let sm: [__m256i; R] = std::array::from_fn(|r| scales_mins(wb[r].add(OFFSET_SCALES)));
         // Bit 2j of qh[l] is the fifth bit of element 64j + l, bit 2j + 1 that of 64j + 32 + l;
         // `high` is qh shifted right by 2j (per 16-bit word: bits 0, 1 of each byte stay its own).
@@ -45,7 +52,7 @@ unsafe fn dot<const R: usize, const T: usize>(w: &[u8], a: [&[u8]; T]) -> [[f32;
                     _mm256_and_si256(_mm256_slli_epi16::<3>(high[r]), bit4),
                 );
                 high[r] = _mm256_srli_epi16::<2>(high[r]);
-                add_scaled_pair(&mut sumi[r], lo, hi, sm[r], j, &qa);
+                add_scaled_pair::<E, T>(&mut sumi[r], lo, hi, sm[r], j, &qa);
             }
         }
         let bs: [__m128i; T] = std::array::from_fn(|t| bsums32(ab[t]));

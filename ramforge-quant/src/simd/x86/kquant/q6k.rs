@@ -5,10 +5,14 @@ use super::common::*;
 use crate::formats::q6_k::{BYTES, OFFSET_D, OFFSET_QH, OFFSET_QL, OFFSET_SCALES};
 use std::arch::x86_64::*;
 
-entry_points!("Q6_K", 1);
+encodings!("Q6_K", 1);
 
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot<const R: usize, const T: usize>(w: &[u8], a: [&[u8]; T]) -> [[f32; T]; R] {
+/// `R` rows by `T` tokens; only inlined into the encodings' kernels (see [`encodings`]).
+#[inline(always)]
+unsafe fn dot<E: PairSum, const R: usize, const T: usize>(
+    w: &[u8],
+    a: [&[u8]; T],
+) -> [[f32; T]; R] {
     let row = w.len() / R;
     let m4 = _mm256_set1_epi8(0x0F);
     let top = _mm256_set1_epi8(0x30);
@@ -17,6 +21,9 @@ unsafe fn dot<const R: usize, const T: usize>(w: &[u8], a: [&[u8]; T]) -> [[f32;
         let wb = weight_blocks::<R>(w, row, BYTES, i);
         let (ab, da) = act_blocks(&a, i);
         let bs: [__m256i; T] = std::array::from_fn(|t| bsums(ab[t]));
+        if T == 1 {
+            blocks_ahead(&wb, BYTES);
+        }
         for r in 0..R {
             let sc16 = _mm256_cvtepi8_epi16(load128(wb[r].add(OFFSET_SCALES)));
             // Start from -32 * sum(scale * bsum): the quants below are stored + 32.
@@ -51,7 +58,7 @@ unsafe fn dot<const R: usize, const T: usize>(w: &[u8], a: [&[u8]; T]) -> [[f32;
                 ];
                 for (k, &qk) in q.iter().enumerate() {
                     let sc = chunk_scales(hs, k);
-                    add_scaled_chunk(&mut sumi, qk, sc, &ab, 4 * h + k);
+                    add_scaled_chunk::<E, T>(&mut sumi, qk, sc, &ab, 4 * h + k);
                 }
             }
             let d = f16_at(wb[r].add(OFFSET_D));

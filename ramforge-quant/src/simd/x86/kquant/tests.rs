@@ -595,3 +595,160 @@ fn matvec_through_rows_matches_the_reference() {
         }
     }
 }
+
+/// A kernel table's lookup by type.
+type Table = fn(GgmlType) -> Option<&'static Kernels>;
+
+/// The VNNI tables of this CPU (AVX-VNNI, AVX512-VNNI), each named; says which it lacks (their
+/// comparisons do not run: an AVX2-only machine still runs every AVX2 test).
+fn vnni_tables() -> Vec<(&'static str, Table)> {
+    use crate::isa::Isa;
+    let all: [(Isa, &'static str, Table); 2] = [
+        (Isa::AvxVnni, "AVX-VNNI", super::vnni_kernels),
+        (Isa::Avx512Vnni, "AVX512-VNNI", super::vnni512_kernels),
+    ];
+    all.into_iter()
+        .filter(|(isa, name, _)| {
+            let here = isa.is_available();
+            if !here {
+                eprintln!("no {name} on this CPU: its K-quant kernels were not compared");
+            }
+            here
+        })
+        .map(|(_, name, table)| (name, table))
+        .collect()
+}
+
+/// `TILE_ROWS` rows against `TILE` activation rows through the AVX2 table and a VNNI one: every
+/// `vec_dot`, `rows` and tile result the same bits.
+fn assert_vnni_equals_avx2(
+    vnni: &Kernels,
+    name: &str,
+    f: &Format,
+    rows: &[Vec<u8>],
+    acts: &[Vec<u8>],
+    what: &str,
+) {
+    let a2 = avx2(f.ty);
+    let acts_ref: [&[u8]; TILE] = std::array::from_fn(|t| &acts[t][..]);
+    let (ta, tv) = (
+        tile_rows_of(a2, rows, acts_ref),
+        tile_rows_of(vnni, rows, acts_ref),
+    );
+    let packed = rows[..ROWS].concat();
+    for (t, a) in acts.iter().enumerate() {
+        let ra = (a2.rows.unwrap())(&packed, a);
+        let rv = (vnni.rows.unwrap())(&packed, a);
+        for (r, w) in rows.iter().enumerate() {
+            let (da, dv) = (vec_dot_of(a2)(w, a), vec_dot_of(vnni)(w, a));
+            assert_eq!(
+                dv.to_bits(),
+                da.to_bits(),
+                "{name} {} {what}: vec_dot row {r} token {t}",
+                f.ty
+            );
+            assert_eq!(
+                tv[r][t].to_bits(),
+                ta[r][t].to_bits(),
+                "{name} {} {what}: tile row {r} token {t}",
+                f.ty
+            );
+            if r < ROWS {
+                assert_eq!(
+                    rv[r].to_bits(),
+                    ra[r].to_bits(),
+                    "{name} {} {what}: rows row {r} token {t}",
+                    f.ty
+                );
+            }
+        }
+    }
+}
+
+/// Every K-quant kernel of the VNNI tables (`vpdpwssd` for `madd` + `add`) returns bit for bit
+/// what its AVX2 form does, so the instruction set never changes a result: on quantized and
+/// raw blocks, at the extreme quants and scales, and against activations of -128 and 127.
+#[test]
+fn vnni_kernels_equal_the_avx2_kernels() {
+    for f in &FORMATS {
+        assert!(
+            super::vnni_kernels(f.ty).is_some(),
+            "{}: AVX-VNNI kernels",
+            f.ty
+        );
+        assert!(
+            super::vnni512_kernels(f.ty).is_some(),
+            "{}: AVX512-VNNI kernels",
+            f.ty
+        );
+    }
+    let mut rng = Rng(11);
+    for (name, table) in vnni_tables() {
+        for f in &FORMATS {
+            let vnni = table(f.ty).unwrap();
+            for blocks in [1, 3, 8] {
+                let quantized: Vec<Vec<u8>> = (0..TILE_ROWS)
+                    .map(|r| quantized_row(f.ty, blocks, 0.5 + r as f32, &mut rng))
+                    .collect();
+                let raw: Vec<Vec<u8>> = (0..TILE_ROWS)
+                    .map(|_| raw_row(f, blocks, &mut rng))
+                    .collect();
+                let filled: Vec<Vec<u8>> = [0x00u8, 0xFF, 0x80, 0x7F, 0x55, 0xAA, 0x0F, 0xF0]
+                    .iter()
+                    .map(|&fill| {
+                        let mut w = vec![fill; blocks * f.ty.type_size()];
+                        for b in w.chunks_exact_mut(f.ty.type_size()) {
+                            for &o in f.f16_fields {
+                                b[o..o + 2]
+                                    .copy_from_slice(&half::f16::from_f32(0.5).to_le_bytes());
+                            }
+                        }
+                        w
+                    })
+                    .collect();
+                let q = rng.bytes(blocks * 256);
+                let random_acts: Vec<Vec<u8>> = (0..TILE)
+                    .map(|t| activations(blocks, 0.5 + t as f32, &mut rng))
+                    .collect();
+                let extreme_acts: Vec<Vec<u8>> = vec![
+                    q8k_row(blocks, 0.01, &|_| -128),
+                    q8k_row(blocks, 0.01, &|_| 127),
+                    q8k_row(blocks, -0.5, &|j| if j % 3 == 0 { -128 } else { 127 }),
+                    q8k_row(blocks, 0.25, &|j| q[j] as i8),
+                ];
+                for (w, wname) in [
+                    (&quantized, "quantized"),
+                    (&raw, "raw"),
+                    (&filled, "filled"),
+                ] {
+                    for (a, aname) in [(&random_acts, "random"), (&extreme_acts, "extreme")] {
+                        let what = format!("{blocks} blocks, {wname} weights, {aname} activations");
+                        assert_vnni_equals_avx2(vnni, name, f, w, a, &what);
+                    }
+                }
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn vnni_kernels_equal_the_avx2_kernels_on_any_rows(
+        which in 0usize..6,
+        blocks in 1usize..6,
+        seed in any::<u64>(),
+    ) {
+        let f = &FORMATS[which];
+        let mut rng = Rng(seed);
+        let rows: Vec<Vec<u8>> = (0..TILE_ROWS).map(|_| raw_row(f, blocks, &mut rng)).collect();
+        let acts: Vec<Vec<u8>> = (0..TILE).map(|_| {
+            let q = rng.bytes(blocks * 256);
+            q8k_row(blocks, 0.125, &|j| q[j] as i8)
+        }).collect();
+        for (name, table) in vnni_tables() {
+            assert_vnni_equals_avx2(table(f.ty).unwrap(), name, f, &rows, &acts, "proptest");
+        }
+    }
+}
