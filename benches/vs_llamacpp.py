@@ -168,6 +168,50 @@ def ramforge_binary(explicit, build):
     return str(binary)
 
 
+def cpu_name():
+    """The CPU, to print beside every figure: its model name, family and model numbers, and the
+    vector extensions the kernels choose between (/proc/cpuinfo)."""
+    fields = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if not line.strip():
+                    break
+                key, _, value = line.partition(":")
+                fields[key.strip()] = value.strip()
+    except OSError:
+        return "unknown CPU"
+    flags = set(fields.get("flags", "").split())
+    isa = [f for f in ("avx2", "avx_vnni", "avx512f", "avx512_vnni") if f in flags] or ["no AVX2"]
+    return (f"{fields.get('model name', 'unknown CPU')}, family {fields.get('cpu family', '?')}"
+            f" model {fields.get('model', '?')}, {' '.join(isa)}")
+
+
+def memory_bandwidth(rf_bin, threads, build):
+    """Read bandwidth in GB/s with `threads` threads: `membw` (benches/src/bin/membw.rs, beside
+    the ramforge-tools binary), 512 MiB, best of 5 passes; None if it is not there."""
+    if build:
+        subprocess.run(["cargo", "build", "--release", "-q", "-p", "ramforge-benches", "--bin", "membw"],
+                       cwd=ROOT, check=True)
+    membw = Path(rf_bin).parent / "membw"
+    if not membw.exists():
+        print(f"note: {membw} not found (cargo build --release -p ramforge-benches --bin membw): "
+              "no roofline column", file=sys.stderr)
+        return None
+    out = subprocess.run([str(membw), "512", str(threads), "5", "--json"], check=True, stdout=subprocess.PIPE,
+                         text=True)
+    return json.loads(out.stdout)["read_gb_per_sec"]
+
+
+def weight_bytes_per_token(rf_bin, model):
+    """Weight bytes one decoded token reads: every layer's matrices, the output projection and one
+    embedding row (`ramforge-tools plan --json`, all resident)."""
+    out = subprocess.run([rf_bin, "--quiet", "plan", "--json", "--ram", "1T", model], check=True,
+                         stdout=subprocess.PIPE, text=True)
+    plan = json.loads(out.stdout)
+    return sum(l["bytes"] for l in plan["layers"]) + plan["output_bytes"] + plan["embedding_row_bytes"]
+
+
 def wait4_child(cmd, env=None, preexec_fn=None, timeout=None):
     """Run one child to completion; return (returncode, stdout, stderr, ru_maxrss bytes, wall secs)."""
     started = time.perf_counter()
@@ -300,6 +344,15 @@ def table_model(model, args, rf_bin, ref_py):
             row["columns"].append(col)
     for name in ("ramforge", "llama.cpp"):
         row[name] = {"peak_rss_bytes": max(r["child_maxrss_bytes"] for p in cmds for r in runs[(name, p)])}
+    if args.membw_gb_per_sec:
+        # Roofline: the weight bytes a decoded token reads at the measured tok/s, as a share of the
+        # memory read bandwidth (KV reads at depth not counted).
+        row["weight_bytes_per_token"] = weight_bytes_per_token(rf_bin, model)
+        for col in row["columns"]:
+            if col["kind"] == "decode":
+                for name in ("ramforge", "llama.cpp"):
+                    gbps = col[name]["median"] * row["weight_bytes_per_token"] / 1e9
+                    col[name]["roofline"] = gbps / args.membw_gb_per_sec
     return row
 
 
@@ -326,18 +379,33 @@ def print_wide_table(rows):
     if not rows:
         return
     cols = rows[0]["columns"]
-    heads = [f"{c['kind']} {c['tokens']}" if c["kind"] == "prefill" else f"decode @{c['tokens']}" for c in cols]
-    head = f"{'format':<20} | " + " | ".join(f"{h:>12} {'llama.cpp':>9} {'ratio':>6}" for h in heads)
+    roof = "roofline" in next((c["ramforge"] for c in cols if c["kind"] == "decode"), {})
+
+    def head_cell(c):
+        h = f"{c['kind']} {c['tokens']}" if c["kind"] == "prefill" else f"decode @{c['tokens']}"
+        extra = f" {'roof':>9}" if roof and c["kind"] == "decode" else ""
+        return f"{h:>12} {'llama.cpp':>9} {'ratio':>6}{extra}"
+
+    def cell(c):
+        text = f"{c['ramforge']['median']:>12.1f} {c['llama.cpp']['median']:>9.1f} {c['ratio']:>5.2f}x"
+        if roof and c["kind"] == "decode":
+            both = f"{100 * c['ramforge']['roofline']:.0f}%/{100 * c['llama.cpp']['roofline']:.0f}%"
+            text += f" {both:>9}"
+        return text
+
+    head = f"{'format':<20} | " + " | ".join(head_cell(c) for c in cols)
     print(head)
     print("-" * len(head))
     for r in rows:
-        cells = [f"{c['ramforge']['median']:>12.1f} {c['llama.cpp']['median']:>9.1f} {c['ratio']:>5.2f}x"
-                 for c in r["columns"]]
-        print(f"{format_name(r['model'])[:20]:<20} | " + " | ".join(cells))
+        print(f"{format_name(r['model'])[:20]:<20} | " + " | ".join(cell(c) for c in r["columns"]))
     r = rows[0]
     print(f"(tok/s, RAMforge then llama.cpp, medians of {r['runs']} alternating runs after {r.get('warmup', 1)} warm-up, "
           f"{r['threads']} threads; decode @D = {r['gen_tokens']} greedy tokens after a D-token prompt"
           f" (@0: 1 token); ratio = ours / llama.cpp)")
+    if roof:
+        print(f"(roof = decode tok/s x weight bytes per token / membw's {rows[0]['membw_gb_per_sec']:.1f} GB/s"
+              f" ({r['threads']} threads), ours/llama.cpp; KV reads at depth not counted)")
+    print(f"(CPU: {cpu_name()})")
 
 
 def mib(n):
@@ -360,6 +428,7 @@ def print_table(rows):
         r = rows[0]
         print(f"(medians of {r['runs']} runs after warm-up; prefill = {r['prompt_tokens']}-token prompt in one batch,"
               f" decode = {r['gen_tokens']} greedy tokens; ratio = ours / llama.cpp)")
+        print(f"(CPU: {cpu_name()})")
 
 
 def default_models():
@@ -402,14 +471,17 @@ def main():
             sys.exit(f"error: model {m} not found (scripts/test.sh fetches the models into models/)")
     rf_bin = ramforge_binary(args.ramforge, not args.no_build)
     ref_py = reference_python(args.python)
+    args.membw_gb_per_sec = memory_bandwidth(rf_bin, args.threads, not args.no_build) if args.table else None
     rows = []
     for m in models:
         if not args.json:
             print(f"{Path(m).name}: {args.warmup} warm-up + {args.runs} runs per engine, {args.threads} threads",
                   file=sys.stderr)
         rows.append((table_model if args.table else bench_model)(m, args, rf_bin, ref_py))
+        rows[-1]["membw_gb_per_sec"] = args.membw_gb_per_sec
     if args.json:
-        print(json.dumps({"machine": {"cpus": os.cpu_count()}, "results": rows}, indent=1))
+        machine = {"cpus": os.cpu_count(), "cpu": cpu_name(), "membw_gb_per_sec": args.membw_gb_per_sec}
+        print(json.dumps({"machine": machine, "results": rows}, indent=1))
     elif args.table:
         print_wide_table(rows)
     else:
