@@ -34,3 +34,15 @@ pub(super) unsafe fn group_after_next<const HINT: i32>(w: &[u8], i: usize, steps
         off += 64;
     }
 }
+
+/// For a decode call (one token) of a kernel without a multi-row prefetch: asks for the
+/// `bytes`-long block [`ROW_AHEAD`] bytes past each row's current one (`wb`), line by line, so
+/// each single-row stream stays ahead of its loads.
+#[inline(always)]
+pub(super) unsafe fn blocks_ahead<const R: usize>(wb: &[*const u8; R], bytes: usize) {
+    for p in wb {
+        for l in 0..bytes.div_ceil(64) {
+            line_ahead(p.add(64 * l));
+        }
+    }
+}

@@ -200,22 +200,6 @@ impl PairSum for VexPairs {
     }
 }
 
-/// `s + madd(a, b)` by the VEX `vpdpwssd` (the caller checked AVX-VNNI). Inline assembly, not
-/// the intrinsic: for a generic x86-64 target LLVM splits the intrinsic back into `vpmaddwd` +
-/// `vpaddd`, which measured slower here than the fused instruction.
-#[target_feature(enable = "avx2")]
-#[inline]
-unsafe fn dpwssd_vex(mut s: __m256i, a: __m256i, b: __m256i) -> __m256i {
-    std::arch::asm!(
-        "{{vex}} vpdpwssd {s}, {a}, {b}",
-        s = inout(ymm_reg) s,
-        a = in(ymm_reg) a,
-        b = in(ymm_reg) b,
-        options(pure, nomem, nostack, preserves_flags),
-    );
-    s
-}
-
 impl PairSum for EvexPairs {
     #[inline(always)]
     unsafe fn madd_add(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
@@ -223,19 +207,28 @@ impl PairSum for EvexPairs {
     }
 }
 
-/// `s + madd(a, b)` by the EVEX `vpdpwssd` (the caller checked AVX512-VNNI and AVX512VL).
-#[target_feature(enable = "avx2")]
-#[inline]
-unsafe fn dpwssd_evex(mut s: __m256i, a: __m256i, b: __m256i) -> __m256i {
-    std::arch::asm!(
-        "{{evex}} vpdpwssd {s}, {a}, {b}",
-        s = inout(ymm_reg) s,
-        a = in(ymm_reg) a,
-        b = in(ymm_reg) b,
-        options(pure, nomem, nostack, preserves_flags),
-    );
-    s
+/// `fn $name(s, a, b) = s + madd(a, b)` by `vpdpwssd` in the encoding `$prefix` names (the
+/// caller checked the instruction set). Inline assembly, not the intrinsic: for a generic
+/// x86-64 target LLVM splits the intrinsic back into `vpmaddwd` + `vpaddd`, which measured
+/// slower here than the fused instruction.
+macro_rules! dpwssd {
+    ($name:ident, $prefix:literal) => {
+        #[target_feature(enable = "avx2")]
+        #[inline]
+        unsafe fn $name(mut s: __m256i, a: __m256i, b: __m256i) -> __m256i {
+            std::arch::asm!(
+                concat!($prefix, " vpdpwssd {s}, {a}, {b}"),
+                s = inout(ymm_reg) s,
+                a = in(ymm_reg) a,
+                b = in(ymm_reg) b,
+                options(pure, nomem, nostack, preserves_flags),
+            );
+            s
+        }
+    };
 }
+dpwssd!(dpwssd_vex, "{{vex}}");
+dpwssd!(dpwssd_evex, "{{evex}}");
 
 /// A super-block format's kernels once per [`PairSum`] encoding, as the modules `avx2`, `vex`
 /// and `evex`, each with the [`entry_points`] of the format's
@@ -294,20 +287,6 @@ pub(in crate::simd::x86) unsafe fn weight_blocks<const R: usize>(
     i: usize,
 ) -> [*const u8; R] {
     std::array::from_fn(|r| w.as_ptr().add(r * row + i * bytes))
-}
-
-/// For a decode call (one token) of a kernel without a multi-row prefetch: asks for the block
-/// [`line_ahead`] bytes past each row's current one, line by line, so the stream of a single-row
-/// kernel stays ahead of its loads (see [`crate::simd::x86::prefetch`]).
-///
-/// [`line_ahead`]: crate::simd::x86::prefetch::line_ahead
-#[inline(always)]
-pub(in crate::simd::x86) unsafe fn blocks_ahead<const R: usize>(wb: &[*const u8; R], bytes: usize) {
-    for p in wb {
-        for l in 0..bytes.div_ceil(64) {
-            crate::simd::x86::prefetch::line_ahead(p.add(64 * l));
-        }
-    }
 }
 
 /// The safe entry points of a super-block format's kernel module, around its

@@ -3,6 +3,7 @@
 
 use super::common::*;
 use crate::formats::q3_k::{BYTES, OFFSET_D, OFFSET_HMASK, OFFSET_QS, OFFSET_SCALES};
+use crate::simd::x86::prefetch::blocks_ahead;
 use std::arch::x86_64::*;
 
 encodings!("Q3_K", 1);

@@ -4,6 +4,7 @@ use super::common::*;
 use super::q4k::{add_block_with_mins, add_scaled_pair, bsums32, scales_mins};
 use crate::formats::q4_k;
 use crate::formats::q5_k::{BYTES, OFFSET_D, OFFSET_DMIN, OFFSET_QH, OFFSET_QS, OFFSET_SCALES};
+use crate::simd::x86::prefetch::blocks_ahead;
 use std::arch::x86_64::*;
 
 // Q5_K's d, dmin and scales sit where Q4_K's do: the helpers above read them there.

@@ -3,6 +3,7 @@
 
 use super::common::*;
 use crate::formats::q6_k::{BYTES, OFFSET_D, OFFSET_QH, OFFSET_QL, OFFSET_SCALES};
+use crate::simd::x86::prefetch::blocks_ahead;
 use std::arch::x86_64::*;
 
 encodings!("Q6_K", 1);

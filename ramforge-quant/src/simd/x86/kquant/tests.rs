@@ -275,6 +275,17 @@ fn raw_row(f: &Format, blocks: usize, rng: &mut Rng) -> Vec<u8> {
     w
 }
 
+/// `blocks` blocks of `f` with every byte `fill` but the f16 scales, which are 0.5.
+fn filled_row(f: &Format, blocks: usize, fill: u8) -> Vec<u8> {
+    let mut w = vec![fill; blocks * f.ty.type_size()];
+    for b in w.chunks_exact_mut(f.ty.type_size()) {
+        for &o in f.f16_fields {
+            b[o..o + 2].copy_from_slice(&half::f16::from_f32(0.5).to_le_bytes());
+        }
+    }
+    w
+}
+
 /// A row quantized from random values by the generated quantizer.
 fn quantized_row(ty: GgmlType, blocks: usize, scale: f32, rng: &mut Rng) -> Vec<u8> {
     let x = rng.floats(blocks * 256, scale);
@@ -332,12 +343,7 @@ fn vec_dot_of_extreme_quants_matches_the_reference() {
     // activations of +-127: the integer sums at their largest.
     for f in &FORMATS {
         for fill in [0x00u8, 0xFF, 0x80, 0x7F] {
-            let mut w = vec![fill; 4 * f.ty.type_size()];
-            for b in w.chunks_exact_mut(f.ty.type_size()) {
-                for &o in f.f16_fields {
-                    b[o..o + 2].copy_from_slice(&half::f16::from_f32(0.5).to_le_bytes());
-                }
-            }
+            let w = filled_row(f, 4, fill);
             for x in [1.0f32, -1.0] {
                 let a = quantize_q8k_reference(&vec![x; 4 * 256]);
                 assert_dot_matches(f, &w, &a, &format!("bytes {fill:#x}, activations {x}"));
@@ -695,16 +701,7 @@ fn vnni_kernels_equal_the_avx2_kernels() {
                     .collect();
                 let filled: Vec<Vec<u8>> = [0x00u8, 0xFF, 0x80, 0x7F, 0x55, 0xAA, 0x0F, 0xF0]
                     .iter()
-                    .map(|&fill| {
-                        let mut w = vec![fill; blocks * f.ty.type_size()];
-                        for b in w.chunks_exact_mut(f.ty.type_size()) {
-                            for &o in f.f16_fields {
-                                b[o..o + 2]
-                                    .copy_from_slice(&half::f16::from_f32(0.5).to_le_bytes());
-                            }
-                        }
-                        w
-                    })
+                    .map(|&fill| filled_row(f, blocks, fill))
                     .collect();
                 let q = rng.bytes(blocks * 256);
                 let random_acts: Vec<Vec<u8>> = (0..TILE)
