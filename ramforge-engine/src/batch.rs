@@ -39,6 +39,7 @@ impl Engine {
         std::mem::swap(&mut self.history, &mut seq.history);
         std::mem::swap(&mut self.saved, &mut seq.saved);
         std::mem::swap(&mut self.stale, &mut seq.stale);
+        std::mem::swap(&mut self.mtp, &mut seq.mtp);
     }
 
     /// Evaluates `prompt` on `seq`, keeping the longest prefix `seq` already holds (at least

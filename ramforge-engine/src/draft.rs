@@ -125,6 +125,9 @@ pub enum Drafter {
     /// A small model with the target's vocabulary, on its own engine (its own share of the
     /// budget), drafting greedily.
     Model(Box<dyn DraftModel + Send>),
+    /// The target file's own MTP (nextn) layer, held by the target's engine (`mtp.rs`),
+    /// drafting greedily.
+    Mtp,
 }
 
 /// A model that drafts: an [`crate::Engine`] of a small model (implemented in `generate.rs`,
@@ -147,13 +150,24 @@ impl Drafter {
         match self {
             Drafter::Lookup => Ok(lookup(context, k)),
             Drafter::Model(model) => model.draft(context, k),
+            // The target's engine drafts these (`Engine::speculative_pass`).
+            Drafter::Mtp => Ok(Vec::new()),
+        }
+    }
+
+    /// What drafts: `lookup`, `model` or `mtp` (as `run --json` reports it).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Drafter::Lookup => "lookup",
+            Drafter::Model(_) => "model",
+            Drafter::Mtp => "mtp",
         }
     }
 
     /// The draft model, if any.
     pub fn model(&self) -> Option<&(dyn DraftModel + Send)> {
         match self {
-            Drafter::Lookup => None,
+            Drafter::Lookup | Drafter::Mtp => None,
             Drafter::Model(m) => Some(m.as_ref()),
         }
     }

@@ -56,6 +56,10 @@ pub struct Engine {
     pub(crate) stale: Option<usize>,
     /// Where [`Engine::generate`] takes drafts from (`None`: plain decoding).
     pub(crate) drafter: Option<crate::draft::Drafter>,
+    /// Which hidden states the scratch holds for an MTP layer's drafts (`mtp.rs`).
+    pub(crate) mtp: crate::forward::mtp::MtpState,
+    /// Passes that wrote hidden states into the scratch (whose context's they are: `mtp`).
+    pub(crate) mtp_passes: u64,
 }
 
 /// A callback for prompt processing: `(tokens_done, tokens_total)`, called per layer of each
@@ -167,6 +171,8 @@ impl Engine {
             saved: None,
             stale: None,
             drafter: None,
+            mtp: Default::default(),
+            mtp_passes: 0,
         })
     }
 
@@ -397,6 +403,7 @@ impl Engine {
         self.history.clear();
         self.saved = None;
         self.stale = None;
+        self.mtp_forget();
     }
 
     /// Keeps the first `n` tokens of the context (and their keys and values, still charged)
@@ -502,18 +509,18 @@ impl Engine {
         exact: usize,
     ) -> Result<bool, EngineError> {
         self.before_pass(tokens[0])?;
-        let cfg = &self.model.config;
-        let (file, tensors) = (&self.model.file, &self.model.tensors);
-        let e = cfg.n_embd;
         let first = self.history.len();
         self.kv.reserve(first + tokens.len())?;
-        let s = &mut self.scratch;
         let mut done = 0;
         let mut out_rows = 1;
         while done < tokens.len() {
             if cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
                 return Ok(false);
             }
+            let cfg = &self.model.config;
+            let (file, tensors) = (&self.model.file, &self.model.tensors);
+            let e = cfg.n_embd;
+            let s = &mut self.scratch;
             let n = s.batch.min(tokens.len() - done);
             let pos = first + done;
             let batch = &tokens[done..done + n];
@@ -532,9 +539,17 @@ impl Engine {
                 }
             }
             done += n;
-            if done == tokens.len() {
-                // Only the last row needs logits, unless every row is verified.
-                let from = n - exact.clamp(1, n);
+            let last = done == tokens.len();
+            // Only the last row needs logits, unless every row is verified.
+            let from = n - exact.clamp(1, n);
+            if cfg.mtp {
+                // The MTP layer's rows; it keeps the hidden states, normed as below.
+                self.mtp_ingest(batch, pos, exact > 0)?;
+                if last {
+                    self.mtp_output_rows(from, n);
+                    out_rows = n - from;
+                }
+            } else if last {
                 for r in from..n {
                     rms_norm(
                         &s.x[r * e..(r + 1) * e],
@@ -546,6 +561,8 @@ impl Engine {
                 out_rows = n - from;
             }
         }
+        let (file, tensors) = (&self.model.file, &self.model.tensors);
+        let e = self.model.config.n_embd;
         let v = tensors.n_vocab;
         self.weights.matrices.logits(
             file,

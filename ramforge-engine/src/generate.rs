@@ -374,7 +374,11 @@ impl Engine {
         // No draft past the tokens still allowed or the context.
         let room = decoding.remaining().min(ctx.saturating_sub(base + 1));
         let read_before = drafter.model().map(|m| m.residency().bytes_read);
-        let draft = drafter.draft(&context, spec.length.get().min(room))?;
+        let k = spec.length.get().min(room);
+        let draft = match drafter {
+            Drafter::Mtp => self.draft_mtp(id, k)?,
+            _ => drafter.draft(&context, k)?,
+        };
         if let (Some(before), Some(m)) = (read_before, drafter.model()) {
             spec.stats.draft_bytes_read += m.residency().bytes_read.saturating_sub(before);
         }

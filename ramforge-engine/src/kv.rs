@@ -63,7 +63,7 @@ impl std::str::FromStr for KvType {
 /// Bytes of the cache of `cfg` for a context of `ctx` positions (what [`KvCache`] charges when
 /// full), the recurrent state of delta-net layers and its checkpoint included.
 pub fn kv_cache_bytes(cfg: &ModelConfig, ctx: usize, ty: KvType) -> u64 {
-    (0..cfg.n_layer)
+    (0..cfg.n_layer_held())
         .map(|l| planes(cfg) as u64 * cfg.kv_dim() as u64 * cfg.kv_positions(l, ctx) as u64)
         .sum::<u64>()
         * ty.bytes_per_element()
@@ -73,7 +73,7 @@ pub fn kv_cache_bytes(cfg: &ModelConfig, ctx: usize, ty: KvType) -> u64 {
 /// Bytes [`KvCache::save`] holds at most for a verify pass of `rows` positions: those rows of
 /// every sliding-window layer (as f32) and the whole recurrent state.
 pub fn rollback_bytes(cfg: &ModelConfig, ctx: usize, rows: usize) -> u64 {
-    let ring_layers = (0..cfg.n_layer)
+    let ring_layers = (0..cfg.n_layer_held())
         .filter(|&l| !cfg.is_recurrent(l) && cfg.kv_positions(l, ctx) < ctx)
         .count() as u64;
     ring_layers * planes(cfg) as u64 * cfg.kv_dim() as u64 * rows as u64 * 4
@@ -208,9 +208,14 @@ impl KvCache {
         cfg: &ModelConfig,
         capacity: usize,
     ) -> KvCache {
-        let mut kv = KvCache::new(budget, ty, cfg.n_layer, cfg.kv_dim(), capacity, |l| {
-            cfg.kv_positions(l, capacity)
-        });
+        let mut kv = KvCache::new(
+            budget,
+            ty,
+            cfg.n_layer_held(),
+            cfg.kv_dim(),
+            capacity,
+            |l| cfg.kv_positions(l, capacity),
+        );
         kv.planes = planes(cfg);
         kv.recurrent = RecurrentState::for_model(cfg);
         kv

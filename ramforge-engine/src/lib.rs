@@ -51,6 +51,7 @@ mod forward;
 mod generate;
 mod kv;
 pub mod model;
+mod mtp;
 mod options;
 pub mod plan;
 pub mod residency;

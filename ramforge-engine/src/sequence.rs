@@ -12,6 +12,8 @@ pub struct Sequence {
     pub(crate) saved: Option<(usize, crate::kv::Saved)>,
     /// A rolled-back recurrent state holds only `history[..n]` (see the engine's field).
     pub(crate) stale: Option<usize>,
+    /// Which hidden states an MTP layer's drafts start from (see the engine's field).
+    pub(crate) mtp: crate::forward::mtp::MtpState,
 }
 
 impl Sequence {
@@ -21,6 +23,7 @@ impl Sequence {
             history: Vec::new(),
             saved: None,
             stale: None,
+            mtp: Default::default(),
         }
     }
 
@@ -45,6 +48,7 @@ impl Sequence {
         self.history.clear();
         self.saved = None;
         self.stale = None;
+        self.mtp = Default::default();
     }
 
     /// How many leading tokens of `tokens` this context holds already.

@@ -80,14 +80,19 @@ pub struct RamBudget {
     pub ram: Option<u64>,
 }
 
-/// `--lookup`, `--draft` and `--draft-max` of `run`, `chat` and `serve`: speculative decoding, whose
-/// output is that of plain decoding (greedy: token for token; sampled: in distribution).
+/// `--lookup`, `--draft`, `--mtp` and `--draft-max` of `run`, `chat` and `serve`: speculative
+/// decoding, whose output is that of plain decoding (greedy: token for token; sampled: in
+/// distribution).
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct Speculation {
     /// Draft tokens by prompt lookup (what followed the context's last words where they
     /// occurred before) and verify them several per pass over the weights.
-    #[arg(long, conflicts_with = "draft")]
+    #[arg(long, conflicts_with_all = ["draft", "mtp"])]
     pub lookup: bool,
+    /// Draft tokens with the model file's own MTP (nextn) layer (glm4moe files that carry
+    /// one), held resident and charged like the other weights.
+    #[arg(long, conflicts_with = "draft")]
+    pub mtp: bool,
     /// Draft tokens with this small model (the same vocabulary), inside the one --ram budget.
     #[arg(long, value_name = "MODEL.gguf")]
     pub draft: Option<PathBuf>,

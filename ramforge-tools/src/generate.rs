@@ -14,14 +14,18 @@ use ramforge_engine::{
 
 /// [`load_engine`] with the drafter `spec` asks for set on the engine: with `--draft`, the
 /// draft model (its vocabulary checked against the target's) gets its share of the one budget
-/// first ([`split_budget`]) and the target the rest.
+/// first ([`split_budget`]) and the target the rest; with `--mtp`, the model holds its MTP
+/// layer ([`Model::enable_mtp`]).
 pub fn load_speculative(
-    model: Model,
+    mut model: Model,
     options: &EngineOptions,
     spec: &Speculation,
 ) -> Result<Engine, CmdError> {
-    if !spec.lookup && spec.draft.is_none() {
+    if !spec.lookup && !spec.mtp && spec.draft.is_none() {
         return Ok(load_engine(model, options)?);
+    }
+    if spec.mtp {
+        model.enable_mtp()?;
     }
     let mut options = EngineOptions {
         draft: usize::from(spec.draft_max.max(1)),
@@ -29,6 +33,7 @@ pub fn load_speculative(
     };
     let drafter =
         match &spec.draft {
+            None if spec.mtp => Drafter::Mtp,
             None => Drafter::Lookup,
             Some(path) => {
                 let draft = Model::open(path)?;

@@ -2,7 +2,9 @@
 //! plain decoding on a hybrid synth (qwen35moe: recurrent state rolled back) and a deepseek2
 //! synth (latent cache), all-resident and streamed; a real draft model (Qwen2.5-Coder 0.5B for 1.5B) gives the
 //! target's greedy tokens; a draft with another vocabulary is refused in one line; `run
-//! --lookup --json` reports what speculation did.
+//! --lookup --json` reports what speculation did. The MTP drafts of a glm4moe synth (`--mtp`)
+//! leave greedy tokens those of plain decoding, all-resident and streamed; a file without an
+//! MTP layer is refused in one line.
 
 mod common;
 
@@ -157,6 +159,90 @@ fn sliding_window_speculation_greedy_equals_plain() {
         "--sliding-window",
         "8",
     ]);
+}
+
+/// `--mtp`: the glm4moe synth's own MTP layer drafts (its random weights rarely agree with
+/// the model, so nearly every draft is rejected and rolled back) and greedy tokens stay plain
+/// decoding's, all-resident and with the experts streamed; its KV rows follow the context
+/// through every pass, so every pass drafts.
+#[test]
+fn mtp_speculation_greedy_equals_plain() {
+    let args = [
+        "--arch",
+        "glm4moe",
+        "--layers",
+        "3",
+        "--embd",
+        "128",
+        "--ffn",
+        "64",
+        "--heads",
+        "4",
+        "--kv-heads",
+        "2",
+        "--experts",
+        "8",
+        "--experts-used",
+        "2",
+        "--nextn",
+        "1",
+        "--type",
+        "Q8_0",
+    ];
+    let path = synth("mtp", &args);
+    let mtp_model = || {
+        let mut m = Model::open(&path).unwrap();
+        m.enable_mtp().unwrap();
+        m
+    };
+    let minimum = Engine::new(mtp_model(), &options(None))
+        .unwrap()
+        .plan()
+        .minimum;
+    let file = std::fs::metadata(&path).unwrap().len();
+    for ram in [None, Some(minimum + file / 8)] {
+        let mut e = Engine::new(mtp_model(), &options(ram)).unwrap();
+        assert_eq!(e.plan().pinned.len(), 4, "the MTP layer is planned");
+        assert!(e.plan().pinned[3], "the MTP layer is pinned");
+        if ram.is_some() {
+            assert!(e.plan().experts.is_some(), "nothing streamed");
+        }
+        let prompt = e.model().tokenizer.encode(PROMPT, true, true);
+        let plain = generate(&mut e, &prompt, 40, None);
+        let spec = generate(&mut e, &prompt, 40, Some(Drafter::Mtp));
+        assert_eq!(spec.tokens, plain.tokens, "mtp, ram {ram:?}");
+        let s = spec.speculation.unwrap();
+        assert!(
+            s.drafted >= s.passes,
+            "ram {ram:?}: a pass without a draft: {s:?}"
+        );
+    }
+    // The CLI: `run --mtp --json` says who drafted; a file without an MTP layer is refused.
+    let o = common::tool(&[
+        "run",
+        path.to_str().unwrap(),
+        "--mtp",
+        "--json",
+        "-t",
+        "2",
+        "-n",
+        "8",
+        "-p",
+        PROMPT,
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["speculation"]["drafter"], "mtp", "{j}");
+    let o = common::tool(&["plan", path.to_str().unwrap(), "--mtp", "--ram", "1G"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("its first MTP layer drafts"), "{text}");
+    let plain_file = common::model("SmolLM2-135M-Instruct.Q4_1.gguf");
+    let o = common::tool(&["run", &plain_file, "--mtp", "-n", "1", "-p", "Hi"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("no MTP (nextn) layer"), "{err}");
+    let _ = std::fs::remove_dir_all(path.parent().unwrap());
 }
 
 /// Qwen2.5-Coder 0.5B drafting for 1.5B (one tokenizer): the 1.5B's greedy tokens.

@@ -7,7 +7,7 @@ use crate::weights::MatrixView;
 
 /// The groups of matrices the block multiplies together, each group sharing one input (so
 /// it is quantized once): the scratch for quantized activations is sized from these.
-pub(crate) const MATMUL_GROUPS: [&[Role]; 18] = [
+pub(crate) const MATMUL_GROUPS: [&[Role]; 19] = [
     &[Role::AttnQ, Role::AttnK, Role::AttnV],
     &[Role::AttnKvAMqa, Role::AttnQ, Role::AttnQA],
     &[Role::AttnQB],
@@ -26,6 +26,7 @@ pub(crate) const MATMUL_GROUPS: [&[Role]; 18] = [
     &[Role::AttnQkv, Role::AttnGate, Role::SsmBetaAlpha],
     &[Role::SsmIn, Role::SsmBetaAlpha],
     &[Role::SsmOut],
+    &[Role::NextnEhProj],
 ];
 
 /// `ys[j] = ms[j] . x` for `n` rows of `x`, every product in one parallel region (one

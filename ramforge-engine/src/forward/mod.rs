@@ -10,6 +10,7 @@ mod indexer;
 mod matmul;
 mod mla;
 mod moe;
+pub(crate) mod mtp;
 mod ops;
 mod scratch;
 

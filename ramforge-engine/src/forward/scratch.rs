@@ -44,10 +44,15 @@ pub struct Scratch {
     /// A hybrid model's delta-net projections and outputs, or its attention's output gates
     /// (`forward/delta_net.rs`; empty for other models).
     pub hybrid: ChargedVec<f32>,
+    /// `--mtp` drafting (`forward/mtp.rs`; empty without it): the pass's hidden states
+    /// (`batch x n_embd`, normed as the output projection takes them), the MTP layer's inputs
+    /// (`batch x 2 n_embd`: normed embedding, normed hidden state) and the hidden state a
+    /// later pass's first row takes.
+    pub mtp: ChargedVec<f32>,
 }
 
-/// Elements of the f32 buffers, in [`Scratch`]'s field order from `x` to `moe_out`.
-fn f32_lens(cfg: &ModelConfig, batch: usize, ctx: usize) -> [usize; 16] {
+/// Elements of the f32 buffers, in [`Scratch`]'s field order from `x` to `mtp`.
+fn f32_lens(cfg: &ModelConfig, batch: usize, ctx: usize) -> [usize; 17] {
     let (e, q, kv) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim());
     let moe = cfg.n_expert > 0;
     // The widest FFN any layer runs: routed experts, the shared expert, leading dense layers.
@@ -86,6 +91,7 @@ fn f32_lens(cfg: &ModelConfig, batch: usize, ctx: usize) -> [usize; 16] {
         if_moe(b * e),
         mla_floats(cfg, b),
         hybrid_floats(cfg, b),
+        if cfg.mtp { 3 * b * e + 2 * e } else { 0 },
     ]
 }
 
@@ -218,7 +224,7 @@ impl Scratch {
     ) -> Result<Scratch, EngineError> {
         let act = activation_bytes(tensors, batch)?;
         let buf = |len: usize| ChargedVec::zeroed(budget, "scratch", len);
-        let [x, xn, q, k, v, att, att_part, gate, up, rope, rope_local, router, moe_in, moe_out, mla, hybrid] =
+        let [x, xn, q, k, v, att, att_part, gate, up, rope, rope_local, router, moe_in, moe_out, mla, hybrid, mtp] =
             f32_lens(cfg, batch, ctx);
         Ok(Scratch {
             batch,
@@ -239,6 +245,7 @@ impl Scratch {
             act: ChargedVec::zeroed(budget, "scratch", act)?,
             mla: buf(mla)?,
             hybrid: buf(hybrid)?,
+            mtp: buf(mtp)?,
         })
     }
 }

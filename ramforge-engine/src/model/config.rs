@@ -55,8 +55,12 @@ pub struct ModelConfig {
     pub n_ff_shexp: usize,
     /// Leading layers with a dense FFN in a model with experts (`leading_dense_block_count`).
     pub n_layer_dense_lead: usize,
-    /// MTP (nextn) layers after the `n_layer` blocks: bound, never run (`nextn_predict_layers`).
+    /// MTP (nextn) layers after the `n_layer` blocks (`nextn_predict_layers`): bound and run
+    /// only for `--mtp` drafts ([`super::Model::enable_mtp`]).
     pub n_layer_nextn: usize,
+    /// Whether the first MTP layer is held (its weights and KV rows) to draft with; it is
+    /// then layer `n_layer` of the tensors, the plan and the KV cache, never of a pass.
+    pub mtp: bool,
     /// How MoE layers route (meaningful only with experts).
     pub router: RouterConfig,
     /// Layers per local/global period of a sliding-window architecture.
@@ -332,6 +336,7 @@ impl ModelConfig {
             n_ff_shexp: experts.shared_width,
             n_layer_dense_lead: experts.dense_lead,
             n_layer_nextn,
+            mtp: false,
             router: experts.router,
             swa_period,
             local_rope,
@@ -352,6 +357,11 @@ impl ModelConfig {
     /// pass keeps each row's choice for the layers after the one that made it.
     pub fn indexer_has_shared_layers(&self) -> bool {
         self.indexer_full.iter().any(|&full| !full)
+    }
+
+    /// Layers whose weights and KV rows are held: the blocks, and the MTP layer with `mtp`.
+    pub fn n_layer_held(&self) -> usize {
+        self.n_layer + usize::from(self.mtp)
     }
 
     /// What layer `layer` is made of.

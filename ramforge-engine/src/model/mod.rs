@@ -65,4 +65,35 @@ impl Model {
             tokenizer: Arc::new(tokenizer),
         })
     }
+
+    /// Holds the file's first MTP (nextn) layer to draft with (`--mtp`): bound and checked
+    /// here, then layer `n_layer` of the tensors, so the plan charges and pins it and the KV
+    /// cache keeps its rows. Refused with one line where the file has none or the
+    /// architecture's MTP layer is not one this engine runs.
+    pub fn enable_mtp(&mut self) -> Result<(), EngineError> {
+        let cfg = &self.config;
+        if cfg.mtp {
+            return Ok(());
+        }
+        if cfg.n_layer_nextn == 0 {
+            return Err(EngineError::Unsupported(format!(
+                "--mtp: this {} file has no MTP (nextn) layer ({}.nextn_predict_layers)",
+                cfg.arch.name, cfg.arch.name
+            )));
+        }
+        if !MTP_ARCHITECTURES.contains(&cfg.arch.name) {
+            return Err(EngineError::Unsupported(format!(
+                "--mtp: the MTP layers of {} files are not supported yet (only {})",
+                cfg.arch.name,
+                MTP_ARCHITECTURES.join(", ")
+            )));
+        }
+        let layer = ModelTensors::bind_mtp_layer(&self.file, cfg)?;
+        self.tensors.layers.push(layer);
+        self.config.mtp = true;
+        Ok(())
+    }
 }
+
+/// Architectures whose MTP layer drafts (`--mtp`): each checked against llama.cpp's.
+pub const MTP_ARCHITECTURES: &[&str] = &["glm4moe"];

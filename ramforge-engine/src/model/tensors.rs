@@ -149,6 +149,41 @@ impl ModelTensors {
         })
     }
 
+    /// Binds the first MTP (nextn) layer, `blk.{n_layer}`: its block as the architecture
+    /// describes it plus the nextn tensors the drafts use (`eh_proj`, `enorm`, `hnorm`,
+    /// `shared_head_norm`). A file whose nextn layer has its own embeddings or output head is
+    /// refused: the drafts use the model's.
+    pub fn bind_mtp_layer(file: &GgufFile, cfg: &ModelConfig) -> Result<LayerTensors, EngineError> {
+        let i = cfg.n_layer;
+        let mut layer = bind_layer(file, cfg, i)?;
+        for extra in ["nextn.embed_tokens.weight", "nextn.shared_head_head.weight"] {
+            let name = format!("blk.{i}.{extra}");
+            if file.header().tensor(&name).is_some() {
+                return Err(EngineError::Unsupported(format!(
+                    "--mtp: tensor {name:?} (an MTP layer's own embeddings or output head) is \
+                     not supported; the drafts use the model's"
+                )));
+            }
+        }
+        for role in Role::NEXTN {
+            let spec = super::arch::layer_tensor(role);
+            let name = format!("blk.{i}.{}", spec.name);
+            let t = file.header().tensor(&name).ok_or_else(|| {
+                EngineError::BadModel(format!("missing tensor {name:?} (MTP layer)"))
+            })?;
+            let t = match spec.shape {
+                Shape::Vector(d) => vector(t, size(cfg, d))?,
+                Shape::Matrix { cols, rows } => matrix(t, size(cfg, cols), size(cfg, rows))?,
+                _ => unreachable!("the nextn tensors are matrices and vectors"),
+            };
+            if matches!(spec.shape, Shape::Matrix { .. }) {
+                layer.matrix_roles.push(role);
+            }
+            layer.by_role[role as usize] = Some(t);
+        }
+        Ok(layer)
+    }
+
     /// Bytes of all weight matrices of all layers.
     pub fn layer_bytes_total(&self) -> u64 {
         self.layers.iter().map(LayerTensors::matrix_bytes).sum()
@@ -204,6 +239,7 @@ fn size(cfg: &ModelConfig, dim: Dim) -> u64 {
     let dn = cfg.delta_net.as_ref();
     (match dim {
         Dim::Embd => cfg.n_embd,
+        Dim::EmbdPair => 2 * cfg.n_embd,
         Dim::Q => cfg.q_dim(),
         Dim::Kv => cfg.kv_dim(),
         Dim::Ff => cfg.n_ff,
@@ -394,7 +430,7 @@ fn bind_layer(file: &GgufFile, cfg: &ModelConfig, i: usize) -> Result<LayerTenso
 }
 
 /// The tensors of an MTP (nextn) layer beyond its block's own (llama.cpp's
-/// `LLM_TENSOR_NEXTN_*`): bound, never run.
+/// `LLM_TENSOR_NEXTN_*`): tolerated, bound with `--mtp` ([`ModelTensors::bind_mtp_layer`]).
 const NEXTN_TENSORS: [&str; 6] = [
     "nextn.eh_proj.weight",
     "nextn.enorm.weight",

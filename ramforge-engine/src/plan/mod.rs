@@ -248,7 +248,9 @@ impl MemoryPlan {
             + rollback_bytes
             + embd_row_bytes
             + staging;
-        let minimum = working + buffer_charge + min_chunk;
+        // An MTP layer (`--mtp`, after the blocks) is pinned: drafts run it between passes.
+        let mtp_bytes: u64 = layer_bytes.iter().skip(cfg.n_layer).sum();
+        let minimum = working + mtp_bytes + buffer_charge + min_chunk;
 
         let mut plan = MemoryPlan {
             request,
@@ -282,22 +284,24 @@ impl MemoryPlan {
         }
         // The share for weights: everything but the working set.
         let share = budget - working;
-        plan.output_resident = output_bytes + buffer_charge <= share
+        plan.output_resident = output_bytes + buffer_charge + mtp_bytes <= share
             || output_bytes + plan.layer_bytes.iter().sum::<u64>() <= share;
         let output_held = if plan.output_resident {
             output_bytes
         } else {
             min_chunk
         };
+        let blocks = plan.layer_bytes.len().min(cfg.n_layer);
         let residency = choose(&ResidencyInput {
-            layer_bytes: &plan.layer_bytes,
+            layer_bytes: &plan.layer_bytes[..blocks],
             buffer_bytes: buffer_charge,
             persistent_bytes: output_held,
-            weight_budget: share,
+            weight_budget: share - mtp_bytes,
             timing,
         })
         .expect("the minimum budget holds one streaming buffer and the smallest output chunk");
         plan.pinned = residency.pinned;
+        plan.pinned.resize(plan.layer_bytes.len(), true);
         plan.stream_buffers = residency.buffers;
         if residency.buffers > 0 {
             plan.stream_buffer_len = stream_buffer_len;

@@ -36,7 +36,8 @@ pub struct Args {
           value_parser = clap::value_parser!(u16).range(1..=64))]
     pub parallel: u16,
     /// `--lookup` books a verify pass (its logits, the rollback copy); `--draft MODEL` also
-    /// splits the budget, the draft model first, and shows the split.
+    /// splits the budget, the draft model first, and shows the split; `--mtp` also holds the
+    /// file's MTP layer.
     #[command(flatten)]
     pub speculation: Speculation,
     /// Machine-readable output.
@@ -45,15 +46,18 @@ pub struct Args {
 }
 
 pub fn run(mut args: Args) -> CmdResult {
-    let model = Model::open(&args.model)?;
+    let mut model = Model::open(&args.model)?;
     let spec = &args.speculation;
+    if spec.mtp {
+        model.enable_mtp()?;
+    }
     let mut options = EngineOptions {
         ram: Some(args.ram),
         ctx: args.ctx,
         batch: args.prefill.batch.max(1),
         kv_type: args.kv.kv_type,
         sequences: args.parallel.into(),
-        draft: if spec.lookup || spec.draft.is_some() {
+        draft: if spec.lookup || spec.mtp || spec.draft.is_some() {
             usize::from(spec.draft_max.max(1))
         } else {
             0
@@ -246,9 +250,11 @@ fn moe_layout(model: &Model) -> Option<String> {
             cfg.n_ff_shexp
         );
     }
-    if cfg.n_layer_nextn > 0 {
+    if cfg.mtp {
+        s += "; its first MTP layer drafts (--mtp): pinned, charged, with its own KV rows";
+    } else if cfg.n_layer_nextn > 0 {
         s += &format!(
-            "; {} MTP layer(s) bound, not run, not charged",
+            "; {} MTP layer(s), not run, not charged (--mtp drafts with the first)",
             cfg.n_layer_nextn
         );
     }

@@ -266,14 +266,14 @@ fn tokens_per_pass(s: &GenerationStats) -> f64 {
     s.generated_tokens as f64 / passes.max(1) as f64
 }
 
-/// What speculative decoding did (`null` without `--lookup` or `--draft`).
+/// What speculative decoding did (`null` without `--lookup`, `--draft` or `--mtp`).
 fn speculation_json(engine: &Engine, s: &GenerationStats) -> serde_json::Value {
     let Some(x) = s.speculation else {
         return serde_json::Value::Null;
     };
     let draft = engine.drafter().and_then(|d| d.model());
     serde_json::json!({
-        "drafter": if draft.is_some() { "model" } else { "lookup" },
+        "drafter": engine.drafter().map_or("lookup", |d| d.name()),
         "passes": x.passes,
         "drafted": x.drafted,
         "accepted": x.accepted,

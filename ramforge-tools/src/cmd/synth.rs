@@ -125,7 +125,8 @@ pub struct Args {
     /// list (`attention.indexer.types`); absent: every block full, no key written.
     #[arg(long, value_name = "LIST")]
     pub indexer_types: Option<String>,
-    /// glm4moe: MTP (nextn) layers after the blocks, written whole but never run.
+    /// glm4moe: MTP (nextn) layers after the blocks, written whole (`run --mtp` drafts with
+    /// the first).
     #[arg(long, default_value_t = 0)]
     pub nextn: u32,
     /// Type of the weight matrices (Q4_0, Q8_0, Q4_K, IQ2_XXS, TQ2_0, NVFP4, F16, ...); norms
@@ -700,13 +701,14 @@ pub fn run(args: Args) -> CmdResult {
                 dims(2 * e, e),
                 Fill::fan_in(2 * e),
             )?;
-            add(b("nextn.enorm.weight"), f32v, dims(e, 1), Fill::Ones)?;
-            add(b("nextn.hnorm.weight"), f32v, dims(e, 1), Fill::Ones)?;
+            // Norms near one but not one, so a judge sees each applied.
+            add(b("nextn.enorm.weight"), f32v, dims(e, 1), near_one)?;
+            add(b("nextn.hnorm.weight"), f32v, dims(e, 1), near_one)?;
             add(
                 b("nextn.shared_head_norm.weight"),
                 f32v,
                 dims(e, 1),
-                Fill::Ones,
+                near_one,
             )?;
         }
     }

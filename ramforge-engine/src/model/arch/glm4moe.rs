@@ -2,7 +2,8 @@
 //! neox RoPE; dense FFNs in the first `leading_dense_block_count` layers, then sigmoid-gated
 //! experts chosen with a selection bias, their weights renormalized as the file says and
 //! scaled by `expert_weights_scale`, beside `expert_shared_count` shared experts. Its pre-FFN
-//! norm is named `post_attention_norm`. Its MTP (nextn) layers are bound but not run.
+//! norm is named `post_attention_norm`. Its MTP (nextn) layers are not run by a pass; `--mtp`
+//! drafts with the first.
 
 use super::spec::{
     grouped, layer_tensor, renamed, with_presence, Architecture, Ffn, Gating, Normalize, Presence,

@@ -9,7 +9,7 @@
 //! `attention.indexer.types`); the others ("shared") have no indexer tensors and attend to the
 //! positions the last full layer chose. Dense FFNs in the first `leading_dense_block_count` layers,
 //! then sigmoid-routed experts with a selection bias beside `expert_shared_count` shared
-//! experts. Its MTP (nextn) layers are bound but not run.
+//! experts. Its MTP (nextn) layers are tolerated but not run (`--mtp` refuses them so far).
 
 use super::spec::{
     layer_tensor, with_presence, with_shape, Architecture, Dim, Ffn, Gating, Normalize, Presence,

@@ -21,6 +21,7 @@ mod qwen3moe;
 mod qwen3next;
 mod spec;
 
+pub(crate) use spec::layer_tensor;
 pub use spec::{
     Architecture, Dim, ExpertActivation, ExpertWidth, Ffn, Gating, LocalRopeBase, Normalize,
     Presence, Role, RopeStyle, Router, Shape, SharedExpert, SlidingWindow, TensorSpec,

@@ -289,11 +289,20 @@ pub enum Role {
     IndexerKNormBias,
     /// The indexer's per-head weights from the normed input.
     IndexerProj,
+    /// An MTP (nextn) layer's projection of its normed token embedding and normed hidden
+    /// state, concatenated (`2 n_embd` columns), to its block's input.
+    NextnEhProj,
+    /// The RMSNorm of an MTP layer's token embedding.
+    NextnEnorm,
+    /// The RMSNorm of the hidden state an MTP layer takes.
+    NextnHnorm,
+    /// The RMSNorm before an MTP layer's output projection (the model's own).
+    NextnSharedHeadNorm,
 }
 
 impl Role {
     /// How many roles there are (the size of a per-layer table indexed by role).
-    pub const COUNT: usize = Role::IndexerProj as usize + 1;
+    pub const COUNT: usize = Role::NextnSharedHeadNorm as usize + 1;
 
     /// An MoE layer's expert stacks, in the order an expert's slices are used: gate, up, down.
     pub const EXPERT_STACKS: [Role; 3] = [Role::FfnGateExps, Role::FfnUpExps, Role::FfnDownExps];
@@ -357,8 +366,21 @@ impl Role {
             IndexerKNorm,
             IndexerKNormBias,
             IndexerProj,
+            NextnEhProj,
+            NextnEnorm,
+            NextnHnorm,
+            NextnSharedHeadNorm,
         ]
     };
+
+    /// The tensors an MTP (nextn) layer carries beyond its block's (llama.cpp's
+    /// `LLM_TENSOR_NEXTN_*` that the drafts use).
+    pub const NEXTN: [Role; 4] = [
+        Role::NextnEhProj,
+        Role::NextnEnorm,
+        Role::NextnHnorm,
+        Role::NextnSharedHeadNorm,
+    ];
 
     /// The expert biases, in the order of [`Role::EXPERT_STACKS`].
     pub const EXPERT_BIASES: [Role; 3] = [
@@ -428,6 +450,8 @@ pub enum Shape {
 pub enum Dim {
     /// The residual stream's width (`n_embd`).
     Embd,
+    /// Two residual-stream rows side by side (an MTP layer's token embedding and hidden state).
+    EmbdPair,
     /// All query heads together (`n_head * head_dim`).
     Q,
     /// All key (or value) heads together (`n_head_kv * head_dim`).
@@ -590,6 +614,21 @@ pub(crate) const fn layer_tensor(role: Role) -> TensorSpec {
         AttnQA | AttnQANorm | AttnQB | AttnKvAMqa | AttnKvANorm | AttnKB | AttnVB | AttnKvB => {
             mla_tensor(role)
         }
+        NextnEhProj => tensor(
+            NextnEhProj,
+            "nextn.eh_proj.weight",
+            Shape::Matrix {
+                cols: EmbdPair,
+                rows: Embd,
+            },
+        ),
+        NextnEnorm => tensor(NextnEnorm, "nextn.enorm.weight", Shape::Vector(Embd)),
+        NextnHnorm => tensor(NextnHnorm, "nextn.hnorm.weight", Shape::Vector(Embd)),
+        NextnSharedHeadNorm => tensor(
+            NextnSharedHeadNorm,
+            "nextn.shared_head_norm.weight",
+            Shape::Vector(Embd),
+        ),
         IndexerQB => tensor(
             IndexerQB,
             "indexer.attn_q_b.weight",
