@@ -247,7 +247,8 @@ pub struct SpeculationStats {
     pub drafted: u64,
     /// Drafted tokens the target accepted.
     pub accepted: u64,
-    /// Bytes the draft model read from storage (0 for prompt lookup, or a resident draft).
+    /// Bytes the draft model read from storage (0 for prompt lookup, or a resident draft; 0 for
+    /// MTP drafts too, whose reads are the target engine's own and counted there).
     pub draft_bytes_read: u64,
 }
 

@@ -345,9 +345,16 @@ impl Engine {
     }
 
     /// The file under the cache directory `dir` where this model's expert history lives
-    /// ([`history::path_in`]).
+    /// ([`history::path_in`]); with its MTP layer held (`--mtp`, one more MoE layer) another,
+    /// so that runs with and without it keep their own.
     pub fn expert_history_path(&self, dir: &Path) -> PathBuf {
-        history::path_in(dir, &self.identity)
+        let path = history::path_in(dir, &self.identity);
+        if self.model.config.mtp {
+            let stem = path.file_stem().unwrap_or_default().to_string_lossy();
+            path.with_file_name(format!("{stem}-mtp.bin"))
+        } else {
+            path
+        }
     }
 
     /// Loads this model's expert history from the cache directory `dir`, if there is one, and

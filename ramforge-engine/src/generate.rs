@@ -374,7 +374,15 @@ impl Engine {
         // No draft past the tokens still allowed or the context.
         let room = decoding.remaining().min(ctx.saturating_sub(base + 1));
         let read_before = drafter.model().map(|m| m.residency().bytes_read);
-        let k = spec.length.get().min(room);
+        // Tokens a rolled-back recurrent state still lacks ride in the same pass: together
+        // no more than the verify capacity, so a run of rejected passes ends with one that
+        // drafts nothing (and so is not rolled back) instead of growing.
+        let redo = self.stale.map_or(0, |s| base - s);
+        let k = spec
+            .length
+            .get()
+            .min(room)
+            .min(self.verify_capacity().saturating_sub(1 + redo));
         let draft = match drafter {
             Drafter::Mtp => self.draft_mtp(id, k)?,
             _ => drafter.draft(&context, k)?,

@@ -364,6 +364,16 @@ impl KvCache {
             ChunkData::F32(data) => dst.copy_from_slice(&data[o..o + len]),
         }
     }
+    /// Whether store `si` holds only delta-net layers, whose one slot stands in for keys and
+    /// values they do not have (nothing in it to save).
+    fn stands_in(&self, si: usize) -> bool {
+        self.layers
+            .iter()
+            .enumerate()
+            .filter(|(_, &(s, _))| s == si)
+            .all(|(l, _)| self.recurrent.holds(l))
+    }
+
     /// Saves what writing positions `first..first + n` would overwrite that a context cut back
     /// to `first` still needs: each ring slot (sliding-window layers) whose position is still in
     /// its window, and the recurrent state, which summarizes every position and cannot be cut
@@ -373,8 +383,9 @@ impl KvCache {
         let ring_rows: usize = self
             .stores
             .iter()
-            .filter(|s| s.slots < self.capacity)
-            .map(|s| (first..first + n).filter(|&p| p >= s.slots).count() * s.n_layer)
+            .enumerate()
+            .filter(|&(si, s)| s.slots < self.capacity && !self.stands_in(si))
+            .map(|(_, s)| (first..first + n).filter(|&p| p >= s.slots).count() * s.n_layer)
             .sum();
         let ring = ring_rows * self.planes * self.kv_dim;
         let state = self.recurrent.data().map_or(0, <[f32]>::len);
@@ -386,7 +397,7 @@ impl KvCache {
             ..Saved::default()
         };
         for (si, store) in self.stores.iter().enumerate() {
-            if store.slots >= self.capacity {
+            if store.slots >= self.capacity || self.stands_in(si) {
                 continue;
             }
             for p in (first..first + n).filter(|&p| p >= store.slots) {

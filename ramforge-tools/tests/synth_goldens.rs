@@ -285,7 +285,7 @@ fn minimax_m2_with_sigmoid_routing_and_partial_rope_matches_llama_cpp() {
 /// glm4moe: a dense leading layer, sigmoid routing with a selection bias, weights
 /// renormalized and scaled by 2.5, a shared expert, Q/K/V biases, per-head Q/K norms, half
 /// the head rotated, and an MTP layer (not run by a pass; `--mtp` drafts with it, checked in
-/// `glm4moe_mtp_drafts_match_llama_cpp`). In F16 (held to 0.01: a
+/// `mtp_drafts_match_llama_cpp`). In F16 (held to 0.01: a
 /// routing near-tie that quantization noise flips moves a scaled MoE output far), and in Q8_0.
 #[test]
 fn glm4moe_with_dense_lead_shared_experts_and_mtp_matches_llama_cpp() {
@@ -313,20 +313,40 @@ fn glm4moe_with_dense_lead_shared_experts_and_mtp_matches_llama_cpp() {
 /// The MTP (nextn) layer's drafts against llama.cpp's MTP graph (`scripts/mtp_golden.py`):
 /// each row's logits on llama.cpp's top ids, its argmax, and the hidden state a chained
 /// draft step takes, teacher-forced; all-resident and at 40% of the file (experts and the
-/// output projection streamed), in F16 and in Q8_0. Held to the synth files' mean <= 0.05;
-/// the hidden state (RMS about 1) to a mean and a largest difference of 0.01 and 0.05 in F16,
-/// 0.05 and 0.25 in Q8_0 (measured: logits mean 0.0008 and 0.018; hidden mean 0.0008 and
-/// 0.017, largest 0.005 and 0.11: Q8_0's activations are quantized, in another order).
+/// output projection streamed): glm4moe in F16 and in Q8_0, deepseek2 (latent attention) and
+/// the hybrid qwen35moe (its MTP layer attends in full) in F16. Held to the synth files' mean
+/// <= 0.05; the hidden state (RMS about 1) to a mean and a largest difference of 0.01 and 0.05
+/// in F16, 0.05 and 0.25 in Q8_0 (measured: logits mean 0.0007-0.0008 and 0.018; hidden mean
+/// 0.0008 and 0.017, largest 0.004-0.005 and 0.11: Q8_0's activations are quantized, in
+/// another order).
 #[test]
-fn glm4moe_mtp_drafts_match_llama_cpp() {
-    for (ty, seed, hidden_mean, hidden_max) in [("F16", "1", 0.01, 0.05), ("Q8_0", "3", 0.05, 0.25)]
-    {
-        let name = format!("glm4moe-mtp-{ty}");
+fn mtp_drafts_match_llama_cpp() {
+    let mla = [
+        "--kv-heads",
+        "1",
+        "--head-dim",
+        "48",
+        "--rope-dim",
+        "16",
+        "--q-lora-rank",
+        "64",
+        "--kv-lora-rank",
+        "64",
+        "--v-head-dim",
+        "32",
+    ];
+    let hybrid = ["--full-attention-interval", "2"];
+    let cases: [(&str, &str, &[&str], f64, f64); 4] = [
+        ("glm4moe", "F16", &[], 0.01, 0.05),
+        ("glm4moe", "Q8_0", &[], 0.05, 0.25),
+        ("deepseek2", "F16", &mla, 0.01, 0.05),
+        ("qwen35moe", "F16", &hybrid, 0.01, 0.05),
+    ];
+    for (arch, ty, extra, hidden_mean, hidden_max) in cases {
+        let name = format!("{arch}-mtp-{ty}");
         let model = tmp(&format!("{name}.gguf"));
-        common::synth(
-            &model,
-            &moe_args("glm4moe", ty, &["--nextn", "1", "--seed", seed]),
-        );
+        let args = [extra, &["--nextn", "1", "--seed", "3"]].concat();
+        common::synth(&model, &moe_args(arch, ty, &args));
         let prompts = tmp(&format!("{name}.prompts.txt"));
         std::fs::write(&prompts, PROMPTS).unwrap();
         let golden = tmp(&format!("{name}.json"));

@@ -73,6 +73,11 @@ impl RecurrentState {
         4 * (s.layers() * s.per_layer) as u64
     }
 
+    /// Whether `layer` is a delta-net layer (its key/value slot only stands in).
+    pub(crate) fn holds(&self, layer: usize) -> bool {
+        self.index.get(layer).is_some_and(Option::is_some)
+    }
+
     /// Whether the model has delta-net layers.
     pub(crate) fn exists(&self) -> bool {
         self.layers() > 0

@@ -331,7 +331,7 @@ pub fn run(args: Args) -> CmdResult {
                 md.set(key("expert_weights_scale"), Value::F32(2.5));
                 md.set(key("expert_weights_norm"), Value::Bool(true));
                 md.set(key("expert_gating_func"), Value::U32(2));
-                if arch == "glm4moe" {
+                if matches!(arch, "glm4moe" | "deepseek2") {
                     md.set(key("nextn_predict_layers"), Value::U32(args.nextn));
                 }
                 if let Some((g, u)) = &shape.groups {
@@ -363,6 +363,7 @@ pub fn run(args: Args) -> CmdResult {
             key("full_attention_interval"),
             Value::U32(args.full_attention_interval),
         );
+        md.set(key("nextn_predict_layers"), Value::U32(args.nextn));
         // Sections of the rotated pairs (time, height, width, extra) as Qwen3.5's [11, 11, 10,
         // 0] split its 32: a text position rotates every pair.
         let pairs = shape.rope_dim / 2;
@@ -462,7 +463,9 @@ pub fn run(args: Args) -> CmdResult {
     for l in 0..args.layers + args.nextn {
         let b = |n: &str| format!("blk.{l}.{n}");
         add(b("attn_norm.weight"), f32v, dims(e, 1), Fill::Ones)?;
-        let delta_net = hybrid && (l + 1) % args.full_attention_interval.max(1) != 0;
+        // MTP layers after the blocks attend in full.
+        let delta_net =
+            hybrid && l < args.layers && (l + 1) % args.full_attention_interval.max(1) != 0;
         if let Some(m) = &shape.mla {
             let (h, rope) = (shape.heads, shape.rope_dim);
             let nope = hd - rope;
@@ -857,8 +860,10 @@ impl Shape {
             // llama.cpp sizes olmoe's K norm by n_embd: it has no grouped-query layout.
             return Err("olmoe: --kv-heads must equal --heads".into());
         }
-        if a.nextn > 0 && arch != "glm4moe" {
-            return Err("--nextn: only glm4moe files carry MTP layers here".into());
+        if a.nextn > 0 && !matches!(arch, "glm4moe" | "deepseek2" | "qwen35moe") {
+            return Err(
+                "--nextn: only glm4moe, deepseek2 and qwen35moe files carry MTP layers here".into(),
+            );
         }
         if matches!(arch, "glm4moe" | "deepseek2" | "glm-dsa") && a.dense_lead > a.layers {
             return Err("--dense-lead must not exceed --layers".into());

@@ -259,7 +259,7 @@ pub fn prometheus_text(s: &Snapshot) -> String {
     );
     out.counter(
         "ramforge_speculative_passes_total",
-        "Decoding passes that verified drafted tokens (--lookup, --draft).",
+        "Decoding passes that verified drafted tokens (--lookup, --draft, --mtp).",
         e.speculative_passes as f64,
     );
     out.counter(

@@ -14,7 +14,7 @@ pub struct Usage {
     pub prompt_tokens: usize,
     pub cached_tokens: usize,
     pub completion_tokens: usize,
-    /// What speculative decoding did for the request (`serve --lookup` or `--draft`; `None`
+    /// What speculative decoding did for the request (`serve --lookup`, `--draft` or `--mtp`; `None`
     /// without, or for a request decoded plainly, one asking for logprobs).
     pub speculation: Option<SpeculationStats>,
 }
