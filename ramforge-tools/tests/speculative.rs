@@ -163,8 +163,9 @@ fn sliding_window_speculation_greedy_equals_plain() {
 
 /// `--mtp`: a synth's own MTP layer drafts (its random weights rarely agree with the model,
 /// so nearly every draft is rejected and rolled back) and greedy tokens stay plain decoding's,
-/// all-resident and with the experts streamed, for glm4moe, deepseek2 (latent attention) and
-/// the hybrid qwen35moe (recurrent state rolled back); the hidden state a draft starts from
+/// all-resident, with the experts streamed, and at the minimum budget (wide dense layers
+/// streamed through the ring besides), for glm4moe, deepseek2 (latent attention) and the
+/// hybrid qwen35moe (recurrent state rolled back); the hidden state a draft starts from
 /// follows every pass, so every pass drafts.
 #[test]
 fn mtp_speculation_greedy_equals_plain() {
@@ -200,18 +201,28 @@ fn mtp_speculation_greedy_equals_plain() {
         "--v-head-dim",
         "32",
     ];
-    let families: [(&str, &[&str]); 3] = [
+    // The last: wide dense leading layers, streamed through the ring at the minimum budget.
+    let dense = [
+        "--kv-heads",
+        "2",
+        "--dense-lead",
+        "2",
+        "--dense-ffn",
+        "2048",
+    ];
+    let families: [(&str, &[&str]); 4] = [
         ("glm4moe", &["--kv-heads", "2"]),
         ("deepseek2", &mla),
         (
             "qwen35moe",
             &["--kv-heads", "2", "--full-attention-interval", "2"],
         ),
+        ("glm4moe", &dense),
     ];
     let mut files = Vec::new();
-    for (arch, extra) in families {
+    for (i, (arch, extra)) in families.into_iter().enumerate() {
         let args = [&["--arch", arch][..], &small, extra].concat();
-        let path = synth(&format!("mtp-{arch}"), &args);
+        let path = synth(&format!("mtp-{i}"), &args);
         let mtp_model = || {
             let mut m = Model::open(&path).unwrap();
             m.enable_mtp().unwrap();
@@ -222,12 +233,15 @@ fn mtp_speculation_greedy_equals_plain() {
             .plan()
             .minimum;
         let file = std::fs::metadata(&path).unwrap().len();
-        for ram in [None, Some(minimum + file / 8)] {
+        for ram in [None, Some(minimum + file / 8), Some(minimum)] {
             let mut e = Engine::new(mtp_model(), &options(ram)).unwrap();
             assert_eq!(e.plan().pinned.len(), 4, "{arch}: the MTP layer is planned");
             assert!(e.plan().pinned[3], "{arch}: the MTP layer is pinned");
             if ram.is_some() {
                 assert!(e.plan().experts.is_some(), "{arch}: nothing streamed");
+            }
+            if extra == dense && ram == Some(minimum) {
+                assert!(e.plan().streamed_layers() > 0, "no layer streamed");
             }
             let prompt = e.model().tokenizer.encode(PROMPT, true, true);
             let plain = generate(&mut e, &prompt, 40, None);
