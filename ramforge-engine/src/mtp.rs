@@ -185,7 +185,7 @@ impl Engine {
     pub fn mtp_hidden(&self) -> &[f32] {
         let (b, e) = (self.scratch.batch, self.model.config.n_embd);
         if self.model.config.mtp {
-            &self.scratch.mtp[3 * b * e + e..3 * b * e + 2 * e]
+            mtp::chained(&self.scratch.mtp, b, e)
         } else {
             &[]
         }

@@ -38,36 +38,13 @@ fn batched_decoding_and_prompt_reuse_equal_single_runs(arch: &str, extra: &[&str
     ));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join(format!("{arch}.gguf"));
-    let mut args = vec![
-        "--arch",
-        arch,
-        "--layers",
-        "3",
-        "--embd",
-        "128",
-        "--ffn",
-        "64",
-        "--heads",
-        "4",
-        "--kv-heads",
-        "1",
-        "--head-dim",
-        "48",
-        "--rope-dim",
-        "16",
-        "--q-lora-rank",
-        "64",
-        "--kv-lora-rank",
-        "64",
-        "--v-head-dim",
-        "32",
-        "--experts",
-        "8",
-        "--experts-used",
-        "2",
-        "--type",
-        "Q8_0",
-    ];
+    let mut args = [
+        &["--arch", arch][..],
+        &common::MOE_SMALL,
+        &common::MLA_SMALL,
+    ]
+    .concat();
+    args.extend(["--type", "Q8_0"]);
     args.extend_from_slice(extra);
     common::synth(&file, &args);
     let opts = EngineOptions {

@@ -108,34 +108,8 @@ fn hybrid_speculation_greedy_equals_plain() {
 
 #[test]
 fn deepseek2_speculation_greedy_equals_plain() {
-    speculation_is_identical(&[
-        "--arch",
-        "deepseek2",
-        "--layers",
-        "3",
-        "--embd",
-        "128",
-        "--ffn",
-        "64",
-        "--heads",
-        "4",
-        "--kv-heads",
-        "1",
-        "--head-dim",
-        "48",
-        "--rope-dim",
-        "16",
-        "--q-lora-rank",
-        "64",
-        "--kv-lora-rank",
-        "64",
-        "--v-head-dim",
-        "32",
-        "--experts",
-        "8",
-        "--experts-used",
-        "2",
-    ]);
+    let arch = ["--arch", "deepseek2"];
+    speculation_is_identical(&[&arch[..], &common::MOE_SMALL, &common::MLA_SMALL].concat());
 }
 
 /// Sliding-window layers keep a ring of their window: a verify pass overwrites slots a rolled
@@ -169,38 +143,7 @@ fn sliding_window_speculation_greedy_equals_plain() {
 /// follows every pass, so every pass drafts.
 #[test]
 fn mtp_speculation_greedy_equals_plain() {
-    let small = [
-        "--layers",
-        "3",
-        "--embd",
-        "128",
-        "--ffn",
-        "64",
-        "--heads",
-        "4",
-        "--experts",
-        "8",
-        "--experts-used",
-        "2",
-        "--nextn",
-        "1",
-        "--type",
-        "Q8_0",
-    ];
-    let mla = [
-        "--kv-heads",
-        "1",
-        "--head-dim",
-        "48",
-        "--rope-dim",
-        "16",
-        "--q-lora-rank",
-        "64",
-        "--kv-lora-rank",
-        "64",
-        "--v-head-dim",
-        "32",
-    ];
+    let small = [&common::MOE_SMALL[..], &["--nextn", "1", "--type", "Q8_0"]].concat();
     // The last: wide dense leading layers, streamed through the ring at the minimum budget.
     let dense = [
         "--kv-heads",
@@ -212,7 +155,7 @@ fn mtp_speculation_greedy_equals_plain() {
     ];
     let families: [(&str, &[&str]); 4] = [
         ("glm4moe", &["--kv-heads", "2"]),
-        ("deepseek2", &mla),
+        ("deepseek2", &common::MLA_SMALL),
         (
             "qwen35moe",
             &["--kv-heads", "2", "--full-attention-interval", "2"],

@@ -321,25 +321,11 @@ fn glm4moe_with_dense_lead_shared_experts_and_mtp_matches_llama_cpp() {
 /// another order).
 #[test]
 fn mtp_drafts_match_llama_cpp() {
-    let mla = [
-        "--kv-heads",
-        "1",
-        "--head-dim",
-        "48",
-        "--rope-dim",
-        "16",
-        "--q-lora-rank",
-        "64",
-        "--kv-lora-rank",
-        "64",
-        "--v-head-dim",
-        "32",
-    ];
     let hybrid = ["--full-attention-interval", "2"];
     let cases: [(&str, &str, &[&str], f64, f64); 4] = [
         ("glm4moe", "F16", &[], 0.01, 0.05),
         ("glm4moe", "Q8_0", &[], 0.05, 0.25),
-        ("deepseek2", "F16", &mla, 0.01, 0.05),
+        ("deepseek2", "F16", &common::MLA_SMALL, 0.01, 0.05),
         ("qwen35moe", "F16", &hybrid, 0.01, 0.05),
     ];
     for (arch, ty, extra, hidden_mean, hidden_max) in cases {

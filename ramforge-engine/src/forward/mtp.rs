@@ -78,6 +78,12 @@ pub(crate) fn parts(
     (hidden, pairs, carry, &mut chain[..e])
 }
 
+/// The chained state of the scratch's `mtp` buffer (the last of [`parts`]).
+pub(crate) fn chained(mtp: &[f32], batch: usize, e: usize) -> &[f32] {
+    let at = 3 * batch * e + e;
+    &mtp[at..at + e]
+}
+
 /// Rows `0..n` of `s.x` (a pass's output) normed by `output_norm` into `H`.
 pub(crate) fn keep_hidden(cfg: &ModelConfig, output_norm: &[f32], s: &mut Scratch, n: usize) {
     let (e, eps) = (cfg.n_embd, cfg.rms_eps);

@@ -93,6 +93,41 @@ pub fn tool(args: &[&str]) -> Output {
         .expect("spawn ramforge-tools")
 }
 
+/// `synth` arguments of the small MoE synths (the architecture, key/value heads and weight
+/// type are the caller's): three layers 128 wide, 4 heads, 8 experts 64 wide, 2 used.
+pub const MOE_SMALL: [&str; 12] = [
+    "--layers",
+    "3",
+    "--embd",
+    "128",
+    "--ffn",
+    "64",
+    "--heads",
+    "4",
+    "--experts",
+    "8",
+    "--experts-used",
+    "2",
+];
+
+/// `synth` arguments of the small deepseek2-shaped latent attention: one key/value head,
+/// query heads of 48 of which RoPE rotates 16, a q-LoRA and a key/value latent of 64, value
+/// heads of 32.
+pub const MLA_SMALL: [&str; 12] = [
+    "--kv-heads",
+    "1",
+    "--head-dim",
+    "48",
+    "--rope-dim",
+    "16",
+    "--q-lora-rank",
+    "64",
+    "--kv-lora-rank",
+    "64",
+    "--v-head-dim",
+    "32",
+];
+
 /// `synth` arguments of a small qwen35moe (hybrid) model: three layers, the middle one full
 /// attention, the others gated delta-net; 8 experts, 2 used (the weight type is the caller's).
 pub const QWEN35MOE_SMALL: [&str; 18] = [

@@ -126,30 +126,11 @@ fn mtp_answers_equal_plain() {
     let dir = std::env::temp_dir().join(format!("ramforge-serve-mtp-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let model = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
+    let glm4moe = ["--arch", "glm4moe", "--kv-heads", "2"];
+    let mtp = ["--nextn", "1", "--type", "Q8_0"];
     super::common::synth(
         &model,
-        &[
-            "--arch",
-            "glm4moe",
-            "--layers",
-            "3",
-            "--embd",
-            "128",
-            "--ffn",
-            "64",
-            "--heads",
-            "4",
-            "--kv-heads",
-            "2",
-            "--experts",
-            "8",
-            "--experts-used",
-            "2",
-            "--nextn",
-            "1",
-            "--type",
-            "Q8_0",
-        ],
+        &[&glm4moe[..], &super::common::MOE_SMALL, &mtp].concat(),
     );
     // Its random MTP layer rarely agrees with the model: drafts, nearly all rejected.
     let (_server, spec) = equal_to_plain_on(&model, &["--mtp", "--draft-max", "4"], false);

@@ -78,6 +78,37 @@ pub struct Check<'a> {
     pub kv_type: KvType,
 }
 
+impl Check<'_> {
+    /// The engine's options for a context of `ctx` positions.
+    pub fn options(&self, ctx: usize) -> EngineOptions {
+        EngineOptions {
+            ram: self.ram,
+            ctx: Some(ctx),
+            threads: self.threads,
+            kv_type: self.kv_type,
+            ..EngineOptions::default()
+        }
+    }
+}
+
+/// The tolerance of `model`'s class (float when every tensor is), and whether it is float.
+pub fn tolerance(model: &Model) -> (Tolerance, bool) {
+    let float = model
+        .file
+        .header()
+        .tensors
+        .iter()
+        .all(|t| is_float_type(t.ggml_type));
+    (
+        if float {
+            FLOAT_TOLERANCE
+        } else {
+            QUANT_TOLERANCE
+        },
+        float,
+    )
+}
+
 pub fn run(args: &Check) -> CmdResult {
     let golden = args.golden;
     let records = read_records(golden)?;
@@ -86,30 +117,13 @@ pub fn run(args: &Check) -> CmdResult {
     }
     let model = Model::open(args.model)?;
     check_sha256(args.model, &records)?;
-    let all_float = model
-        .file
-        .header()
-        .tensors
-        .iter()
-        .all(|t| is_float_type(t.ggml_type));
-    let tol = if all_float {
-        FLOAT_TOLERANCE
-    } else {
-        QUANT_TOLERANCE
-    };
+    let (tol, all_float) = tolerance(&model);
     let ctx = records
         .iter()
         .map(|r| r.tokens.len() + r.generated.len())
         .max()
         .unwrap_or(1);
-    let options = EngineOptions {
-        ram: args.ram,
-        ctx: Some(ctx),
-        threads: args.threads,
-        kv_type: args.kv_type,
-        ..EngineOptions::default()
-    };
-    let mut engine = Engine::new(model, &options)?;
+    let mut engine = Engine::new(model, &args.options(ctx))?;
     let vocab = engine.n_vocab();
 
     let stdout = std::io::stdout();

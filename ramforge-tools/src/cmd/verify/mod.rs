@@ -38,25 +38,17 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> CmdResult {
-    if let Some(golden) = &args.mtp_golden {
-        return mtp::run(&mtp::Check {
-            model: &args.model,
-            golden,
-            json: args.json,
-            threads: args.threads,
-            ram: args.ram,
-            kv_type: args.kv_type,
-        });
-    }
-    match &args.golden {
-        Some(golden) => golden::run(&golden::Check {
-            model: &args.model,
-            golden,
-            json: args.json,
-            threads: args.threads,
-            ram: args.ram,
-            kv_type: args.kv_type,
-        }),
-        None => kernels::run(&args.model, args.json),
+    let check = |golden| golden::Check {
+        model: &args.model,
+        golden,
+        json: args.json,
+        threads: args.threads,
+        ram: args.ram,
+        kv_type: args.kv_type,
+    };
+    match (&args.mtp_golden, &args.golden) {
+        (Some(golden), _) => mtp::run(&check(golden)),
+        (None, Some(golden)) => golden::run(&check(golden)),
+        (None, None) => kernels::run(&args.model, args.json),
     }
 }

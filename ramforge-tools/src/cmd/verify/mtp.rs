@@ -8,13 +8,11 @@
 //! the golden margin allows, and the chained hidden state. Row 0 (whose hidden state is
 //! llama.cpp's zeros) is not compared. Tolerances as `--golden`'s (float or quantized file).
 
-use super::golden::{FLOAT_TOLERANCE, QUANT_TOLERANCE};
+use super::golden::{tolerance, Check};
 use crate::error::{CmdError, CmdResult};
-use ramforge_engine::model::is_float_type;
-use ramforge_engine::{Engine, EngineOptions, KvType, Model};
+use ramforge_engine::{Engine, Model};
 use serde::Deserialize;
 use std::io::Write;
-use std::path::Path;
 use std::process::ExitCode;
 
 /// One prompt of the golden.
@@ -27,16 +25,6 @@ struct Record {
     hidden: Vec<Vec<f32>>,
 }
 
-/// What to compare and how to run the engine.
-pub struct Check<'a> {
-    pub model: &'a Path,
-    pub golden: &'a Path,
-    pub json: bool,
-    pub threads: usize,
-    pub ram: Option<u64>,
-    pub kv_type: KvType,
-}
-
 pub fn run(args: &Check) -> CmdResult {
     let text = std::fs::read_to_string(args.golden)
         .map_err(|e| format!("{}: {e}", args.golden.display()))?;
@@ -44,30 +32,13 @@ pub fn run(args: &Check) -> CmdResult {
         .map_err(|e| format!("{}: not an MTP golden: {e}", args.golden.display()))?;
     let mut model = Model::open(args.model)?;
     model.enable_mtp()?;
-    let float = model
-        .file
-        .header()
-        .tensors
-        .iter()
-        .all(|t| is_float_type(t.ggml_type));
-    let tol = if float {
-        FLOAT_TOLERANCE
-    } else {
-        QUANT_TOLERANCE
-    };
+    let (tol, _) = tolerance(&model);
     let ctx = records
         .iter()
         .map(|r| r.tokens.len() + 1)
         .max()
         .unwrap_or(1);
-    let options = EngineOptions {
-        ram: args.ram,
-        ctx: Some(ctx),
-        threads: args.threads,
-        kv_type: args.kv_type,
-        ..EngineOptions::default()
-    };
-    let mut engine = Engine::new(model, &options)?;
+    let mut engine = Engine::new(model, &args.options(ctx))?;
     let (vocab, embd) = (engine.n_vocab(), engine.config().n_embd);
     let (mut sum, mut count, mut max) = (0f64, 0u64, 0f64);
     let (mut hidden_sum, mut hidden_max) = (0f64, 0f64);
