@@ -2,8 +2,8 @@
 //! plain decoding on a hybrid synth (qwen35moe: recurrent state rolled back) and a deepseek2
 //! synth (latent cache), all-resident and streamed; a real draft model (Qwen2.5-Coder 0.5B for 1.5B) gives the
 //! target's greedy tokens; a draft with another vocabulary is refused in one line; `run
-//! --lookup --json` reports what speculation did. MTP drafts (`--mtp`: glm4moe, deepseek2 and
-//! qwen35moe synths) leave greedy tokens those of plain decoding, all-resident and streamed; a
+//! --lookup --json` reports what speculation did. MTP drafts (`--mtp`: glm4moe, deepseek2, glm-dsa
+//! and qwen35moe synths) leave greedy tokens those of plain decoding, all-resident and streamed; a
 //! file without an MTP layer is refused in one line.
 
 mod common;
@@ -138,8 +138,8 @@ fn sliding_window_speculation_greedy_equals_plain() {
 /// `--mtp`: a synth's own MTP layer drafts (its random weights rarely agree with the model,
 /// so nearly every draft is rejected and rolled back) and greedy tokens stay plain decoding's,
 /// all-resident, with the experts streamed, and at the minimum budget (wide dense layers
-/// streamed through the ring besides), for glm4moe, deepseek2 (latent attention) and the
-/// hybrid qwen35moe (recurrent state rolled back); the hidden state a draft starts from
+/// streamed through the ring besides), for glm4moe, deepseek2 (latent attention), glm-dsa
+/// (sparse attention) and the hybrid qwen35moe (recurrent state rolled back); the hidden state a draft starts from
 /// follows every pass, so every pass drafts.
 #[test]
 fn mtp_speculation_greedy_equals_plain() {
@@ -153,9 +153,10 @@ fn mtp_speculation_greedy_equals_plain() {
         "--dense-ffn",
         "2048",
     ];
-    let families: [(&str, &[&str]); 4] = [
+    let families: [(&str, &[&str]); 5] = [
         ("glm4moe", &["--kv-heads", "2"]),
         ("deepseek2", &common::MLA_SMALL),
+        ("glm-dsa", &common::DSA_SMALL),
         (
             "qwen35moe",
             &["--kv-heads", "2", "--full-attention-interval", "2"],

@@ -313,8 +313,9 @@ fn glm4moe_with_dense_lead_shared_experts_and_mtp_matches_llama_cpp() {
 /// The MTP (nextn) layer's drafts against llama.cpp's MTP graph (`scripts/mtp_golden.py`):
 /// each row's logits on llama.cpp's top ids, its argmax, and the hidden state a chained
 /// draft step takes, teacher-forced; all-resident and at 40% of the file (experts and the
-/// output projection streamed): glm4moe in F16 and in Q8_0, deepseek2 (latent attention) and
-/// the hybrid qwen35moe (its MTP layer attends in full) in F16. Held to the synth files' mean
+/// output projection streamed): glm4moe in F16 and in Q8_0, deepseek2 (latent attention),
+/// glm-dsa (its blocks' indexers cut to 4 positions, its MTP layer attends to all, as
+/// llama.cpp's) and the hybrid qwen35moe (its MTP layer attends in full) in F16. Held to the synth files' mean
 /// <= 0.05; the hidden state (RMS about 1) to a mean and a largest difference of 0.01 and 0.05
 /// in F16, 0.05 and 0.25 in Q8_0 (measured: logits mean 0.0007-0.0008 and 0.018; hidden mean
 /// 0.0008 and 0.017, largest 0.004-0.005 and 0.11: Q8_0's activations are quantized, in
@@ -322,10 +323,11 @@ fn glm4moe_with_dense_lead_shared_experts_and_mtp_matches_llama_cpp() {
 #[test]
 fn mtp_drafts_match_llama_cpp() {
     let hybrid = ["--full-attention-interval", "2"];
-    let cases: [(&str, &str, &[&str], f64, f64); 4] = [
+    let cases: [(&str, &str, &[&str], f64, f64); 5] = [
         ("glm4moe", "F16", &[], 0.01, 0.05),
         ("glm4moe", "Q8_0", &[], 0.05, 0.25),
         ("deepseek2", "F16", &common::MLA_SMALL, 0.01, 0.05),
+        ("glm-dsa", "F16", &common::DSA_SMALL, 0.01, 0.05),
         ("qwen35moe", "F16", &hybrid, 0.01, 0.05),
     ];
     for (arch, ty, extra, hidden_mean, hidden_max) in cases {

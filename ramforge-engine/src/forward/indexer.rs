@@ -191,7 +191,7 @@ impl TopK<'_> {
 /// cache rows (the latent row and the indexer key) must already be stored.
 /// Row `t` of the `n` rows belongs to the sequence `at(t)` names, at its position. A shared
 /// layer (GLM-5.2) attends to the positions the last full layer chose for the same row, kept
-/// in the scratch between the layers of a pass.
+/// in the scratch between the layers of a pass. The MTP layer (`--mtp`) keeps its dense result.
 pub(super) fn sparse_attention<'k>(
     cfg: &ModelConfig,
     layer: usize,
@@ -202,6 +202,11 @@ pub(super) fn sparse_attention<'k>(
     let (Some(m), Some(x)) = (cfg.mla, cfg.indexer) else {
         return Ok(());
     };
+    if layer >= cfg.n_layer {
+        // The MTP layer attends to every position, as llama.cpp's MTP graph runs it: drafts
+        // from its own indexer's choice differ from llama.cpp's once top-k cuts.
+        return Ok(());
+    }
     let (h, hi, di, hw) = (cfg.n_head, x.n_head, x.head_dim, cfg.head_dim);
     let row = cfg.rope_dim + m.kv_lora_rank;
     let full = cfg.indexer_is_full(layer);

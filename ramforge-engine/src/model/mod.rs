@@ -96,4 +96,4 @@ impl Model {
 }
 
 /// Architectures whose MTP layer drafts (`--mtp`): each checked against llama.cpp's.
-pub const MTP_ARCHITECTURES: &[&str] = &["glm4moe", "deepseek2", "qwen35moe"];
+pub const MTP_ARCHITECTURES: &[&str] = &["glm4moe", "deepseek2", "glm-dsa", "qwen35moe"];

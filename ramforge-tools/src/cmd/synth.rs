@@ -125,8 +125,8 @@ pub struct Args {
     /// list (`attention.indexer.types`); absent: every block full, no key written.
     #[arg(long, value_name = "LIST")]
     pub indexer_types: Option<String>,
-    /// glm4moe: MTP (nextn) layers after the blocks, written whole (`run --mtp` drafts with
-    /// the first).
+    /// glm4moe, deepseek2, glm-dsa, qwen35moe: MTP (nextn) layers after the blocks, written
+    /// whole (`run --mtp` drafts with the first).
     #[arg(long, default_value_t = 0)]
     pub nextn: u32,
     /// Type of the weight matrices (Q4_0, Q8_0, Q4_K, IQ2_XXS, TQ2_0, NVFP4, F16, ...); norms
@@ -331,7 +331,7 @@ pub fn run(args: Args) -> CmdResult {
                 md.set(key("expert_weights_scale"), Value::F32(2.5));
                 md.set(key("expert_weights_norm"), Value::Bool(true));
                 md.set(key("expert_gating_func"), Value::U32(2));
-                if matches!(arch, "glm4moe" | "deepseek2") {
+                if matches!(arch, "glm4moe" | "deepseek2" | "glm-dsa") {
                     md.set(key("nextn_predict_layers"), Value::U32(args.nextn));
                 }
                 if let Some((g, u)) = &shape.groups {
@@ -860,9 +860,10 @@ impl Shape {
             // llama.cpp sizes olmoe's K norm by n_embd: it has no grouped-query layout.
             return Err("olmoe: --kv-heads must equal --heads".into());
         }
-        if a.nextn > 0 && !matches!(arch, "glm4moe" | "deepseek2" | "qwen35moe") {
+        if a.nextn > 0 && !matches!(arch, "glm4moe" | "deepseek2" | "glm-dsa" | "qwen35moe") {
             return Err(
-                "--nextn: only glm4moe, deepseek2 and qwen35moe files carry MTP layers here".into(),
+                "--nextn: only glm4moe, deepseek2, glm-dsa and qwen35moe files carry MTP layers here"
+                    .into(),
             );
         }
         if matches!(arch, "glm4moe" | "deepseek2" | "glm-dsa") && a.dense_lead > a.layers {

@@ -128,6 +128,26 @@ pub const MLA_SMALL: [&str; 12] = [
     "32",
 ];
 
+/// `synth` arguments of a small glm-dsa-shaped sparse attention: [`MLA_SMALL`] with query heads
+/// of 64 of which RoPE rotates 32, half the indexer's key of 64 as in GLM-5 (llama.cpp views
+/// the indexer's unrotated part right only then), each query attending to its 4 best positions.
+pub const DSA_SMALL: [&str; 14] = [
+    "--kv-heads",
+    "1",
+    "--head-dim",
+    "64",
+    "--rope-dim",
+    "32",
+    "--q-lora-rank",
+    "64",
+    "--kv-lora-rank",
+    "64",
+    "--v-head-dim",
+    "32",
+    "--indexer-top-k",
+    "4",
+];
+
 /// `synth` arguments of a small qwen35moe (hybrid) model: three layers, the middle one full
 /// attention, the others gated delta-net; 8 experts, 2 used (the weight type is the caller's).
 pub const QWEN35MOE_SMALL: [&str; 18] = [
