@@ -176,16 +176,17 @@ pub(super) unsafe fn u64_at(p: *const u8) -> u64 {
 
 /// The safe entry points of a format module (`vec_dot`, `rows`, `tile`, `PREFILL`) around
 /// [`dot`] over the [`Codebook`] `$codebook`, whose generated format is `$format`; `rows`
-/// runs as calls of `$group` rows. One set per encoding ([`encodings`]: `avx2`, `vex`, `evex`).
+/// runs as calls of `$group` rows (`vex N`: of N in the VEX table). One set per encoding
+/// ([`encodings`]: `avx2`, `vex`, `evex`).
 macro_rules! codebook_entry_points {
-    ($name:literal, $format:ident, $codebook:ty, $group:literal) => {
+    ($name:literal, $format:ident, $codebook:ty, $group:literal $(, vex $vex_group:literal)?) => {
         use crate::formats::$format::BYTES;
         use crate::simd::x86::iquant::common::{encodings, entry_points, PairSum, Q8K_BYTES};
 
         const _: () =
             assert!(<$codebook as crate::simd::x86::iquant::common::Codebook>::BYTES == BYTES);
 
-        encodings!($name, $group);
+        encodings!($name, $group $(, vex $vex_group)?);
 
         /// The shared driver for this format; the callers' SAFETY notes apply.
         #[inline(always)]

@@ -85,7 +85,7 @@ impl Codebook for Iq2S {
 }
 
 pub(super) mod iq2_xxs {
-    super::super::common::codebook_entry_points!("IQ2_XXS", iq2_xxs, super::Iq2Xxs, 4);
+    super::super::common::codebook_entry_points!("IQ2_XXS", iq2_xxs, super::Iq2Xxs, 2, vex 4);
 }
 
 pub(super) mod iq2_xs {

@@ -233,14 +233,16 @@ dpwssd!(dpwssd_evex, "{{evex}}");
 /// A super-block format's kernels once per [`PairSum`] encoding, as the modules `avx2`, `vex`
 /// and `evex`, each with the [`entry_points`] of the format's
 /// `dot::<E: PairSum, R, T>` (an `#[inline(always)]` body) compiled under that encoding's
-/// target features.
+/// target features. `$group` is the decode kernel's rows per call; `vex N` gives the VEX
+/// table its own, where the CPUs that use it (Intel's with AVX-VNNI) measured another best.
 macro_rules! encodings {
-    ($format:literal, $group:literal $(, tile rows $tile_group:literal)?) => {
+    ($format:literal, $group:literal $(, vex $vex_group:literal)? $(, tile rows $tile_group:literal)?) => {
         encodings!(@one avx2, "avx2,fma,f16c", $crate::simd::x86::kquant::common::Avx2Pairs, $format, $group $(, tile rows $tile_group)?);
-        encodings!(@one vex, "avx2,fma,f16c,avxvnni", $crate::simd::x86::kquant::common::VexPairs, $format, $group $(, tile rows $tile_group)?);
+        encodings!(@one vex, "avx2,fma,f16c,avxvnni", $crate::simd::x86::kquant::common::VexPairs, $format,
+            { #[allow(unused_variables)] let g = $group; $(let g = $vex_group;)? g } $(, tile rows $tile_group)?);
         encodings!(@one evex, "avx2,fma,f16c", $crate::simd::x86::kquant::common::EvexPairs, $format, $group $(, tile rows $tile_group)?);
     };
-    (@one $module:ident, $features:literal, $pairs:path, $format:literal, $group:literal $(, tile rows $tile_group:literal)?) => {
+    (@one $module:ident, $features:literal, $pairs:path, $format:literal, $group:expr $(, tile rows $tile_group:literal)?) => {
         pub(in crate::simd::x86) mod $module {
             use super::*;
 
@@ -304,7 +306,7 @@ pub(in crate::simd::x86) unsafe fn weight_blocks<const R: usize>(
 /// [`TILE_ROWS`]: crate::kernel_table::TILE_ROWS
 /// [`ROWS`]: crate::kernel_table::ROWS
 macro_rules! entry_points {
-    ($format:literal, $group:literal) => {
+    ($format:literal, $group:expr) => {
         entry_points!(@common $format, $group);
 
         #[doc = concat!("One row of ", $format, " blocks dotted with 4 tokens' Q8_K rows, each weight block unpacked once.")]
@@ -322,7 +324,7 @@ macro_rules! entry_points {
         /// The prefill kernel the kernel table registers.
         pub(in crate::simd::x86) const PREFILL: crate::kernel_table::Tile = crate::kernel_table::Tile::Quant(tile);
     };
-    (@common $format:literal, $group:literal) => {
+    (@common $format:literal, $group:expr) => {
         #[doc = concat!("The dot of a row of ", $format, " blocks with a row of Q8_K blocks.")]
         pub(in crate::simd::x86) fn vec_dot(w: &[u8], a: &[u8]) -> f32 {
             check(w, a);
@@ -354,7 +356,7 @@ macro_rules! entry_points {
             assert!(w.len() % BYTES == 0 && a.len() == w.len() / BYTES * Q8K_BYTES);
         }
     };
-    ($format:literal, $group:literal, tile rows $tile_group:literal) => {
+    ($format:literal, $group:expr, tile rows $tile_group:literal) => {
         entry_points!(@common $format, $group);
 
         #[doc = concat!(

@@ -11,7 +11,7 @@ use crate::formats::iq4_xs::{
 use crate::simd::x86::prefetch::group_after_next;
 use std::arch::x86_64::*;
 
-encodings!("IQ4_XS", 8, tile rows 2);
+encodings!("IQ4_XS", 2, vex 8, tile rows 2);
 
 /// The 8 signed group scales as i16, in both lanes. The 4 low bits of each sit in
 /// `scales_l`'s nibbles, the 2 high bits in `scales_h`'s bit pairs: both are spread to one

@@ -6,7 +6,7 @@ use crate::formats::q2_k::{BYTES, OFFSET_D, OFFSET_DMIN, OFFSET_QS, OFFSET_SCALE
 use crate::simd::x86::prefetch::group_after_next;
 use std::arch::x86_64::*;
 
-encodings!("Q2_K", 8);
+encodings!("Q2_K", 2, vex 8);
 
 /// `R` rows by `T` tokens; only inlined into the encodings' kernels (see [`encodings`]).
 #[inline(always)]

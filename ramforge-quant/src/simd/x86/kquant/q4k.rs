@@ -6,7 +6,7 @@ use crate::formats::q4_k::{BYTES, OFFSET_D, OFFSET_DMIN, OFFSET_QS, OFFSET_SCALE
 use crate::simd::x86::prefetch::group_after_next;
 use std::arch::x86_64::*;
 
-encodings!("Q4_K", 8);
+encodings!("Q4_K", 2, vex 8);
 
 /// The 8 group scales (low lane) and 8 group mins (high lane) as i16.
 #[inline]
