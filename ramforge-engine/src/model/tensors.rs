@@ -291,13 +291,12 @@ fn bind_layer(file: &GgufFile, cfg: &ModelConfig, i: usize) -> Result<LayerTenso
         };
         let found = file.header().tensor(&name(spec));
         if !wanted {
-            // An MTP layer's indexer tensors (glm-dsa files carry them) stay unbound: it
-            // attends to every position (see `forward::indexer::sparse_attention`).
-            let mtp = i >= cfg.n_layer;
-            if found.is_some() && spec.presence == Presence::Indexer && mtp {
-                continue;
-            }
             if found.is_some() && spec.presence == Presence::Indexer {
+                if i >= cfg.n_layer {
+                    // An MTP layer's (glm-dsa files carry them) stay unbound: it attends to
+                    // every position (see `forward::indexer::sparse_attention`).
+                    continue;
+                }
                 return Err(EngineError::BadModel(format!(
                     "tensor {:?} is not used by layer {i}, a shared indexer layer ({} is 0 \
                      there: it reuses the last full layer's choice)",
