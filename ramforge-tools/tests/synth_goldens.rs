@@ -232,26 +232,8 @@ fn moe_args<'a>(arch: &'a str, ty: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
         Some(i) => [&extra[..i], &extra[i + 2..]].concat(),
         None => extra.to_vec(),
     };
-    let mut a = vec![
-        "--arch",
-        arch,
-        "--layers",
-        "3",
-        "--embd",
-        "128",
-        "--ffn",
-        "64",
-        "--heads",
-        "4",
-        "--kv-heads",
-        kv,
-        "--experts",
-        "8",
-        "--experts-used",
-        "2",
-        "--type",
-        ty,
-    ];
+    let mut a = vec!["--arch", arch, "--kv-heads", kv, "--type", ty];
+    a.extend_from_slice(&common::MOE_SMALL);
     a.extend_from_slice(&extra);
     a
 }
@@ -488,29 +470,14 @@ fn deepseek2_with_the_unsplit_kv_b_matches_llama_cpp() {
     );
 }
 
-/// glm-dsa (GLM-5.x) in deepseek2's shape with a q-LoRA, plus the lightning indexer of
-/// DeepSeek sparse attention (16 indexer heads of 64: its key LayerNormed, RoPEd and
-/// Hadamard-rotated, cached beside the latent), choosing `top_k` positions per query. Query
-/// heads of 64 of which RoPE rotates 32, half the indexer head as in GLM-5 (64 of 128):
-/// llama.cpp's master views the indexer's unrotated part at the offset of its own width,
-/// right only then.
+/// glm-dsa (GLM-5.x) in the MoE families' common shape with [`common::DSA_SMALL`]'s sparse
+/// attention (16 indexer heads of 64: the key LayerNormed, RoPEd and Hadamard-rotated, cached
+/// beside the latent), choosing `top_k` positions per query.
 fn glm_dsa_args<'a>(ty: &'a str, top_k: &'a str, seed: &'a str) -> Vec<&'a str> {
-    let mut a = deepseek2_args(
-        ty,
-        &[
-            "--q-lora-rank",
-            "64",
-            "--indexer-top-k",
-            top_k,
-            "--seed",
-            seed,
-        ],
-    );
-    a[1] = "glm-dsa";
-    for (key, value) in [("--head-dim", "64"), ("--rope-dim", "32")] {
-        let at = a.iter().position(|&x| x == key).unwrap();
-        a[at + 1] = value;
-    }
+    let mut a = moe_args("glm-dsa", ty, &common::DSA_SMALL);
+    let at = a.iter().position(|&x| x == "--indexer-top-k").unwrap();
+    a[at + 1] = top_k;
+    a.extend(["--seed", seed]);
     a
 }
 
