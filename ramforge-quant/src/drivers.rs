@@ -4,10 +4,11 @@
 //! `WorkerPool`, else rayon's current pool).
 
 use crate::dispatch::kernels;
-use crate::kernel_table::{Dot, Kernels, Rows, Tile, ROWS, TILE, TILE_ROWS};
+use crate::kernel_table::{Dot, Kernels, Rows, Tile, Unpack, ROWS, TILE, TILE_ROWS};
 use crate::lengths::{check_bytes, check_elements, row_bytes};
 use crate::parallel;
 use crate::{GgmlType, QuantError};
+use std::cell::RefCell;
 
 /// Below this many weight bytes times tokens a product runs on the calling thread: waking
 /// the pool would cost more than it saves.
@@ -21,6 +22,17 @@ const CHUNK_BYTES: usize = 16 * 1024;
 const TOKEN_BLOCK_BYTES: usize = 16 * 1024;
 /// Products one fused call runs together (Q, K, V and spare); longer lists run in groups.
 const MAX_PRODUCTS: usize = 4;
+/// Tokens below which a product with a [`Tile::Unpacked`] kernel runs token by token.
+const UNPACKED_MIN_TOKENS: usize = 2 * TILE;
+/// Unpacked weight bytes a thread holds at once for a [`Tile::Unpacked`] kernel: they stay in
+/// L2 while every token of the batch visits them.
+const UNPACKED_BYTES: usize = 256 * 1024;
+
+thread_local! {
+    /// Each thread's unpacked weight rows ([`Tile::Unpacked`]): at most [`UNPACKED_BYTES`], or
+    /// one row where a row unpacks to more, whatever the batch; a fixed cost per thread.
+    static UNPACKED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
 
 /// One matrix of a fused product (the public `matmul_many`): `rows` rows of `cols` elements of
 /// type `ty`, and where its result goes: `y[t * rows + o]` for token `t`, row `o`.
@@ -402,7 +414,10 @@ fn run_item(p: &Prepared<'_>, cols: usize, n: usize, item: usize) {
         unsafe { *p.y.0.add(t * p.rows + o) = v };
     };
     let weight_row = |o: usize| &p.weights[o * p.row..(o + 1) * p.row];
-    if n == 1 || p.per_token {
+    // Unpacking pays for itself only over several tiles of tokens (an expert's few tokens
+    // run as single tokens instead).
+    let few_for_unpacking = matches!(p.tile, Some(Tile::Unpacked(_))) && n < UNPACKED_MIN_TOKENS;
+    if n == 1 || p.per_token || few_for_unpacking {
         let mut t0 = 0;
         match (p.exact_tile, p.tile) {
             (true, Some(tile @ Tile::Quant(_))) => {
@@ -461,6 +476,10 @@ fn run_item(p: &Prepared<'_>, cols: usize, n: usize, item: usize) {
         }
         return;
     }
+    if let Some(Tile::Unpacked(u)) = p.tile {
+        run_unpacked(p, u, cols, n, o0..o1, &write);
+        return;
+    }
     // Token blocks sized to stay in L1; every weight row of the item visits each block.
     let act_row = match p.acts {
         Acts::Float(_) => cols * 4,
@@ -513,6 +532,55 @@ fn run_item(p: &Prepared<'_>, cols: usize, n: usize, item: usize) {
         }
         t0 = t1;
     }
+}
+
+/// Rows `rows` of one product through its [`Tile::Unpacked`] kernel: as many rows as fit
+/// [`UNPACKED_BYTES`] unpacked at a time, then every token over them, [`TILE`] at a time (the
+/// tokens that fill no tile through the format's dot).
+fn run_unpacked(
+    p: &Prepared<'_>,
+    u: Unpack,
+    cols: usize,
+    n: usize,
+    rows: std::ops::Range<usize>,
+    write: &impl Fn(usize, usize, f32),
+) {
+    let Acts::Quant(buf, act_row) = p.acts else {
+        unreachable!("an unpacked tile belongs to a block format")
+    };
+    let urow = u.row_bytes(p.row);
+    let group = (UNPACKED_BYTES / urow.max(1)).max(1);
+    let weight_row = |o: usize| &p.weights[o * p.row..(o + 1) * p.row];
+    UNPACKED.with_borrow_mut(|unpacked| {
+        let mut g0 = rows.start;
+        while g0 < rows.end {
+            let g1 = (g0 + group).min(rows.end);
+            let need = (g1 - g0) * urow;
+            if unpacked.len() < need {
+                unpacked.resize(need, 0);
+            }
+            let held = &mut unpacked[..need];
+            for (o, out) in (g0..g1).zip(held.chunks_exact_mut(urow)) {
+                (u.unpack)(weight_row(o), out);
+            }
+            let mut t = 0;
+            while t + TILE <= n {
+                let a = std::array::from_fn(|k| &buf[(t + k) * act_row..(t + k + 1) * act_row]);
+                for (o, ur) in (g0..g1).zip(held.chunks_exact(urow)) {
+                    for (k, v) in (u.tile)(ur, a).into_iter().enumerate() {
+                        write(t + k, o, v);
+                    }
+                }
+                t += TILE;
+            }
+            for t in t..n {
+                for o in g0..g1 {
+                    write(t, o, dot_token(p.dot, p.acts, cols, weight_row(o), t));
+                }
+            }
+            g0 = g1;
+        }
+    });
 }
 
 /// The dot of weight row `row` with token `t`'s activations.
@@ -641,6 +709,38 @@ mod tests {
         formats::for_each_format!(quant)
     }
 
+    /// An unpacked tile that is `TILE` calls of the type's scalar dot, each unpacked block the
+    /// packed one and padding (so a few rows fill [`UNPACKED_BYTES`] and an item's rows run in
+    /// several groups): exercises the driver's unpacked path on every block type.
+    fn per_token_unpacked_tile(ty: GgmlType) -> Option<Tile> {
+        const PAD: usize = 40_000;
+        macro_rules! quant {
+            ($(($t:ident, $m:ident)),* $(,)?) => {
+                match ty {
+                    $(GgmlType::$t => Some(Tile::Unpacked(Unpack {
+                        packed_block_bytes: formats::$m::BYTES,
+                        block_bytes: formats::$m::BYTES + PAD,
+                        unpack: |w, out| {
+                            let unpacked = out.chunks_exact_mut(formats::$m::BYTES + PAD);
+                            for (b, u) in w.chunks_exact(formats::$m::BYTES).zip(unpacked) {
+                                u[..formats::$m::BYTES].copy_from_slice(b);
+                            }
+                        },
+                        tile: |u, a| {
+                            let w: Vec<u8> = u
+                                .chunks_exact(formats::$m::BYTES + PAD)
+                                .flat_map(|b| b[..formats::$m::BYTES].iter().copied())
+                                .collect();
+                            std::array::from_fn(|k| formats::$m::vec_dot(&w, a[k]))
+                        },
+                    })),)*
+                    _ => None,
+                }
+            };
+        }
+        formats::for_each_format!(quant)
+    }
+
     /// A rows kernel that is `ROWS` calls of the type's scalar dot: exercises the driver's
     /// row grouping on every block type, whether or not a fast one exists yet.
     fn per_row_rows(ty: GgmlType) -> Option<Rows> {
@@ -755,6 +855,13 @@ mod tests {
             if let Some(tile) = per_pair_tile(ty) {
                 variants.push((
                     "scalar per-pair multi-row tile",
+                    with_tile(scalar, Some(tile), per_row_rows(ty)),
+                    Some(false),
+                ));
+            }
+            if let Some(tile) = per_token_unpacked_tile(ty) {
+                variants.push((
+                    "scalar per-token unpacked tile",
                     with_tile(scalar, Some(tile), per_row_rows(ty)),
                     Some(false),
                 ));

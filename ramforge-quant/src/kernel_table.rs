@@ -39,6 +39,31 @@ pub(crate) enum Tile {
     /// the type's `Dot` bit for bit.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     FloatRows(FloatRowsTile),
+    /// A one-row tile over weight rows unpacked first ([`Unpack`]): for formats whose
+    /// unpacking (codebook lookups, sign tables) costs more than the products, the driver
+    /// unpacks a work item's rows once and runs every token of the batch over them.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    Unpacked(Unpack),
+}
+
+/// A format's rows in an unpacked form its [`Tile::Unpacked`] kernel reads: `unpack` writes
+/// `block_bytes` per weight block of `packed_block_bytes`; `tile` dots one unpacked row with
+/// [`TILE`] tokens, bit for bit what the format's `Dot` returns on the packed row.
+#[derive(Clone, Copy)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(crate) struct Unpack {
+    pub packed_block_bytes: usize,
+    pub block_bytes: usize,
+    pub unpack: fn(&[u8], &mut [u8]),
+    pub tile: fn(&[u8], [&[u8]; TILE]) -> [f32; TILE],
+}
+
+impl Unpack {
+    /// Unpacked bytes of a row of `row_bytes` packed bytes.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub fn row_bytes(&self, row_bytes: usize) -> usize {
+        row_bytes / self.packed_block_bytes * self.block_bytes
+    }
 }
 
 /// A [`Tile::QuantRows`] kernel: `out[r][t]` is weight row r with token t.

@@ -12,7 +12,10 @@
 //! (`d` times the format's constant, times the activation scale) rounds differently from
 //! the reference's per-group scales, so results match it to f32 summation tolerance. As in
 //! [`super::kquant`], one `dot::<R, T>` serves `vec_dot`, the prefill tile and the decode
-//! `rows` kernel, which agree bit for bit. Dequantizing and quantizing stay the generated
+//! `rows` kernel, which agree bit for bit. The prefill tile is `Tile::Unpacked`: the driver
+//! unpacks a work item's rows once ([`common::unpack`]: each chunk's quants and scales as
+//! `chunk` returns them) and [`common::unpacked_dot`] runs every token of the batch over them,
+//! bit for bit the packed kernel's result. Dequantizing and quantizing stay the generated
 //! reference.
 
 mod common;

@@ -77,6 +77,90 @@ pub(super) unsafe fn dot<F: Codebook, E: PairSum, const R: usize, const T: usize
     std::array::from_fn(|r| std::array::from_fn(|t| hsum256(acc[r][t])))
 }
 
+/// Bytes of one block of a [`Codebook`] as [`unpack`] writes it: the block's factor (f32),
+/// its correction `128 * sum q * sc` per i32 lane (see [`unpacked_dot`]), then per chunk the
+/// 32 quants and the 16 i16 scales that `chunk` returns.
+pub(super) const UNPACKED_BYTES: usize = UNPACKED_CHUNKS + 8 * 64;
+/// Where an unpacked block's correction lanes start.
+const UNPACKED_CORRECTION: usize = 4;
+/// Where an unpacked block's chunks start.
+const UNPACKED_CHUNKS: usize = UNPACKED_CORRECTION + 32;
+
+/// Row `w` of `F` unpacked into `out` ([`UNPACKED_BYTES`] per block), so that a prefill
+/// batch pays the grid lookups once per row instead of once per tile of tokens.
+///
+/// # Safety
+/// The CPU has AVX2, FMA and F16C; `w` is whole blocks of `F` and `out` is
+/// `w.len() / F::BYTES * UNPACKED_BYTES` bytes.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn unpack<F: Codebook>(w: &[u8], out: &mut [u8]) {
+    for (wb, ub) in w
+        .chunks_exact(F::BYTES)
+        .zip(out.chunks_exact_mut(UNPACKED_BYTES))
+    {
+        ub[..4].copy_from_slice(&F::factor(wb.as_ptr()).to_le_bytes());
+        let mut correction = _mm256_setzero_si256();
+        for c in 0..8 {
+            let (q, sc) = F::chunk(wb.as_ptr(), c);
+            let pairs = _mm256_maddubs_epi16(_mm256_set1_epi8(-128), q);
+            correction = _mm256_add_epi32(correction, _mm256_madd_epi16(pairs, sc));
+            let p = ub.as_mut_ptr().add(UNPACKED_CHUNKS + 64 * c);
+            _mm256_storeu_si256(p.cast::<__m256i>(), q);
+            _mm256_storeu_si256(p.add(32).cast::<__m256i>(), sc);
+        }
+        let p = ub.as_mut_ptr().add(UNPACKED_CORRECTION);
+        _mm256_storeu_si256(p.cast::<__m256i>(), correction);
+    }
+}
+
+/// `R` rows unpacked by [`unpack`] (back to back in `w`) dotted with `T` Q8_K activation
+/// rows: bit for bit what [`dot`] returns on the packed rows, by another route to the same
+/// integer lanes. The activations offset to unsigned bytes (`x + 128`, once per token and
+/// chunk for all rows) multiply the signed quants directly (`maddubs`: pairs at most
+/// 2 * 255 * 62, no saturation), `madd` + `add` (`E`) the scales as in [`dot`], and the
+/// block's stored `128 * sum q * sc` per lane comes off before the same float step. Only
+/// inlined into the encodings' kernels (see [`encodings`]).
+#[inline(always)]
+pub(super) unsafe fn unpacked_dot<E: PairSum, const R: usize, const T: usize>(
+    w: &[u8],
+    a: [&[u8]; T],
+) -> [[f32; T]; R] {
+    let row = w.len() / R;
+    let nb = row / UNPACKED_BYTES;
+    let offset = _mm256_set1_epi8(-128);
+    let mut acc = [[_mm256_setzero_ps(); T]; R];
+    for i in 0..nb {
+        let wb = weight_blocks::<R>(w, row, UNPACKED_BYTES, i);
+        let (ab, da) = act_blocks(&a, i);
+        let mut sumi = [[_mm256_setzero_si256(); T]; R];
+        for c in 0..8 {
+            let mut x = [_mm256_setzero_si256(); T];
+            for t in 0..T {
+                x[t] = _mm256_xor_si256(load256(ab[t].add(Q8K_QS + 32 * c)), offset);
+            }
+            for r in 0..R {
+                let p = wb[r].add(UNPACKED_CHUNKS + 64 * c);
+                let (q, sc) = (load256(p), load256(p.add(32)));
+                for t in 0..T {
+                    sumi[r][t] = E::madd_add(sumi[r][t], _mm256_maddubs_epi16(x[t], q), sc);
+                }
+            }
+        }
+        for r in 0..R {
+            let f = f32::from_le_bytes(wb[r].cast::<[u8; 4]>().read_unaligned());
+            let correction = load256(wb[r].add(UNPACKED_CORRECTION));
+            for t in 0..T {
+                acc[r][t] = _mm256_fmadd_ps(
+                    _mm256_set1_ps(f * da[t]),
+                    _mm256_cvtepi32_ps(_mm256_sub_epi32(sumi[r][t], correction)),
+                    acc[r][t],
+                );
+            }
+        }
+    }
+    std::array::from_fn(|r| std::array::from_fn(|t| hsum256(acc[r][t])))
+}
+
 /// A grid of 8-wide rows as little-endian u64 words (byte l is value l), each value times
 /// `mul`: one word per group of 8 quants.
 pub(super) const fn rows8<const N: usize>(grid: &[[i8; 8]; N], mul: i8) -> [u64; N] {
@@ -181,12 +265,31 @@ pub(super) unsafe fn u64_at(p: *const u8) -> u64 {
 macro_rules! codebook_entry_points {
     ($name:literal, $format:ident, $codebook:ty, $group:literal $(, vex $vex_group:literal)?) => {
         use crate::formats::$format::BYTES;
-        use crate::simd::x86::iquant::common::{encodings, entry_points, PairSum, Q8K_BYTES};
+        use crate::simd::x86::iquant::common::{
+            encodings, entry_points, PairSum, Q8K_BYTES, UNPACKED_BYTES,
+        };
 
         const _: () =
             assert!(<$codebook as crate::simd::x86::iquant::common::Codebook>::BYTES == BYTES);
 
-        encodings!($name, $group $(, vex $vex_group)?);
+        encodings!($name, $group $(, vex $vex_group)?, unpacked unpacked_dot);
+
+        /// The shared dots over unpacked rows, for this format's encodings.
+        #[inline(always)]
+        unsafe fn unpacked_dot<E: PairSum, const R: usize, const T: usize>(
+            w: &[u8],
+            a: [&[u8]; T],
+        ) -> [[f32; T]; R] {
+            crate::simd::x86::iquant::common::unpacked_dot::<E, R, T>(w, a)
+        }
+
+        /// A row of this format unpacked for the prefill tile (`Tile::Unpacked`).
+        fn unpack(w: &[u8], out: &mut [u8]) {
+            assert!(w.len() % BYTES == 0 && out.len() == w.len() / BYTES * UNPACKED_BYTES);
+            // SAFETY: reachable only through the kernel tables, handed out only when the CPU
+            // has AVX2, FMA and F16C; the lengths are whole blocks.
+            unsafe { crate::simd::x86::iquant::common::unpack::<$codebook>(w, out) }
+        }
 
         /// The shared driver for this format; the callers' SAFETY notes apply.
         #[inline(always)]

@@ -372,6 +372,14 @@ fn tile_rows_of(k: &Kernels, rows: &[Vec<u8>], a: [&[u8]; TILE]) -> Vec<[f32; TI
     match k.tile {
         Some(Tile::Quant(tile)) => rows.iter().map(|w| tile(w, a)).collect(),
         Some(Tile::QuantRows(tile)) => tile(&rows.concat(), a).to_vec(),
+        Some(Tile::Unpacked(u)) => rows
+            .iter()
+            .map(|w| {
+                let mut unpacked = vec![0xA5u8; u.row_bytes(w.len())];
+                (u.unpack)(w, &mut unpacked);
+                (u.tile)(&unpacked, a)
+            })
+            .collect(),
         _ => panic!("no quantized tile"),
     }
 }

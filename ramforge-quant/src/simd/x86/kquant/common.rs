@@ -236,13 +236,13 @@ dpwssd!(dpwssd_evex, "{{evex}}");
 /// target features. `$group` is the decode kernel's rows per call; `vex N` gives the VEX
 /// table its own, where the CPUs that use it (Intel's with AVX-VNNI) measured another best.
 macro_rules! encodings {
-    ($format:literal, $group:literal $(, vex $vex_group:literal)? $(, tile rows $tile_group:literal)?) => {
-        encodings!(@one avx2, "avx2,fma,f16c", $crate::simd::x86::kquant::common::Avx2Pairs, $format, $group $(, tile rows $tile_group)?);
+    ($format:literal, $group:literal $(, vex $vex_group:literal)? $(, tile rows $tile_group:literal)? $(, unpacked $unpacked:ident)?) => {
+        encodings!(@one avx2, "avx2,fma,f16c", $crate::simd::x86::kquant::common::Avx2Pairs, $format, $group $(, tile rows $tile_group)? $(, unpacked $unpacked)?);
         encodings!(@one vex, "avx2,fma,f16c,avxvnni", $crate::simd::x86::kquant::common::VexPairs, $format,
-            { #[allow(unused_variables)] let g = $group; $(let g = $vex_group;)? g } $(, tile rows $tile_group)?);
-        encodings!(@one evex, "avx2,fma,f16c", $crate::simd::x86::kquant::common::EvexPairs, $format, $group $(, tile rows $tile_group)?);
+            { #[allow(unused_variables)] let g = $group; $(let g = $vex_group;)? g } $(, tile rows $tile_group)? $(, unpacked $unpacked)?);
+        encodings!(@one evex, "avx2,fma,f16c", $crate::simd::x86::kquant::common::EvexPairs, $format, $group $(, tile rows $tile_group)? $(, unpacked $unpacked)?);
     };
-    (@one $module:ident, $features:literal, $pairs:path, $format:literal, $group:expr $(, tile rows $tile_group:literal)?) => {
+    (@one $module:ident, $features:literal, $pairs:path, $format:literal, $group:expr $(, tile rows $tile_group:literal)? $(, unpacked $unpacked:ident)?) => {
         pub(in crate::simd::x86) mod $module {
             use super::*;
 
@@ -255,7 +255,19 @@ macro_rules! encodings {
                 super::dot::<$pairs, R, T>(w, a)
             }
 
-            entry_points!($format, $group $(, tile rows $tile_group)?);
+            $(
+            /// The same dots over rows of the format unpacked by `super::unpack` (the
+            /// format module's generic `$unpacked`).
+            #[target_feature(enable = $features)]
+            unsafe fn $unpacked<const R: usize, const T: usize>(
+                w: &[u8],
+                a: [&[u8]; T],
+            ) -> [[f32; T]; R] {
+                super::$unpacked::<$pairs, R, T>(w, a)
+            }
+            )?
+
+            entry_points!($format, $group $(, tile rows $tile_group)? $(, unpacked $unpacked)?);
         }
     };
 }
@@ -355,6 +367,34 @@ macro_rules! entry_points {
         fn check(w: &[u8], a: &[u8]) {
             assert!(w.len() % BYTES == 0 && a.len() == w.len() / BYTES * Q8K_BYTES);
         }
+    };
+    ($format:literal, $group:expr, unpacked $unpacked:ident) => {
+        entry_points!(@common $format, $group);
+
+        #[doc = concat!("One row of ", $format, " blocks, unpacked, dotted with 4 tokens' Q8_K rows.")]
+        fn unpacked_tile(
+            u: &[u8],
+            a: [&[u8]; crate::kernel_table::TILE],
+        ) -> [f32; crate::kernel_table::TILE] {
+            const UNPACKED: usize = UNPACKED_BYTES;
+            for a in a {
+                assert!(u.len() % UNPACKED == 0 && a.len() == u.len() / UNPACKED * Q8K_BYTES);
+            }
+            // SAFETY: as in `vec_dot`; the lengths are whole unpacked blocks and their Q8_K
+            // blocks.
+            unsafe { $unpacked::<1, { crate::kernel_table::TILE }>(u, a)[0] }
+        }
+
+        /// The prefill kernel the kernel table registers: the driver unpacks a work item's
+        /// rows once (`super::unpack`, `UNPACKED_BYTES` a block, both the format module's)
+        /// for every token of the batch.
+        pub(in crate::simd::x86) const PREFILL: crate::kernel_table::Tile =
+            crate::kernel_table::Tile::Unpacked(crate::kernel_table::Unpack {
+                packed_block_bytes: BYTES,
+                block_bytes: UNPACKED_BYTES,
+                unpack: super::unpack,
+                tile: unpacked_tile,
+            });
     };
     ($format:literal, $group:expr, tile rows $tile_group:literal) => {
         entry_points!(@common $format, $group);
