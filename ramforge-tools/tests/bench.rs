@@ -12,6 +12,32 @@ fn model() -> PathBuf {
     common::model_path("SmolLM2-135M-Instruct.Q4_1.gguf")
 }
 
+/// Waits (at most two minutes) until process `pid` holds most of the model's `bytes` in memory,
+/// i.e. has read its weights, however slow the machine is today; elsewhere than Linux, 3 s.
+fn wait_until_loaded(pid: u32, bytes: u64) {
+    if !cfg!(target_os = "linux") {
+        std::thread::sleep(Duration::from_secs(3));
+        return;
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let rss_kib: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0);
+        if rss_kib * 1024 >= bytes / 10 * 9 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "bench never loaded the model: {status}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 fn bench(args: &[&str]) -> serde_json::Value {
     let o = Command::new(env!("CARGO_BIN_EXE_ramforge-tools"))
         .arg("bench")
@@ -90,9 +116,11 @@ fn ctrl_c_stops_and_prints_the_figures_so_far() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // Long enough to be decoding (4000 tokens take far longer than this); each decode step is
-    // short, so the flag is seen soon after the signal.
-    std::thread::sleep(Duration::from_secs(3));
+    // Past loading (Ctrl-C during the load ends the process at once, as a user expects) and
+    // decoding (4000 tokens take far longer); each decode step is short, so the flag is seen
+    // soon after the signal.
+    wait_until_loaded(child.id(), std::fs::metadata(model()).unwrap().len());
+    std::thread::sleep(Duration::from_secs(1));
     let started = Instant::now();
     let kill = Command::new("kill")
         .args(["-INT", &child.id().to_string()])

@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
@@ -130,7 +130,26 @@ fn ctrl_c_stops_the_reply_prints_its_stats_and_the_chat_goes_on() {
         .write_all(b"Tell me the whole history of France.\n")
         .unwrap();
     stdin.flush().unwrap();
-    std::thread::sleep(std::time::Duration::from_secs(4));
+    // Interrupt once the reply is coming out (however slow the machine is today): the first
+    // bytes on stdout are the reply's.
+    let mut stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut out = Vec::new();
+        let mut buf = [0u8; 256];
+        loop {
+            match stdout.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(k) => {
+                    out.extend_from_slice(&buf[..k]);
+                    let _ = tx.send(());
+                }
+            }
+        }
+        out
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(120))
+        .expect("the reply never started");
     let kill = Command::new("kill")
         .args(["-INT", &child.id().to_string()])
         .status()
@@ -138,6 +157,8 @@ fn ctrl_c_stops_the_reply_prints_its_stats_and_the_chat_goes_on() {
     assert!(kill.success());
     drop(stdin); // end of input: the chat ends after the interrupted reply
     let o = child.wait_with_output().unwrap();
+    let reply = reader.join().unwrap();
+    assert!(!reply.is_empty());
     let err = text(&o.stderr);
     assert_eq!(o.status.code(), Some(0), "{err}");
     assert!(
