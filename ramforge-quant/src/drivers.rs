@@ -4,7 +4,7 @@
 //! `WorkerPool`, else rayon's current pool).
 
 use crate::dispatch::kernels;
-use crate::kernel_table::{Dot, Kernels, Rows, Tile, Unpack, ROWS, TILE, TILE_ROWS};
+use crate::kernel_table::{Dot, Kernels, Rows, Tile, Unpack, ROWS, TILE, TILE_ROWS, UNPACKED_ROWS};
 use crate::lengths::{check_bytes, check_elements, row_bytes};
 use crate::parallel;
 use crate::{GgmlType, QuantError};
@@ -535,8 +535,9 @@ fn run_item(p: &Prepared<'_>, cols: usize, n: usize, item: usize) {
 }
 
 /// Rows `rows` of one product through its [`Tile::Unpacked`] kernel: as many rows as fit
-/// [`UNPACKED_BYTES`] unpacked at a time, then every token over them, [`TILE`] at a time (the
-/// tokens that fill no tile through the format's dot).
+/// [`UNPACKED_BYTES`] unpacked at a time, then every token over them, [`TILE`] tokens and
+/// [`UNPACKED_ROWS`] rows a call (a group's last row, if it fills no call, with a copy of
+/// itself), the tokens that fill no tile through the format's dot.
 fn run_unpacked(
     p: &Prepared<'_>,
     u: Unpack,
@@ -549,13 +550,14 @@ fn run_unpacked(
         unreachable!("an unpacked tile belongs to a block format")
     };
     let urow = u.row_bytes(p.row);
-    let group = (UNPACKED_BYTES / urow.max(1)).max(1);
+    let group = (UNPACKED_BYTES / urow.max(1) / UNPACKED_ROWS).max(1) * UNPACKED_ROWS;
     let weight_row = |o: usize| &p.weights[o * p.row..(o + 1) * p.row];
     UNPACKED.with_borrow_mut(|unpacked| {
         let mut g0 = rows.start;
         while g0 < rows.end {
             let g1 = (g0 + group).min(rows.end);
-            let need = (g1 - g0) * urow;
+            let calls = (g1 - g0).div_ceil(UNPACKED_ROWS);
+            let need = calls * UNPACKED_ROWS * urow;
             if unpacked.len() < need {
                 unpacked.resize(need, 0);
             }
@@ -563,12 +565,20 @@ fn run_unpacked(
             for (o, out) in (g0..g1).zip(held.chunks_exact_mut(urow)) {
                 (u.unpack)(weight_row(o), out);
             }
+            for k in g1 - g0..calls * UNPACKED_ROWS {
+                held.copy_within((k - 1) * urow..k * urow, k * urow);
+            }
             let mut t = 0;
             while t + TILE <= n {
                 let a = std::array::from_fn(|k| &buf[(t + k) * act_row..(t + k + 1) * act_row]);
-                for (o, ur) in (g0..g1).zip(held.chunks_exact(urow)) {
-                    for (k, v) in (u.tile)(ur, a).into_iter().enumerate() {
-                        write(t + k, o, v);
+                for (c, ur) in held.chunks_exact(UNPACKED_ROWS * urow).enumerate() {
+                    for (r, out) in (u.tile)(ur, a).into_iter().enumerate() {
+                        let o = g0 + c * UNPACKED_ROWS + r;
+                        if o < g1 {
+                            for (k, v) in out.into_iter().enumerate() {
+                                write(t + k, o, v);
+                            }
+                        }
                     }
                 }
                 t += TILE;
@@ -709,7 +719,7 @@ mod tests {
         formats::for_each_format!(quant)
     }
 
-    /// An unpacked tile that is `TILE` calls of the type's scalar dot, each unpacked block the
+    /// An unpacked tile that is `UNPACKED_ROWS * TILE` calls of the type's scalar dot, each unpacked block the
     /// packed one and padding (so a few rows fill [`UNPACKED_BYTES`] and an item's rows run in
     /// several groups): exercises the driver's unpacked path on every block type.
     fn per_token_unpacked_tile(ty: GgmlType) -> Option<Tile> {
@@ -731,7 +741,10 @@ mod tests {
                                 .chunks_exact(formats::$m::BYTES + PAD)
                                 .flat_map(|b| b[..formats::$m::BYTES].iter().copied())
                                 .collect();
-                            std::array::from_fn(|k| formats::$m::vec_dot(&w, a[k]))
+                            let rb = w.len() / UNPACKED_ROWS;
+                            std::array::from_fn(|r| {
+                                std::array::from_fn(|k| formats::$m::vec_dot(&w[r * rb..(r + 1) * rb], a[k]))
+                            })
                         },
                     })),)*
                     _ => None,

@@ -47,16 +47,23 @@ pub(crate) enum Tile {
 }
 
 /// A format's rows in an unpacked form its [`Tile::Unpacked`] kernel reads: `unpack` writes
-/// `block_bytes` per weight block of `packed_block_bytes`; `tile` dots one unpacked row with
-/// [`TILE`] tokens, bit for bit what the format's `Dot` returns on the packed row.
+/// `block_bytes` per weight block of `packed_block_bytes`; `tile` dots [`UNPACKED_ROWS`]
+/// unpacked rows (back to back) with [`TILE`] tokens, `out[r][t]`, bit for bit what the
+/// format's `Dot` returns on the packed rows.
 #[derive(Clone, Copy)]
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) struct Unpack {
     pub packed_block_bytes: usize,
     pub block_bytes: usize,
     pub unpack: fn(&[u8], &mut [u8]),
-    pub tile: fn(&[u8], [&[u8]; TILE]) -> [f32; TILE],
+    pub tile: UnpackedTile,
 }
+
+/// An [`Unpack`] tile kernel: `out[r][t]` is unpacked row r with token t.
+pub(crate) type UnpackedTile = fn(&[u8], [&[u8]; TILE]) -> [[f32; TILE]; UNPACKED_ROWS];
+
+/// Unpacked rows a [`Tile::Unpacked`] kernel dots at once.
+pub(crate) const UNPACKED_ROWS: usize = 2;
 
 impl Unpack {
     /// Unpacked bytes of a row of `row_bytes` packed bytes.

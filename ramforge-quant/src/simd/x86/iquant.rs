@@ -15,7 +15,7 @@
 //! `rows` kernel, which agree bit for bit. The prefill tile is `Tile::Unpacked`: the driver
 //! unpacks a work item's rows once ([`common::unpack`]: each chunk's quants and scales as
 //! `chunk` returns them) and [`common::unpacked_dot`] runs every token of the batch over them,
-//! bit for bit the packed kernel's result. Dequantizing and quantizing stay the generated
+//! two rows and four tokens a call, bit for bit the packed kernel's result. Dequantizing and quantizing stay the generated
 //! reference.
 
 mod common;

@@ -8,7 +8,7 @@ use super::kernels;
 use crate::dispatch::scalar_kernels;
 use crate::formats::{self, q8_k};
 use crate::isa::Isa;
-use crate::kernel_table::{Dot, Kernels, Tile, ROWS, TILE, TILE_ROWS};
+use crate::kernel_table::{Dot, Kernels, Tile, ROWS, TILE, TILE_ROWS, UNPACKED_ROWS};
 use crate::GgmlType;
 use proptest::prelude::*;
 
@@ -373,10 +373,13 @@ fn tile_rows_of(k: &Kernels, rows: &[Vec<u8>], a: [&[u8]; TILE]) -> Vec<[f32; TI
         Some(Tile::Quant(tile)) => rows.iter().map(|w| tile(w, a)).collect(),
         Some(Tile::QuantRows(tile)) => tile(&rows.concat(), a).to_vec(),
         Some(Tile::Unpacked(u)) => rows
-            .iter()
-            .map(|w| {
-                let mut unpacked = vec![0xA5u8; u.row_bytes(w.len())];
-                (u.unpack)(w, &mut unpacked);
+            .chunks_exact(UNPACKED_ROWS)
+            .flat_map(|pair| {
+                let urow = u.row_bytes(pair[0].len());
+                let mut unpacked = vec![0xA5u8; UNPACKED_ROWS * urow];
+                for (w, out) in pair.iter().zip(unpacked.chunks_exact_mut(urow)) {
+                    (u.unpack)(w, out);
+                }
                 (u.tile)(&unpacked, a)
             })
             .collect(),

@@ -371,18 +371,19 @@ macro_rules! entry_points {
     ($format:literal, $group:expr, unpacked $unpacked:ident) => {
         entry_points!(@common $format, $group);
 
-        #[doc = concat!("One row of ", $format, " blocks, unpacked, dotted with 4 tokens' Q8_K rows.")]
+        #[doc = concat!("Two rows of ", $format, " blocks, unpacked, back to back, dotted with 4 tokens' Q8_K rows.")]
         fn unpacked_tile(
             u: &[u8],
             a: [&[u8]; crate::kernel_table::TILE],
-        ) -> [f32; crate::kernel_table::TILE] {
-            const UNPACKED: usize = UNPACKED_BYTES;
+        ) -> [[f32; crate::kernel_table::TILE]; crate::kernel_table::UNPACKED_ROWS] {
+            const ROWS: usize = crate::kernel_table::UNPACKED_ROWS;
+            assert!(u.len() % (ROWS * UNPACKED_BYTES) == 0);
             for a in a {
-                assert!(u.len() % UNPACKED == 0 && a.len() == u.len() / UNPACKED * Q8K_BYTES);
+                assert!(a.len() == u.len() / ROWS / UNPACKED_BYTES * Q8K_BYTES);
             }
             // SAFETY: as in `vec_dot`; the lengths are whole unpacked blocks and their Q8_K
             // blocks.
-            unsafe { $unpacked::<1, { crate::kernel_table::TILE }>(u, a)[0] }
+            unsafe { $unpacked::<ROWS, { crate::kernel_table::TILE }>(u, a) }
         }
 
         /// The prefill kernel the kernel table registers: the driver unpacks a work item's
