@@ -30,7 +30,8 @@ const UNPACKED_BYTES: usize = 256 * 1024;
 
 thread_local! {
     /// Each thread's unpacked weight rows ([`Tile::Unpacked`]): at most [`UNPACKED_BYTES`], or
-    /// one row where a row unpacks to more, whatever the batch; a fixed cost per thread.
+    /// [`UNPACKED_ROWS`] rows where they unpack to more, whatever the batch; a fixed cost per
+    /// thread.
     static UNPACKED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 

@@ -6,7 +6,8 @@
 //!
 //! Not charged (small and fixed, counted by the RSS acceptance figure instead): the program code,
 //! thread stacks, the GGUF header and metadata, the tokenizer tables, the kernels' per-call
-//! activation quantization buffers, and the allocator's own bookkeeping.
+//! activation quantization buffers, each worker's unpacked weight rows for the low-bit prefill
+//! tiles (256 KiB a thread, or two rows where rows are wider), and the allocator's own bookkeeping.
 
 mod os_hints;
 mod process;

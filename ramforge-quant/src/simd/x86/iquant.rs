@@ -14,9 +14,9 @@
 //! [`super::kquant`], one `dot::<R, T>` serves `vec_dot`, the prefill tile and the decode
 //! `rows` kernel, which agree bit for bit. The prefill tile is `Tile::Unpacked`: the driver
 //! unpacks a work item's rows once ([`common::unpack`]: each chunk's quants and scales as
-//! `chunk` returns them) and [`common::unpacked_dot`] runs every token of the batch over them,
-//! two rows and four tokens a call, bit for bit the packed kernel's result. Dequantizing and quantizing stay the generated
-//! reference.
+//! `chunk` returns them) and [`common::unpacked_dot`] runs every token of the batch over
+//! them, two rows and four tokens a call, bit for bit the packed kernel's result.
+//! Dequantizing and quantizing stay the generated reference.
 
 mod common;
 mod iq1;
