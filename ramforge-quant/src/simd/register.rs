@@ -20,8 +20,8 @@ macro_rules! fast_kernels {
         /// The fast kernels for `ty`, if written.
         pub(super) fn $name(ty: $crate::GgmlType) -> Option<&'static $crate::kernel_table::Kernels> {
             match ty {
-                $(fast_kernels!(@type $kind $key) => {
-                    static KERNELS: $crate::kernel_table::Kernels = fast_kernels!(
+                $($crate::simd::register::fast_kernels!(@type $kind $key) => {
+                    static KERNELS: $crate::kernel_table::Kernels = $crate::simd::register::fast_kernels!(
                         @entry $kind $key ($($($kernel)::+)?) $($field: $value),*
                     );
                     Some(&KERNELS)
@@ -59,7 +59,32 @@ macro_rules! fast_kernels {
         }
     };
     ($($entries:tt)*) => {
-        fast_kernels!(fn kernels; $($entries)*);
+        $crate::simd::register::fast_kernels!(fn kernels; $($entries)*);
     };
 }
 pub(super) use fast_kernels;
+
+/// `encoding_tables! { [extra AVX2 entries] key: module; ... }`: the three x86 tables of
+/// formats whose kernels are compiled once per encoding (`module::avx2`, `module::vex`,
+/// `module::evex`, as `kquant::common::encodings!` makes them): `kernels`, `vnni_kernels`
+/// and `vnni512_kernels`, from one list of formats; the bracketed entries go in the AVX2
+/// table only.
+#[cfg(target_arch = "x86_64")]
+macro_rules! encoding_tables {
+    ([$($avx2_only:tt)*] $($key:ident: $($module:ident)::+;)*) => {
+        $crate::simd::register::fast_kernels! {
+            $($avx2_only)*
+            $($key: block($($module)::+::avx2);)*
+        }
+        $crate::simd::register::fast_kernels! {
+            fn vnni_kernels;
+            $($key: block($($module)::+::vex);)*
+        }
+        $crate::simd::register::fast_kernels! {
+            fn vnni512_kernels;
+            $($key: block($($module)::+::evex);)*
+        }
+    };
+}
+#[cfg(target_arch = "x86_64")]
+pub(super) use encoding_tables;

@@ -27,46 +27,20 @@ mod nvfp4;
 mod tests;
 mod tq;
 
-use crate::simd::register::fast_kernels;
+use crate::simd::register::encoding_tables;
 
-fast_kernels! {
-    iq2_xxs: block(iq2::iq2_xxs::avx2);
-    iq2_xs: block(iq2::iq2_xs::avx2);
-    iq2_s: block(iq2::iq2_s::avx2);
-    iq3_xxs: block(iq3::iq3_xxs::avx2);
-    iq3_s: block(iq3::iq3_s::avx2);
-    iq1_s: block(iq1::iq1_s::avx2);
-    iq1_m: block(iq1::iq1_m::avx2);
-    tq2_0: block(tq::tq2_0::avx2);
-    tq1_0: block(tq::tq1_0::avx2);
-    nvfp4: block(nvfp4);
-}
-
-// The codebook formats with each `madd` + `add` one AVX-VNNI `vpdpwssd` (bit for bit the AVX2
-// results; NVFP4's float steps have no such pair and keep the AVX2 kernel).
-fast_kernels! {
-    fn vnni_kernels;
-    iq2_xxs: block(iq2::iq2_xxs::vex);
-    iq2_xs: block(iq2::iq2_xs::vex);
-    iq2_s: block(iq2::iq2_s::vex);
-    iq3_xxs: block(iq3::iq3_xxs::vex);
-    iq3_s: block(iq3::iq3_s::vex);
-    iq1_s: block(iq1::iq1_s::vex);
-    iq1_m: block(iq1::iq1_m::vex);
-    tq2_0: block(tq::tq2_0::vex);
-    tq1_0: block(tq::tq1_0::vex);
-}
-
-// The same with AVX512-VNNI's encoding.
-fast_kernels! {
-    fn vnni512_kernels;
-    iq2_xxs: block(iq2::iq2_xxs::evex);
-    iq2_xs: block(iq2::iq2_xs::evex);
-    iq2_s: block(iq2::iq2_s::evex);
-    iq3_xxs: block(iq3::iq3_xxs::evex);
-    iq3_s: block(iq3::iq3_s::evex);
-    iq1_s: block(iq1::iq1_s::evex);
-    iq1_m: block(iq1::iq1_m::evex);
-    tq2_0: block(tq::tq2_0::evex);
-    tq1_0: block(tq::tq1_0::evex);
+// The codebook formats in each encoding (AVX-VNNI and AVX512-VNNI: each `madd` + `add` one
+// `vpdpwssd`, bit for bit the AVX2 results); NVFP4's float steps have no such pair, so it has
+// the AVX2 table only.
+encoding_tables! {
+    [nvfp4: block(nvfp4);]
+    iq2_xxs: iq2::iq2_xxs;
+    iq2_xs: iq2::iq2_xs;
+    iq2_s: iq2::iq2_s;
+    iq3_xxs: iq3::iq3_xxs;
+    iq3_s: iq3::iq3_s;
+    iq1_s: iq1::iq1_s;
+    iq1_m: iq1::iq1_m;
+    tq2_0: tq::tq2_0;
+    tq1_0: tq::tq1_0;
 }

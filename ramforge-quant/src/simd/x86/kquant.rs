@@ -25,34 +25,14 @@ mod q8k;
 #[cfg(test)]
 mod tests;
 
-use crate::simd::register::fast_kernels;
+use crate::simd::register::encoding_tables;
 
-fast_kernels! {
-    q8_k: block, quantize: q8k::quantize_row;
-    q4_k: block(q4k::avx2);
-    q6_k: block(q6k::avx2);
-    iq4_xs: block(iq4xs::avx2);
-    q5_k: block(q5k::avx2);
-    q3_k: block(q3k::avx2);
-    q2_k: block(q2k::avx2);
-}
-
-fast_kernels! {
-    fn vnni_kernels;
-    q4_k: block(q4k::vex);
-    q6_k: block(q6k::vex);
-    iq4_xs: block(iq4xs::vex);
-    q5_k: block(q5k::vex);
-    q3_k: block(q3k::vex);
-    q2_k: block(q2k::vex);
-}
-
-fast_kernels! {
-    fn vnni512_kernels;
-    q4_k: block(q4k::evex);
-    q6_k: block(q6k::evex);
-    iq4_xs: block(iq4xs::evex);
-    q5_k: block(q5k::evex);
-    q3_k: block(q3k::evex);
-    q2_k: block(q2k::evex);
+encoding_tables! {
+    [q8_k: block, quantize: q8k::quantize_row;]
+    q4_k: q4k;
+    q6_k: q6k;
+    iq4_xs: iq4xs;
+    q5_k: q5k;
+    q3_k: q3k;
+    q2_k: q2k;
 }
