@@ -255,3 +255,138 @@ fn router_skew_is_seeded_and_touches_only_the_embedding_and_the_routers() {
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("needs --experts"));
 }
+
+/// deepseek4 (DeepSeek V4), which the engine does not run yet: a file with every kind of
+/// block (the window only, ratio 4 with the lightning indexer, ratio 128), a hash-routed
+/// first block and MXFP4 experts loads in llama.cpp, which evaluates a prompt past the
+/// 8-position window and past 128 positions (a ratio-128 row) to finite logits of spread near
+/// 1 that differ from row to row; `run` refuses the file in one line naming the
+/// architecture; a bad ratio list or output grouping is refused in one line.
+#[test]
+fn deepseek4_runs_in_llama_cpp_and_the_engine_refuses_it_in_one_line() {
+    let write = |name: &str, extra: &[&str]| {
+        let out = tmp(name);
+        let o = Command::new(env!("CARGO_BIN_EXE_ramforge-tools"))
+            .args(["synth", "-q", "-o"])
+            .arg(&out)
+            .args(["--arch", "deepseek4", "--layers", "3", "--embd", "64"])
+            .args(["--ffn", "64", "--heads", "4", "--kv-heads", "1"])
+            .args([
+                "--head-dim",
+                "64",
+                "--rope-dim",
+                "16",
+                "--q-lora-rank",
+                "64",
+            ])
+            .args([
+                "--experts",
+                "8",
+                "--experts-used",
+                "2",
+                "--sliding-window",
+                "8",
+            ])
+            .args(["--indexer-heads", "2", "--indexer-dim", "64"])
+            .args(["--indexer-top-k", "4", "--hash-layers", "1"])
+            .args(["--o-lora-rank", "32", "--type", "MXFP4"])
+            .arg("--vocab-from")
+            .arg(donor())
+            .args(extra)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        (out, o.status.code(), err)
+    };
+    let (path, code, err) = write(
+        "deepseek4.gguf",
+        &["--compress-ratios", "0,4,128", "--o-groups", "2"],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let f = GgufFile::open(&path).unwrap();
+    let ids = f.tensor("blk.0.ffn_gate_tid2eid.weight").unwrap();
+    assert_eq!(
+        (ids.ggml_type, ids.shape.clone()),
+        (GgmlType::I32, vec![2, 49152])
+    );
+    let mut raw = vec![0; ids.n_bytes as usize];
+    f.read_tensor_into(ids, &mut raw).unwrap();
+    let ids: Vec<i32> = raw
+        .chunks(4)
+        .map(|b| i32::from_le_bytes(b.try_into().unwrap()))
+        .collect();
+    assert!(
+        ids.chunks(2)
+            .all(|p| p[0] != p[1] && p.iter().all(|&e| (0..8).contains(&e))),
+        "each token's two experts distinct and below 8"
+    );
+    assert!(f.tensor("blk.1.indexer_compressor_ape.weight").is_ok());
+    assert!(f.tensor("blk.2.indexer.proj.weight").is_err());
+    assert!(f.tensor("blk.1.exp_probs_b.bias").is_ok());
+
+    const SCRIPT: &str = r#"
+import sys, numpy as np
+from llama_cpp import Llama
+m = Llama(model_path=sys.argv[1], n_ctx=512, n_threads=2, verbose=False, logits_all=True)
+text = b"In the old harbour town the fishermen rose before dawn and checked their nets. " * 12
+toks = m.tokenize(text, add_bos=True)[:160]
+assert len(toks) == 160, len(toks)
+m.eval(toks)
+L = np.array(m.scores[:m.n_tokens])
+assert L.shape == (160, 49152), L.shape
+assert np.isfinite(L).all()
+std = L.std(axis=1)
+print(float(std.min()), float(std.max()), float(np.abs(np.diff(L, axis=0)).max(axis=1).min()))
+"#;
+    let o = Command::new(reference_python())
+        .args(["-c", SCRIPT])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "llama.cpp could not run {}: {}",
+        path.display(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let figures: Vec<f64> = String::from_utf8_lossy(&o.stdout)
+        .split_whitespace()
+        .map(|v| v.parse().unwrap())
+        .collect();
+    let (std_min, std_max, step_min) = (figures[0], figures[1], figures[2]);
+    assert!(
+        std_min > 0.3 && std_max < 3.0 && step_min > 0.1,
+        "logit std {std_min}..{std_max}, least change between rows {step_min}"
+    );
+
+    let o = Command::new(env!("CARGO_BIN_EXE_ramforge-tools"))
+        .args(["run", "-n", "1", "-p", "Hello"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("error: ") && err.contains("\"deepseek4\"") && !err.contains("panicked"),
+        "{err}"
+    );
+
+    for (ratios, extra, expect) in [
+        ("0,4", "", "one 0, 4 or 128 per layer (3)"),
+        ("0,4,4", "", "at least one 4 and one 128"),
+        ("0,4,64", "", "\"64\" is not 0, 4 or 128"),
+        (
+            "0,4,128",
+            "--o-groups=3",
+            "--o-groups 3 must divide --heads 4",
+        ),
+    ] {
+        let mut args = vec!["--compress-ratios", ratios];
+        args.extend(Some(extra).filter(|e| !e.is_empty()));
+        let (_, code, err) = write("bad-deepseek4.gguf", &args);
+        assert_eq!(code, Some(1), "{ratios} {extra}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.starts_with("error: ") && err.contains(expect), "{err}");
+    }
+}

@@ -37,8 +37,13 @@ pub struct Args {
     /// --indexer-top-k), and the hybrid qwen35moe (gated delta-net layers, every
     /// --full-attention-interval-th layer full attention with a gated query; a quarter of the
     /// head rotated, sectioned RoPE; experts and a gated shared expert) and qwen3next (the
-    /// same with a joint beta/alpha projection and plain RoPE). Every tensor an architecture
-    /// may carry is written, random.
+    /// same with a joint beta/alpha projection and plain RoPE), and deepseek4 (DeepSeek V4:
+    /// one key/value head whose key is also its value, a q-LoRA, grouped low-rank output,
+    /// attention sinks, a sliding window over the raw positions plus per-block compressed
+    /// positions (--compress-ratios; ratio 4 with the lightning indexer), hyper-connections of
+    /// 4 streams, sqrt-softplus routing, the first --hash-layers blocks routed by token id,
+    /// shared experts, clamped SwiGLU). Every tensor an architecture may carry is written,
+    /// random.
     #[arg(long, value_parser = ARCHES)]
     pub arch: String,
     /// Transformer blocks.
@@ -66,14 +71,16 @@ pub struct Args {
     /// Experts each token is routed to.
     #[arg(long, default_value_t = 0)]
     pub experts_used: u64,
-    /// gemma3, gpt-oss: the local layers' attention window.
+    /// gemma3, gpt-oss, deepseek4: the local layers' attention window (deepseek4: every
+    /// block's, over the raw positions).
     #[arg(long, default_value_t = 512)]
     pub sliding_window: u32,
     /// Rotated elements of each head (`rope.dimension_count`); default: the whole head, half
-    /// of it for glm4moe and minimax-m2.
+    /// of it for glm4moe and minimax-m2, a quarter for deepseek4.
     #[arg(long)]
     pub rope_dim: Option<u64>,
-    /// glm4moe: shared experts per MoE layer (`expert_shared_count`).
+    /// glm4moe, deepseek2, glm-dsa, deepseek4: shared experts per MoE layer
+    /// (`expert_shared_count`).
     #[arg(long, default_value_t = 1)]
     pub experts_shared: u64,
     /// qwen2moe: the shared expert's width (default --ffn).
@@ -90,7 +97,7 @@ pub struct Args {
     #[arg(long, value_name = "F")]
     pub yarn_factor: Option<f32>,
     /// deepseek2: the q-LoRA rank (`attention.q_lora_rank`; 0: a plain attn_q, the Lite
-    /// layout).
+    /// layout); deepseek4: required.
     #[arg(long, default_value_t = 0)]
     pub q_lora_rank: u64,
     /// deepseek2: the cached latent's width (`attention.kv_lora_rank`).
@@ -109,15 +116,16 @@ pub struct Args {
     /// come from (`expert_group_used_count`), as G:U.
     #[arg(long, value_name = "G:U")]
     pub expert_groups: Option<String>,
-    /// glm-dsa: the lightning indexer's heads (`attention.indexer.head_count`).
+    /// glm-dsa, deepseek4 (its ratio-4 blocks): the lightning indexer's heads
+    /// (`attention.indexer.head_count`).
     #[arg(long, default_value_t = 16)]
     pub indexer_heads: u64,
-    /// glm-dsa: the indexer's key width (`attention.indexer.key_length`; a power of two of
-    /// at least 64, as llama.cpp's Hadamard rotation needs).
+    /// glm-dsa, deepseek4: the indexer's key width (`attention.indexer.key_length`; a power
+    /// of two of at least 64, as llama.cpp's Hadamard rotation needs, not below --rope-dim).
     #[arg(long, default_value_t = 64)]
     pub indexer_dim: u64,
-    /// glm-dsa: the positions each query attends to (`attention.indexer.top_k`); small, so
-    /// that short prompts take the sparse path.
+    /// glm-dsa, deepseek4: the positions (deepseek4: compressed positions) each query attends
+    /// to (`attention.indexer.top_k`); small, so that short prompts take the sparse path.
     #[arg(long, default_value_t = 8)]
     pub indexer_top_k: u64,
     /// glm-dsa: per block, whether its indexer runs (1, "full") or it reuses the last full
@@ -125,8 +133,8 @@ pub struct Args {
     /// list (`attention.indexer.types`); absent: every block full, no key written.
     #[arg(long, value_name = "LIST")]
     pub indexer_types: Option<String>,
-    /// glm4moe, deepseek2, glm-dsa, qwen35moe: MTP (nextn) layers after the blocks, written
-    /// whole (`run --mtp` drafts with the first).
+    /// glm4moe, deepseek2, glm-dsa, qwen35moe, deepseek4: MTP (nextn) layers after the blocks,
+    /// written whole (`run --mtp` drafts with the first; deepseek4's have compress ratio 0).
     #[arg(long, default_value_t = 0)]
     pub nextn: u32,
     /// Type of the weight matrices (Q4_0, Q8_0, Q4_K, IQ2_XXS, TQ2_0, NVFP4, F16, ...); norms
@@ -171,6 +179,38 @@ pub struct Args {
     /// see less of the bias. 0 (the default) writes today's unskewed file.
     #[arg(long, value_name = "S", default_value_t = 0.0)]
     pub router_skew: f32,
+    /// deepseek4 (required): each block's KV compression ratio, as a comma list (0: the
+    /// sliding window only; 4: plus a compressed position per 4, chosen by the lightning
+    /// indexer; 128: plus one per 128, all attended) (`attention.compress_ratios`); at least
+    /// one 4 and one 128, as llama.cpp needs.
+    #[arg(long, value_name = "LIST")]
+    pub compress_ratios: Option<String>,
+    /// deepseek4: leading blocks whose experts a per-token table picks
+    /// (`hash_layer_count`, `ffn_gate_tid2eid`) instead of the router's top-k.
+    #[arg(long, default_value_t = 0)]
+    pub hash_layers: u32,
+    /// deepseek4: output projection groups (`attention.output_group_count`, divides --heads).
+    #[arg(long, default_value_t = 1)]
+    pub o_groups: u64,
+    /// deepseek4: each output group's low rank (`attention.output_lora_rank`; default
+    /// --head-dim).
+    #[arg(long)]
+    pub o_lora_rank: Option<u64>,
+    /// deepseek4: Sinkhorn iterations of the hyper-connections' mixing matrix
+    /// (`hyper_connection.sinkhorn_iterations`; DeepSeek V4 has 20).
+    #[arg(long, default_value_t = 20)]
+    pub hc_sinkhorn_iters: u32,
+    /// deepseek4: the hyper-connections' epsilon (`hyper_connection.epsilon`).
+    #[arg(long, default_value_t = 1e-6)]
+    pub hc_eps: f32,
+    /// deepseek4: RoPE base of the compressing blocks and the indexer
+    /// (`attention.compress_rope_freq_base`; DeepSeek V4 has 160000).
+    #[arg(long, default_value_t = 160000.0)]
+    pub compress_rope_base: f32,
+    /// deepseek4: the clamp of the routed and shared experts' SwiGLU (`swiglu_clamp_exp`,
+    /// `swiglu_clamp_shexp`, one per block; DeepSeek V4 has 10).
+    #[arg(long, default_value_t = 10.0)]
+    pub swiglu_clamp: f32,
     /// Random seed.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -188,7 +228,7 @@ pub struct Args {
 }
 
 /// The architectures `synth` writes.
-const ARCHES: [&str; 14] = [
+const ARCHES: [&str; 15] = [
     "llama",
     "qwen2",
     "qwen3",
@@ -203,6 +243,7 @@ const ARCHES: [&str; 14] = [
     "glm-dsa",
     "qwen35moe",
     "qwen3next",
+    "deepseek4",
 ];
 
 pub fn run(args: Args) -> CmdResult {
@@ -344,6 +385,18 @@ pub fn run(args: Args) -> CmdResult {
                 );
             }
             "minimax-m2" => md.set(key("expert_gating_func"), Value::U32(2)),
+            "deepseek4" => {
+                md.set(
+                    key("expert_shared_count"),
+                    Value::U32(u32::try_from(args.experts_shared)?),
+                );
+                // DeepSeek V4's routed_scaling_factor, normalized top-k, and llama.cpp's
+                // LLAMA_EXPERT_GATING_FUNC_TYPE_SQRT_SOFTPLUS (4), the only gating it loads.
+                md.set(key("expert_weights_scale"), Value::F32(1.5));
+                md.set(key("expert_weights_norm"), Value::Bool(true));
+                md.set(key("expert_gating_func"), Value::U32(4));
+                md.set(key("nextn_predict_layers"), Value::U32(args.nextn));
+            }
             "qwen35moe" | "qwen3next" => md.set(
                 key("expert_shared_feed_forward_length"),
                 Value::U32(u32::try_from(shape.shared_ffn)?),
@@ -378,7 +431,7 @@ pub fn run(args: Args) -> CmdResult {
             );
         }
     }
-    if arch == "gemma3" || arch == "gpt-oss" {
+    if matches!(arch, "gemma3" | "gpt-oss" | "deepseek4") {
         md.set(
             key("attention.sliding_window"),
             Value::U32(args.sliding_window),
@@ -415,6 +468,44 @@ pub fn run(args: Args) -> CmdResult {
                 );
             }
         }
+    }
+    if let Some(d) = &shape.dsv4 {
+        let u = |v: u64| u32::try_from(v).map(Value::U32);
+        // One key/value head, keys and values the same row of the head's width.
+        md.set(key("attention.head_count_kv"), Value::U32(1));
+        md.set(key("attention.key_length"), u(shape.head_dim)?);
+        md.set(key("attention.value_length"), u(shape.head_dim)?);
+        md.set(key("attention.q_lora_rank"), u(d.q_lora)?);
+        md.set(key("attention.output_group_count"), u(d.o_groups)?);
+        md.set(key("attention.output_lora_rank"), u(d.o_lora)?);
+        md.set(key("attention.indexer.head_count"), u(d.indexer_heads)?);
+        md.set(key("attention.indexer.key_length"), u(d.indexer_dim)?);
+        md.set(key("attention.indexer.top_k"), u(args.indexer_top_k)?);
+        md.set(
+            key("attention.compress_ratios"),
+            Value::Array(
+                ramforge_gguf::ValueType::I32,
+                d.ratios.iter().map(|&r| Value::I32(r as i32)).collect(),
+            ),
+        );
+        md.set(
+            key("attention.compress_rope_freq_base"),
+            Value::F32(args.compress_rope_base),
+        );
+        md.set(key("hyper_connection.count"), u(HC)?);
+        md.set(
+            key("hyper_connection.sinkhorn_iterations"),
+            Value::U32(args.hc_sinkhorn_iters),
+        );
+        md.set(key("hyper_connection.epsilon"), Value::F32(args.hc_eps));
+        md.set(key("hash_layer_count"), Value::U32(d.hash_layers));
+        // One clamp per block, as llama.cpp's converter writes DeepSeek V4's swiglu_limit.
+        let clamps = Value::Array(
+            ramforge_gguf::ValueType::F32,
+            vec![Value::F32(args.swiglu_clamp); d.ratios.len()],
+        );
+        md.set(key("swiglu_clamp_exp"), clamps.clone());
+        md.set(key("swiglu_clamp_shexp"), clamps);
     }
     md.set(key("vocab_size"), Value::U32(u32::try_from(vocab)?));
     for (k, v) in donor_md.iter().filter(|(k, _)| k.starts_with("tokenizer.")) {
@@ -466,7 +557,108 @@ pub fn run(args: Args) -> CmdResult {
         // MTP layers after the blocks attend in full.
         let delta_net =
             hybrid && l < args.layers && (l + 1) % args.full_attention_interval.max(1) != 0;
-        if let Some(m) = &shape.mla {
+        if let Some(d) = &shape.dsv4 {
+            let (h, ql) = (shape.heads, d.q_lora);
+            add(b("attn_sinks.weight"), f32v, dims(h, 1), Fill::Uniform(1.0))?;
+            add(b("attn_q_a.weight"), ty, dims(e, ql), Fill::fan_in(e))?;
+            add(b("attn_q_a_norm.weight"), f32v, dims(ql, 1), near_one)?;
+            add(b("attn_q_b.weight"), ty, dims(ql, q), Fill::fan_in(ql))?;
+            add(b("attn_kv.weight"), ty, dims(e, hd), Fill::fan_in(e))?;
+            add(b("attn_kv_a_norm.weight"), f32v, dims(hd, 1), near_one)?;
+            // Grouped low-rank output: each group's heads to its own rank, then all to embd.
+            let (group_in, lora) = (q / d.o_groups, d.o_groups * d.o_lora);
+            add(
+                b("attn_output_a.weight"),
+                ty,
+                dims(group_in, lora),
+                Fill::fan_in(group_in),
+            )?;
+            add(
+                b("attn_output_b.weight"),
+                ty,
+                dims(lora, e),
+                Fill::fan_in(lora),
+            )?;
+            // Hyper-connections before the attention and the FFN: the mixes (pre, post and
+            // the Sinkhorn-normalized combination) from the normed streams, kept in F32 as
+            // the released files keep them.
+            let (hc_dim, hc_mix) = (HC * e, (2 + HC) * HC);
+            for site in ["attn", "ffn"] {
+                add(
+                    b(&format!("hc_{site}_fn.weight")),
+                    f32v,
+                    dims(hc_dim, hc_mix),
+                    Fill::fan_in(hc_dim),
+                )?;
+                add(
+                    b(&format!("hc_{site}_base.weight")),
+                    f32v,
+                    dims(hc_mix, 1),
+                    Fill::Uniform(0.5),
+                )?;
+                add(
+                    b(&format!("hc_{site}_scale.weight")),
+                    f32v,
+                    dims(3, 1),
+                    Fill::Uniform(0.5),
+                )?;
+            }
+            let ratio = d.ratios[l as usize] as u64;
+            if ratio != 0 {
+                // Ratio 4 compresses overlapping windows: twice the rows, the previous half.
+                let coff = if ratio == 4 { 2 } else { 1 };
+                for part in ["kv", "gate"] {
+                    add(
+                        b(&format!("attn_compressor_{part}.weight")),
+                        ty,
+                        dims(e, coff * hd),
+                        Fill::fan_in(e),
+                    )?;
+                }
+                add(
+                    b("attn_compressor_ape.weight"),
+                    f32v,
+                    dims(coff * hd, ratio),
+                    small,
+                )?;
+                add(
+                    b("attn_compressor_norm.weight"),
+                    f32v,
+                    dims(hd, 1),
+                    near_one,
+                )?;
+            }
+            if ratio == 4 {
+                let (ih, id) = (d.indexer_heads, d.indexer_dim);
+                add(b("indexer.proj.weight"), ty, dims(e, ih), Fill::fan_in(e))?;
+                add(
+                    b("indexer.attn_q_b.weight"),
+                    ty,
+                    dims(ql, ih * id),
+                    Fill::fan_in(ql),
+                )?;
+                for part in ["kv", "gate"] {
+                    add(
+                        b(&format!("indexer_compressor_{part}.weight")),
+                        ty,
+                        dims(e, 2 * id),
+                        Fill::fan_in(e),
+                    )?;
+                }
+                add(
+                    b("indexer_compressor_ape.weight"),
+                    f32v,
+                    dims(2 * id, ratio),
+                    small,
+                )?;
+                add(
+                    b("indexer_compressor_norm.weight"),
+                    f32v,
+                    dims(id, 1),
+                    near_one,
+                )?;
+            }
+        } else if let Some(m) = &shape.mla {
             let (h, rope) = (shape.heads, shape.rope_dim);
             let nope = hd - rope;
             if m.q_lora > 0 {
@@ -603,7 +795,7 @@ pub fn run(args: Args) -> CmdResult {
             }
             _ => {}
         }
-        if shape.mla.is_none() && !delta_net {
+        if shape.mla.is_none() && shape.dsv4.is_none() && !delta_net {
             add(b("attn_output.weight"), ty, dims(q, e), Fill::fan_in(q))?;
         }
         if arch == "gpt-oss" {
@@ -640,8 +832,21 @@ pub fn run(args: Args) -> CmdResult {
             if arch == "gpt-oss" {
                 add(b("ffn_gate_inp.bias"), f32v, dims(x, 1), Fill::Uniform(0.5))?;
             }
-            if matches!(arch, "glm4moe" | "minimax-m2" | "deepseek2" | "glm-dsa") {
-                add(b("exp_probs_b.bias"), f32v, dims(x, 1), Fill::Uniform(0.5))?;
+            match &shape.dsv4 {
+                Some(d) if l < d.hash_layers => {
+                    // Hash routing: each token's experts, distinct, by token id.
+                    add(
+                        b("ffn_gate_tid2eid.weight"),
+                        GgmlType::I32,
+                        dims(args.experts_used, vocab),
+                        Fill::ExpertIds(x),
+                    )?;
+                }
+                Some(_) => add(b("exp_probs_b.bias"), f32v, dims(x, 1), Fill::Uniform(0.5))?,
+                None if matches!(arch, "glm4moe" | "minimax-m2" | "deepseek2" | "glm-dsa") => {
+                    add(b("exp_probs_b.bias"), f32v, dims(x, 1), Fill::Uniform(0.5))?;
+                }
+                None => {}
             }
             let xt = expert_ty;
             add(
@@ -664,7 +869,7 @@ pub fn run(args: Args) -> CmdResult {
             }
             let shared = match arch {
                 "qwen2moe" | "qwen35moe" | "qwen3next" => shape.shared_ffn,
-                "glm4moe" | "deepseek2" | "glm-dsa" => f * args.experts_shared,
+                "glm4moe" | "deepseek2" | "glm-dsa" | "deepseek4" => f * args.experts_shared,
                 _ => 0,
             };
             if shared > 0 {
@@ -714,6 +919,27 @@ pub fn run(args: Args) -> CmdResult {
                 near_one,
             )?;
         }
+    }
+    if shape.dsv4.is_some() {
+        // The head's hyper-connection: the streams' weights for the final state.
+        add(
+            "output_hc_fn.weight".into(),
+            GgmlType::F32,
+            dims(HC * e, HC),
+            Fill::fan_in(HC * e),
+        )?;
+        add(
+            "output_hc_base.weight".into(),
+            GgmlType::F32,
+            dims(HC, 1),
+            Fill::Uniform(0.5),
+        )?;
+        add(
+            "output_hc_scale.weight".into(),
+            GgmlType::F32,
+            dims(1, 1),
+            Fill::Uniform(0.5),
+        )?;
     }
     add(
         "output_norm.weight".into(),
@@ -783,6 +1009,107 @@ struct Shape {
     mla: Option<Mla>,
     /// Expert groups and groups used.
     groups: Option<(u32, u32)>,
+    /// deepseek4's compressed attention, hyper-connections and hash routing.
+    dsv4: Option<Dsv4>,
+}
+
+/// DeepSeek V4's sizes beyond the common ones.
+struct Dsv4 {
+    /// Per block (MTP layers included, theirs 0): 0, 4 or 128.
+    ratios: Vec<u32>,
+    /// Leading blocks routed by `ffn_gate_tid2eid`.
+    hash_layers: u32,
+    q_lora: u64,
+    o_groups: u64,
+    o_lora: u64,
+    indexer_heads: u64,
+    indexer_dim: u64,
+}
+
+/// llama.cpp's hyper-connection streams (`hyper_connection.count`): its graph takes 4 only.
+const HC: u64 = 4;
+
+impl Dsv4 {
+    fn new(a: &Args, head_dim: u64, rope_dim: u64) -> Result<Dsv4, CmdError> {
+        if a.kv_heads != 1 || a.q_lora_rank == 0 || a.legacy_kv_b || a.indexer_types.is_some() {
+            return Err(
+                "deepseek4 needs --kv-heads 1 and --q-lora-rank (no --legacy-kv-b, --indexer-types)"
+                    .into(),
+            );
+        }
+        if a.experts_shared == 0 {
+            return Err("deepseek4 needs --experts-shared of at least 1".into());
+        }
+        let o_lora = a.o_lora_rank.unwrap_or(head_dim);
+        if a.o_groups == 0 || !a.heads.is_multiple_of(a.o_groups) || o_lora == 0 {
+            return Err(format!(
+                "deepseek4: --o-groups {} must divide --heads {}, and --o-lora-rank be positive",
+                a.o_groups, a.heads
+            )
+            .into());
+        }
+        let mut ratios = a
+            .compress_ratios
+            .as_deref()
+            .unwrap_or("")
+            .split(',')
+            .filter(|v| !v.trim().is_empty())
+            .map(|v| match v.trim() {
+                "0" => Ok(0),
+                "4" => Ok(4),
+                "128" => Ok(128),
+                other => Err(format!("--compress-ratios: {other:?} is not 0, 4 or 128")),
+            })
+            .collect::<Result<Vec<u32>, String>>()?;
+        // llama.cpp (0.3.36) divides by zero building the Hadamard rotation of a compressed
+        // cache no block uses: it runs only files with both kinds.
+        if ratios.len() != a.layers as usize || !ratios.contains(&4) || !ratios.contains(&128) {
+            return Err(format!(
+                "deepseek4 needs --compress-ratios: one 0, 4 or 128 per layer ({}), at least one \
+                 4 and one 128 (llama.cpp runs no file without both)",
+                a.layers
+            )
+            .into());
+        }
+        // llama.cpp runs an MTP layer over the raw window only: it has no compressor.
+        ratios.extend(std::iter::repeat_n(0, a.nextn as usize));
+        if a.indexer_heads == 0
+            || a.indexer_top_k == 0
+            || !a.indexer_dim.is_power_of_two()
+            || a.indexer_dim < 64
+            || a.indexer_dim < rope_dim
+        {
+            return Err(format!(
+                "deepseek4's ratio-4 blocks need --indexer-heads, --indexer-top-k and an \
+                 --indexer-dim that is a power of two of at least 64 and --rope-dim {rope_dim}"
+            )
+            .into());
+        }
+        if a.hash_layers > a.layers {
+            return Err("--hash-layers must not exceed --layers".into());
+        }
+        let positive = |v: f32| v.is_finite() && v > 0.0;
+        if a.hc_sinkhorn_iters == 0
+            || !positive(a.hc_eps)
+            || !positive(a.compress_rope_base)
+            || !positive(a.swiglu_clamp)
+        {
+            return Err(
+                "deepseek4: --hc-sinkhorn-iters, --hc-eps, --compress-rope-base and \
+                 --swiglu-clamp must be positive"
+                    .into(),
+            );
+        }
+        Ok(Dsv4 {
+            ratios,
+            hash_layers: a.hash_layers,
+            q_lora: a.q_lora_rank,
+            o_groups: a.o_groups,
+            o_lora,
+            indexer_heads: a.indexer_heads,
+            indexer_dim: a.indexer_dim,
+        })
+    }
 }
 
 /// Multi-head latent attention's sizes.
@@ -835,6 +1162,7 @@ impl Shape {
                 | "glm-dsa"
                 | "qwen35moe"
                 | "qwen3next"
+                | "deepseek4"
         );
         if a.experts > 0 && !moe_only && arch != "llama" {
             return Err(format!("--experts: {} has no expert layout", a.arch).into());
@@ -845,7 +1173,7 @@ impl Shape {
         let rope_dim = a.rope_dim.unwrap_or(
             if matches!(arch, "glm4moe" | "minimax-m2" | "deepseek2" | "glm-dsa") {
                 head_dim / 2
-            } else if matches!(arch, "qwen35moe" | "qwen3next") {
+            } else if matches!(arch, "qwen35moe" | "qwen3next" | "deepseek4") {
                 (head_dim / 4).max(2) & !1
             } else {
                 head_dim
@@ -860,11 +1188,17 @@ impl Shape {
             // llama.cpp sizes olmoe's K norm by n_embd: it has no grouped-query layout.
             return Err("olmoe: --kv-heads must equal --heads".into());
         }
-        if a.nextn > 0 && !matches!(arch, "glm4moe" | "deepseek2" | "glm-dsa" | "qwen35moe") {
-            return Err(
-                "--nextn: only glm4moe, deepseek2, glm-dsa and qwen35moe files carry MTP layers here"
-                    .into(),
-            );
+        if a.nextn > 0
+            && !matches!(
+                arch,
+                "glm4moe" | "deepseek2" | "glm-dsa" | "qwen35moe" | "deepseek4"
+            )
+        {
+            return Err(concat!(
+                "--nextn: only glm4moe, deepseek2, glm-dsa, qwen35moe and deepseek4 files carry ",
+                "MTP layers here"
+            )
+            .into());
         }
         if matches!(arch, "glm4moe" | "deepseek2" | "glm-dsa") && a.dense_lead > a.layers {
             return Err("--dense-lead must not exceed --layers".into());
@@ -946,9 +1280,24 @@ impl Shape {
                 indexer,
             })
         } else {
-            if a.q_lora_rank > 0 || a.kv_lora_rank > 0 || a.v_head_dim.is_some() {
+            if (a.q_lora_rank > 0 && arch != "deepseek4")
+                || a.kv_lora_rank > 0
+                || a.v_head_dim.is_some()
+            {
+                return Err(concat!(
+                    "--q-lora-rank: deepseek2, glm-dsa, deepseek4 only; --kv-lora-rank, ",
+                    "--v-head-dim: deepseek2, glm-dsa only"
+                )
+                .into());
+            }
+            None
+        };
+        let dsv4 = if arch == "deepseek4" {
+            Some(Dsv4::new(a, head_dim, rope_dim)?)
+        } else {
+            if a.compress_ratios.is_some() || a.hash_layers > 0 || a.o_lora_rank.is_some() {
                 return Err(
-                    "--q-lora-rank, --kv-lora-rank, --v-head-dim: deepseek2, glm-dsa only".into(),
+                    "--compress-ratios, --hash-layers, --o-lora-rank: deepseek4 only".into(),
                 );
             }
             None
@@ -982,6 +1331,7 @@ impl Shape {
             dense_ffn: a.dense_ffn.unwrap_or(a.ffn),
             mla,
             groups,
+            dsv4,
         })
     }
 
@@ -1021,6 +1371,8 @@ enum Fill {
     Uniform(f32),
     /// Uniform in `c ± a`.
     Around(f32, f32),
+    /// Distinct expert ids below the count, drawn per row (an I32 routing table).
+    ExpertIds(u64),
 }
 
 impl Fill {
@@ -1089,6 +1441,14 @@ impl RowSource {
                     *v = c + self.rng.gen_range(-a..=a);
                 }
             }
+            Fill::ExpertIds(n) => {
+                use rand::seq::SliceRandom;
+                let mut ids: Vec<u32> = (0..n as u32).collect();
+                let (chosen, _) = ids.partial_shuffle(&mut self.rng, self.values.len());
+                for (v, &id) in self.values.iter_mut().zip(chosen.iter()) {
+                    *v = id as f32;
+                }
+            }
         }
         if let Some(shift) = &self.row_shift {
             let c = shift[(self.rows - self.rows_left) as usize];
@@ -1097,6 +1457,10 @@ impl RowSource {
         if self.ty == GgmlType::F32 {
             for (dst, v) in self.row.chunks_exact_mut(4).zip(&self.values) {
                 dst.copy_from_slice(&v.to_le_bytes());
+            }
+        } else if self.ty == GgmlType::I32 {
+            for (dst, v) in self.row.chunks_exact_mut(4).zip(&self.values) {
+                dst.copy_from_slice(&(*v as i32).to_le_bytes());
             }
         } else {
             ramforge_quant::quantize_row(self.ty, &self.values, &mut self.row)
