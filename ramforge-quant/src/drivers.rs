@@ -720,9 +720,10 @@ mod tests {
         formats::for_each_format!(quant)
     }
 
-    /// An unpacked tile that is `UNPACKED_ROWS * TILE` calls of the type's scalar dot, each unpacked block the
-    /// packed one and padding (so a few rows fill [`UNPACKED_BYTES`] and an item's rows run in
-    /// several groups): exercises the driver's unpacked path on every block type.
+    /// An unpacked tile that is `UNPACKED_ROWS * TILE` calls of the type's scalar dot, each
+    /// unpacked block the packed one and padding (so a few rows fill [`UNPACKED_BYTES`] and an
+    /// item's rows run in several groups): exercises the driver's unpacked path on every block
+    /// type.
     fn per_token_unpacked_tile(ty: GgmlType) -> Option<Tile> {
         const PAD: usize = 40_000;
         macro_rules! quant {

@@ -390,3 +390,54 @@ print(float(std.min()), float(std.max()), float(np.abs(np.diff(L, axis=0)).max(a
         assert!(err.starts_with("error: ") && err.contains(expect), "{err}");
     }
 }
+
+/// `--quantized-rows N`: each block-quantized matrix's first N rows are the ones a full write
+/// gives (the same seed), every later row is made of their blocks only, norms stay as they
+/// were, and llama.cpp runs the file to finite logits of a sane spread.
+#[test]
+fn quantized_rows_build_the_other_rows_of_real_blocks() {
+    let full = tmp("pool-full.gguf");
+    let pooled = tmp("pool-2.gguf");
+    let write = |out: &Path, extra: &[&str]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_ramforge-tools"))
+            .args(["synth", "-q", "-o"])
+            .arg(out)
+            .args(["--arch", "llama", "--layers", "2", "--embd", "256"])
+            .args(["--ffn", "512", "--heads", "4", "--kv-heads", "2"])
+            .args(["--type", "Q4_K", "--seed", "3", "--vocab-from"])
+            .arg(donor())
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    };
+    write(&full, &[]);
+    write(&pooled, &["--quantized-rows", "2"]);
+    let (a, b) = (
+        GgufFile::open(&full).unwrap(),
+        GgufFile::open(&pooled).unwrap(),
+    );
+    let bytes = |f: &GgufFile, name: &str| {
+        let t = f.tensor(name).unwrap();
+        let mut raw = vec![0; t.n_bytes as usize];
+        f.read_tensor_into(t, &mut raw).unwrap();
+        (raw, t.ggml_type)
+    };
+    for name in ["blk.1.ffn_down.weight", "token_embd.weight"] {
+        let ((x, ty), (y, _)) = (bytes(&a, name), bytes(&b, name));
+        assert_eq!(ty, GgmlType::Q4_K);
+        assert_ne!(x, y, "{name}: later rows differ from a full write");
+        let row = x.len() / a.tensor(name).unwrap().shape[1..].iter().product::<u64>() as usize;
+        assert_eq!(x[..2 * row], y[..2 * row], "{name}: the quantized rows");
+        let block = ty.type_size();
+        let pool: std::collections::HashSet<&[u8]> = y[..2 * row].chunks(block).collect();
+        assert!(
+            y[2 * row..].chunks(block).all(|b| pool.contains(b)),
+            "{name}: every later block is one of the first rows'"
+        );
+    }
+    let (x, _) = bytes(&a, "blk.0.attn_norm.weight");
+    assert_eq!(x, bytes(&b, "blk.0.attn_norm.weight").0);
+    let std = llama_cpp_logit_std(&pooled);
+    assert!(std.is_finite() && std > 0.05, "logit std {std}");
+}

@@ -211,6 +211,12 @@ pub struct Args {
     /// `swiglu_clamp_shexp`, one per block; DeepSeek V4 has 10).
     #[arg(long, default_value_t = 10.0)]
     pub swiglu_clamp: f32,
+    /// Quantize at most N rows of each block-quantized matrix for real and make the others
+    /// of those rows' blocks, picked at random (seeded): a file of a slow-to-quantize format
+    /// (the codebook formats' quantizers search their grids) in seconds, every block a real
+    /// quantized one, for speed measurements; 0 (the default) quantizes every row.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub quantized_rows: u64,
     /// Random seed.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -524,6 +530,7 @@ pub fn run(args: Args) -> CmdResult {
         parameters += cols * rows;
         let seed = args.seed ^ fnv1a(name.as_bytes());
         let mut data = RowSource::new(ty, cols as usize, rows, fill, seed, bar.clone())?;
+        data.quantized_rows = args.quantized_rows;
         if skew > 0.0 {
             if name == "token_embd.weight" {
                 data.row_shift = Some(vec![SKEW_EMBD_SHIFT; rows as usize]);
@@ -1397,6 +1404,10 @@ struct RowSource {
     row_shift: Option<Vec<f32>>,
     /// The write's progress bar (hidden when stderr is not a terminal).
     progress: indicatif::ProgressBar,
+    /// `--quantized-rows`: rows quantized for real (0: all); the others are made of their
+    /// blocks, kept in `pool`.
+    quantized_rows: u64,
+    pool: Vec<u8>,
 }
 
 impl RowSource {
@@ -1425,10 +1436,28 @@ impl RowSource {
             rows,
             row_shift: None,
             progress,
+            quantized_rows: 0,
+            pool: Vec::new(),
         })
     }
 
     fn next_row(&mut self) -> std::io::Result<()> {
+        let index = self.rows - self.rows_left;
+        let pooled = self.quantized_rows > 0
+            && !matches!(self.ty, GgmlType::F32 | GgmlType::I32)
+            && !matches!(self.fill, Fill::ExpertIds(_))
+            && self.row_shift.is_none();
+        if pooled && index >= self.quantized_rows {
+            let block = self.ty.type_size();
+            let blocks = self.pool.len() / block;
+            for dst in self.row.chunks_exact_mut(block) {
+                let b = self.rng.gen_range(0..blocks);
+                dst.copy_from_slice(&self.pool[b * block..(b + 1) * block]);
+            }
+            self.served = 0;
+            self.rows_left -= 1;
+            return Ok(());
+        }
         match self.fill {
             Fill::Ones => self.values.fill(1.0),
             Fill::Uniform(a) => {
@@ -1465,6 +1494,9 @@ impl RowSource {
         } else {
             ramforge_quant::quantize_row(self.ty, &self.values, &mut self.row)
                 .map_err(std::io::Error::other)?;
+            if pooled {
+                self.pool.extend_from_slice(&self.row);
+            }
         }
         self.served = 0;
         self.rows_left -= 1;
