@@ -55,9 +55,9 @@ impl Codebook for Iq3S {
 }
 
 pub(super) mod iq3_xxs {
-    super::super::common::codebook_entry_points!("IQ3_XXS", iq3_xxs, super::Iq3Xxs, 4);
+    super::super::common::codebook_entry_points!("IQ3_XXS", iq3_xxs, super::Iq3Xxs, 2, vex 4);
 }
 
 pub(super) mod iq3_s {
-    super::super::common::codebook_entry_points!("IQ3_S", iq3_s, super::Iq3S, 4);
+    super::super::common::codebook_entry_points!("IQ3_S", iq3_s, super::Iq3S, 2, vex 4);
 }
