@@ -20,16 +20,21 @@ fn tmp(name: &str) -> PathBuf {
 
 /// Runs synth for a small model; returns (exit status, stderr).
 fn synth(out: &Path, arch: &str, ty: &str, seed: u64) -> (Option<i32>, String) {
+    let shape = "--layers 2 --embd 64 --ffn 96 --heads 4 --kv-heads 2";
+    let seed = seed.to_string();
+    synth_with(out, shape, &["--arch", arch, "--type", ty, "--seed", &seed])
+}
+
+/// Runs `synth -q -o OUT ARGS EXTRA --vocab-from DONOR` (`args` split at spaces); returns
+/// (exit status, stderr).
+fn synth_with(out: &Path, args: &str, extra: &[&str]) -> (Option<i32>, String) {
     let o = Command::new(env!("CARGO_BIN_EXE_ramforge-tools"))
-        .args(["synth", "-o"])
+        .args(["synth", "-q", "-o"])
         .arg(out)
-        .args([
-            "--arch", arch, "--layers", "2", "--embd", "64", "--ffn", "96",
-        ])
-        .args(["--heads", "4", "--kv-heads", "2", "--type", ty])
+        .args(args.split(' '))
+        .args(extra)
         .arg("--vocab-from")
         .arg(donor())
-        .args(["--seed", &seed.to_string()])
         .output()
         .unwrap();
     (
@@ -52,8 +57,14 @@ assert logits.shape == (49152,), logits.shape
 assert np.isfinite(logits).all()
 print(float(logits.std()))
 "#;
+    llama_cpp_stdout(SCRIPT, path).trim().parse().unwrap()
+}
+
+/// Runs `script` in the reference python with the file as its argument; asserts it succeeded
+/// and returns what it printed.
+fn llama_cpp_stdout(script: &str, path: &Path) -> String {
     let o = Command::new(reference_python())
-        .args(["-c", SCRIPT])
+        .args(["-c", script])
         .arg(path)
         .output()
         .unwrap();
@@ -63,7 +74,7 @@ print(float(logits.std()))
         path.display(),
         String::from_utf8_lossy(&o.stderr)
     );
-    String::from_utf8_lossy(&o.stdout).trim().parse().unwrap()
+    String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
 #[test]
@@ -176,28 +187,9 @@ fn bad_shapes_are_refused_in_one_line() {
 fn router_skew_is_seeded_and_touches_only_the_embedding_and_the_routers() {
     let write = |name: &str, extra: &[&str]| {
         let out = tmp(name);
-        let o = Command::new(env!("CARGO_BIN_EXE_ramforge-tools"))
-            .args(["synth", "-q", "-o"])
-            .arg(&out)
-            .args(["--arch", "qwen3moe", "--layers", "2", "--embd", "64"])
-            .args([
-                "--ffn",
-                "64",
-                "--heads",
-                "4",
-                "--kv-heads",
-                "2",
-                "--type",
-                "Q8_0",
-            ])
-            .args(["--experts", "8", "--experts-used", "2", "--seed", "3"])
-            .arg("--vocab-from")
-            .arg(donor())
-            .args(extra)
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&o.stderr).into_owned();
-        (out, o.status.code(), err)
+        let base = "--arch qwen3moe --layers 2 --embd 64 --ffn 64 --heads 4 --kv-heads 2 --type Q8_0 --experts 8 --experts-used 2 --seed 3";
+        let (code, err) = synth_with(&out, base, extra);
+        (out, code, err)
     };
     let (plain, _, _) = write("plain.gguf", &[]);
     let (zero, _, _) = write("zero.gguf", &["--router-skew", "0"]);
@@ -232,28 +224,13 @@ fn router_skew_is_seeded_and_touches_only_the_embedding_and_the_routers() {
     let (_, code, err) = write("neg.gguf", &["--router-skew=-1"]);
     assert_eq!(code, Some(1));
     assert!(err.contains("--router-skew -1"), "{err}");
-    let o = Command::new(env!("CARGO_BIN_EXE_ramforge-tools"))
-        .args(["synth", "-q", "-o"])
-        .arg(tmp("dense.gguf"))
-        .args([
-            "--arch", "llama", "--layers", "1", "--embd", "64", "--ffn", "64",
-        ])
-        .args([
-            "--heads",
-            "4",
-            "--kv-heads",
-            "2",
-            "--type",
-            "Q8_0",
-            "--router-skew",
-            "1",
-        ])
-        .arg("--vocab-from")
-        .arg(donor())
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("needs --experts"));
+    let (code, err) = synth_with(
+        &tmp("dense.gguf"),
+        "--arch llama --layers 1 --embd 64 --ffn 64 --heads 4 --kv-heads 2 --type Q8_0 --router-skew 1",
+        &[],
+    );
+    assert_eq!(code, Some(1));
+    assert!(err.contains("needs --experts"), "{err}");
 }
 
 /// deepseek4 (DeepSeek V4), which the engine does not run yet: a file with every kind of
@@ -266,37 +243,9 @@ fn router_skew_is_seeded_and_touches_only_the_embedding_and_the_routers() {
 fn deepseek4_runs_in_llama_cpp_and_the_engine_refuses_it_in_one_line() {
     let write = |name: &str, extra: &[&str]| {
         let out = tmp(name);
-        let o = Command::new(env!("CARGO_BIN_EXE_ramforge-tools"))
-            .args(["synth", "-q", "-o"])
-            .arg(&out)
-            .args(["--arch", "deepseek4", "--layers", "3", "--embd", "64"])
-            .args(["--ffn", "64", "--heads", "4", "--kv-heads", "1"])
-            .args([
-                "--head-dim",
-                "64",
-                "--rope-dim",
-                "16",
-                "--q-lora-rank",
-                "64",
-            ])
-            .args([
-                "--experts",
-                "8",
-                "--experts-used",
-                "2",
-                "--sliding-window",
-                "8",
-            ])
-            .args(["--indexer-heads", "2", "--indexer-dim", "64"])
-            .args(["--indexer-top-k", "4", "--hash-layers", "1"])
-            .args(["--o-lora-rank", "32", "--type", "MXFP4"])
-            .arg("--vocab-from")
-            .arg(donor())
-            .args(extra)
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&o.stderr).into_owned();
-        (out, o.status.code(), err)
+        let base = "--arch deepseek4 --layers 3 --embd 64 --ffn 64 --heads 4 --kv-heads 1 --head-dim 64 --rope-dim 16 --q-lora-rank 64 --experts 8 --experts-used 2 --sliding-window 8 --indexer-heads 2 --indexer-dim 64 --indexer-top-k 4 --hash-layers 1 --o-lora-rank 32 --type MXFP4";
+        let (code, err) = synth_with(&out, base, extra);
+        (out, code, err)
     };
     let (path, code, err) = write(
         "deepseek4.gguf",
@@ -338,18 +287,7 @@ assert np.isfinite(L).all()
 std = L.std(axis=1)
 print(float(std.min()), float(std.max()), float(np.abs(np.diff(L, axis=0)).max(axis=1).min()))
 "#;
-    let o = Command::new(reference_python())
-        .args(["-c", SCRIPT])
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "llama.cpp could not run {}: {}",
-        path.display(),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let figures: Vec<f64> = String::from_utf8_lossy(&o.stdout)
+    let figures: Vec<f64> = llama_cpp_stdout(SCRIPT, &path)
         .split_whitespace()
         .map(|v| v.parse().unwrap())
         .collect();
@@ -399,17 +337,9 @@ fn quantized_rows_build_the_other_rows_of_real_blocks() {
     let full = tmp("pool-full.gguf");
     let pooled = tmp("pool-2.gguf");
     let write = |out: &Path, extra: &[&str]| {
-        let o = Command::new(env!("CARGO_BIN_EXE_ramforge-tools"))
-            .args(["synth", "-q", "-o"])
-            .arg(out)
-            .args(["--arch", "llama", "--layers", "2", "--embd", "256"])
-            .args(["--ffn", "512", "--heads", "4", "--kv-heads", "2"])
-            .args(["--type", "Q4_K", "--seed", "3", "--vocab-from"])
-            .arg(donor())
-            .args(extra)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let base = "--arch llama --layers 2 --embd 256 --ffn 512 --heads 4 --kv-heads 2 --type Q4_K --seed 3";
+        let (code, err) = synth_with(out, base, extra);
+        assert_eq!(code, Some(0), "{err}");
     };
     write(&full, &[]);
     write(&pooled, &["--quantized-rows", "2"]);
