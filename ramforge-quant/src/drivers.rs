@@ -478,7 +478,7 @@ fn run_item(p: &Prepared<'_>, cols: usize, n: usize, item: usize) {
         return;
     }
     if let Some(Tile::Unpacked(u)) = p.tile {
-        run_unpacked(p, u, cols, n, o0..o1, &write);
+        run_unpacked(p, u, n, o0..o1, &write);
         return;
     }
     // Token blocks sized to stay in L1; every weight row of the item visits each block.
@@ -538,11 +538,10 @@ fn run_item(p: &Prepared<'_>, cols: usize, n: usize, item: usize) {
 /// Rows `rows` of one product through its [`Tile::Unpacked`] kernel: as many rows as fit
 /// [`UNPACKED_BYTES`] unpacked at a time, then every token over them, [`TILE`] tokens and
 /// [`UNPACKED_ROWS`] rows a call (a group's last row, if it fills no call, with a copy of
-/// itself), the tokens that fill no tile through the format's dot.
+/// itself), a last tile short of tokens with its last token repeated.
 fn run_unpacked(
     p: &Prepared<'_>,
     u: Unpack,
-    cols: usize,
     n: usize,
     rows: std::ops::Range<usize>,
     write: &impl Fn(usize, usize, f32),
@@ -569,24 +568,22 @@ fn run_unpacked(
             for k in g1 - g0..calls * UNPACKED_ROWS {
                 held.copy_within((k - 1) * urow..k * urow, k * urow);
             }
-            let mut t = 0;
-            while t + TILE <= n {
-                let a = std::array::from_fn(|k| &buf[(t + k) * act_row..(t + k + 1) * act_row]);
+            // A last, short tile repeats its last token; only the real tokens are written.
+            for t in (0..n).step_by(TILE) {
+                let a = std::array::from_fn(|k| {
+                    let tk = (t + k).min(n - 1);
+                    &buf[tk * act_row..(tk + 1) * act_row]
+                });
+                let tokens = TILE.min(n - t);
                 for (c, ur) in held.chunks_exact(UNPACKED_ROWS * urow).enumerate() {
                     for (r, out) in (u.tile)(ur, a).into_iter().enumerate() {
                         let o = g0 + c * UNPACKED_ROWS + r;
                         if o < g1 {
-                            for (k, v) in out.into_iter().enumerate() {
+                            for (k, &v) in out[..tokens].iter().enumerate() {
                                 write(t + k, o, v);
                             }
                         }
                     }
-                }
-                t += TILE;
-            }
-            for t in t..n {
-                for o in g0..g1 {
-                    write(t, o, dot_token(p.dot, p.acts, cols, weight_row(o), t));
                 }
             }
             g0 = g1;
@@ -882,7 +879,7 @@ mod tests {
                 ));
             }
             let scalar_no_tile = with_tile(scalar, None, None);
-            for n in [1, 3, 4, 5, 9, 64] {
+            for n in [1, 3, 4, 5, 9, 11, 64] {
                 let x = random(n * cols, 2 + n as u64);
                 // The reference: one public matvec per token.
                 let mut want = vec![0f32; rows * n];
