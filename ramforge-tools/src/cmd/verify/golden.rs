@@ -184,53 +184,65 @@ pub fn run(args: &Check) -> CmdResult {
     }
     let pass = total.mean() <= tol.mean && total.max <= tol.max && total.argmax_mismatches == 0;
     let class = if all_float { "float" } else { "quantized" };
-    if args.json {
-        let line = serde_json::json!({"summary": {
-            "golden": golden.display().to_string(),
-            "model": args.model.display().to_string(),
-            "records": records.len(),
-            "steps": total.steps,
-            "mean_abs_diff": total.mean(),
-            "max_abs_diff": total.max,
-            "argmax_checked": total.argmax_checked,
-            "argmax_mismatches": total.argmax_mismatches,
-            "class": class,
-            "tolerance": tol,
-            "pass": pass,
-            "peak_managed_bytes": engine.budget().peak(),
-        }});
-        writeln!(out, "{line}")?;
+    let summary = serde_json::json!({"summary": {
+        "golden": golden.display().to_string(),
+        "model": args.model.display().to_string(),
+        "records": records.len(),
+        "steps": total.steps,
+        "mean_abs_diff": total.mean(),
+        "max_abs_diff": total.max,
+        "argmax_checked": total.argmax_checked,
+        "argmax_mismatches": total.argmax_mismatches,
+        "class": class,
+        "tolerance": tol,
+        "pass": pass,
+        "peak_managed_bytes": engine.budget().peak(),
+    }});
+    let line = format!(
+        "{}: {} records, {} steps, mean |diff| {:.4} (<= {}), max {:.4} (<= {}), argmax mismatches {}/{} ({class} model, peak managed {})",
+        golden.display(),
+        records.len(),
+        total.steps,
+        total.mean(),
+        tol.mean,
+        total.max,
+        tol.max,
+        total.argmax_mismatches,
+        total.argmax_checked,
+        human_bytes(engine.budget().peak()),
+    );
+    let failure = format!(
+        "{} is outside the tolerance: mean {:.4} (limit {}), max {:.4} (limit {}), {} argmax mismatches",
+        golden.display(),
+        total.mean(),
+        tol.mean,
+        total.max,
+        tol.max,
+        total.argmax_mismatches
+    );
+    report(&mut out, args.json, summary, &line, pass, failure)
+}
+
+/// Ends a golden check: the summary as one JSON line (`--json`) or `line` with its verdict,
+/// then success, or `failure` as the error.
+pub fn report(
+    out: &mut impl Write,
+    json: bool,
+    summary: serde_json::Value,
+    line: &str,
+    pass: bool,
+    failure: String,
+) -> CmdResult {
+    if json {
+        writeln!(out, "{summary}")?;
     } else {
-        writeln!(
-            out,
-            "{}: {} records, {} steps, mean |diff| {:.4} (<= {}), max {:.4} (<= {}), argmax mismatches {}/{} ({class} model, peak managed {}): {}",
-            golden.display(),
-            records.len(),
-            total.steps,
-            total.mean(),
-            tol.mean,
-            total.max,
-            tol.max,
-            total.argmax_mismatches,
-            total.argmax_checked,
-            human_bytes(engine.budget().peak()),
-            if pass { "PASS" } else { "FAIL" }
-        )?;
+        writeln!(out, "{line}: {}", if pass { "PASS" } else { "FAIL" })?;
     }
     out.flush()?;
     if pass {
         Ok(ExitCode::SUCCESS)
     } else {
-        Err(format!(
-            "{} is outside the tolerance: mean {:.4} (limit {}), max {:.4} (limit {}), {} argmax mismatches",
-            golden.display(),
-            total.mean(),
-            tol.mean,
-            total.max,
-            tol.max,
-            total.argmax_mismatches
-        )
-        .into())
+        Err(failure.into())
     }
 }
 

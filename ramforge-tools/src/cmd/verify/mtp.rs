@@ -8,12 +8,10 @@
 //! the golden margin allows, and the chained hidden state. Row 0 (whose hidden state is
 //! llama.cpp's zeros) is not compared. Tolerances as `--golden`'s (float or quantized file).
 
-use super::golden::{tolerance, Check};
+use super::golden::{report, tolerance, Check};
 use crate::error::{CmdError, CmdResult};
 use ramforge_engine::{Engine, Model};
 use serde::Deserialize;
-use std::io::Write;
-use std::process::ExitCode;
 
 /// One prompt of the golden.
 #[derive(Deserialize)]
@@ -101,24 +99,19 @@ pub fn run(args: &Check) -> CmdResult {
         "tolerance": tol,
         "pass": pass,
     });
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
-    if args.json {
-        writeln!(out, "{summary}")?;
-    } else {
-        writeln!(
-            out,
-            "{}: {rows} MTP rows, mean |diff| {mean:.4} (<= {}), max {max:.4} (<= {}), hidden max {hidden_max:.4}, argmax mismatches {mismatches}/{checked}: {}",
-            args.golden.display(),
-            tol.mean,
-            tol.max,
-            if pass { "PASS" } else { "FAIL" }
-        )?;
-    }
-    out.flush()?;
-    if pass {
-        Ok(ExitCode::SUCCESS)
-    } else {
-        Err(format!("{} is outside the tolerance", args.golden.display()).into())
-    }
+    let line = format!(
+        "{}: {rows} MTP rows, mean |diff| {mean:.4} (<= {}), max {max:.4} (<= {}), hidden max {hidden_max:.4}, argmax mismatches {mismatches}/{checked}",
+        args.golden.display(),
+        tol.mean,
+        tol.max,
+    );
+    let failure = format!("{} is outside the tolerance", args.golden.display());
+    report(
+        &mut std::io::stdout().lock(),
+        args.json,
+        summary,
+        &line,
+        pass,
+        failure,
+    )
 }
