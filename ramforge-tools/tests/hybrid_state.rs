@@ -18,7 +18,7 @@ fn hybrid_model() -> PathBuf {
     let out = dir.join("qwen35moe.gguf");
     common::synth(
         &out,
-        &[&common::QWEN35MOE_SMALL[..], &["--type", "F32"]].concat(),
+        &[&common::qwen35moe_small()[..], &["--type", "F32"]].concat(),
     );
     out
 }

@@ -103,7 +103,7 @@ fn speculation_is_identical(args: &[&str]) {
 
 #[test]
 fn hybrid_speculation_greedy_equals_plain() {
-    speculation_is_identical(&common::QWEN35MOE_SMALL);
+    speculation_is_identical(&common::qwen35moe_small());
 }
 
 #[test]

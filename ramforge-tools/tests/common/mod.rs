@@ -150,26 +150,10 @@ pub const DSA_SMALL: [&str; 14] = [
 
 /// `synth` arguments of a small qwen35moe (hybrid) model: three layers, the middle one full
 /// attention, the others gated delta-net; 8 experts, 2 used (the weight type is the caller's).
-pub const QWEN35MOE_SMALL: [&str; 18] = [
-    "--arch",
-    "qwen35moe",
-    "--layers",
-    "3",
-    "--embd",
-    "128",
-    "--ffn",
-    "64",
-    "--heads",
-    "4",
-    "--kv-heads",
-    "2",
-    "--experts",
-    "8",
-    "--experts-used",
-    "2",
-    "--full-attention-interval",
-    "2",
-];
+pub fn qwen35moe_small() -> Vec<&'static str> {
+    let hybrid = ["--kv-heads", "2", "--full-attention-interval", "2"];
+    [&["--arch", "qwen35moe"][..], &MOE_SMALL, &hybrid].concat()
+}
 
 /// Writes `file` with `ramforge-tools synth` and `args`, taking the vocabulary from the real
 /// SmolLM2 file.

@@ -38,7 +38,7 @@ fn a_hybrid_conversation_reuses_each_turn_and_answers_as_fresh() {
     let model = dir.join("qwen35moe.gguf");
     common::synth(
         &model,
-        &[&common::QWEN35MOE_SMALL[..], &["--type", "F32"]].concat(),
+        &[&common::qwen35moe_small()[..], &["--type", "F32"]].concat(),
     );
     let flags = ["--ctx", "512"];
 

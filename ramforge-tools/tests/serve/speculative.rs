@@ -217,7 +217,7 @@ fn hybrid_draft_answers_equal_plain_alone_and_together() {
     std::fs::create_dir_all(&dir).unwrap();
     let (target, draft) = (dir.join("target.gguf"), dir.join("draft.gguf"));
     for (file, ty) in [(&target, "Q8_0"), (&draft, "Q4_0")] {
-        let args = [&super::common::QWEN35MOE_SMALL[..], &["--type", ty]].concat();
+        let args = [&super::common::qwen35moe_small()[..], &["--type", ty]].concat();
         super::common::synth(file, &args);
     }
     let flags = ["--ctx", "256", "--parallel", "2"];
