@@ -74,7 +74,7 @@ model, threads, membw, plan, decode = sys.argv[1:6]
 membw, plan = json.loads(membw), json.loads(plan)
 runs = [float(v) for v in decode.split()]
 tps = statistics.median(runs)
-per_token = sum(l["bytes"] for l in plan["layers"]) + plan["output_bytes"] + plan["embedding_row_bytes"]
+per_token = plan["weight_bytes_per_token"]
 stream = per_token * tps / 1e9
 machine = membw["read_gb_per_sec"]
 print(f"model {model}, {threads} threads")

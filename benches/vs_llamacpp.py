@@ -208,8 +208,7 @@ def weight_bytes_per_token(rf_bin, model):
     embedding row (`ramforge-tools plan --json`, all resident)."""
     out = subprocess.run([rf_bin, "--quiet", "plan", "--json", "--ram", "1T", model], check=True,
                          stdout=subprocess.PIPE, text=True)
-    plan = json.loads(out.stdout)
-    return sum(l["bytes"] for l in plan["layers"]) + plan["output_bytes"] + plan["embedding_row_bytes"]
+    return json.loads(out.stdout)["weight_bytes_per_token"]
 
 
 def wait4_child(cmd, env=None, preexec_fn=None, timeout=None):

@@ -2,7 +2,8 @@
 //! used per token, bytes of one expert, as the file's expert tensors hold them) and a
 //! sliding window; `inspect` describes the same experts from the header alone; `--parallel`
 //! books a KV cache and logits per sequence; a latent-attention (deepseek2) model books its
-//! latent cache beside the full keys and values it replaces.
+//! latent cache beside the full keys and values it replaces; the weight bytes a decoded token
+//! reads.
 
 mod common;
 
@@ -102,6 +103,25 @@ fn plan_shows_gemma3s_sliding_window() {
     let gemma = model_path("gemma-3-270m-q4_k_m.gguf");
     let plan = tool(&["plan", gemma.to_str().unwrap(), "--ram", "1G", "--json"]);
     assert_eq!(plan["sliding_window"], 512);
+}
+
+/// `weight_bytes_per_token` (what the benchmarks' bandwidth roofs divide by): every tensor of
+/// the file but the norms, the tied output projection being the embedding, plus the one
+/// embedding row a token reads.
+#[test]
+fn plan_gives_the_weight_bytes_a_decoded_token_reads() {
+    let f = model_path("SmolLM2-135M-Instruct.Q4_1.gguf");
+    let plan = tool(&["plan", f.to_str().unwrap(), "--ram", "1T", "--json"]);
+    assert_eq!(plan["output_tied"], true);
+    let file = ramforge_gguf::GgufFile::open(&f).unwrap();
+    let tensors: u64 = file.header().tensors.iter().map(|t| t.n_bytes).sum();
+    let want = tensors - plan["vector_bytes"].as_u64().unwrap()
+        + plan["embedding_row_bytes"].as_u64().unwrap();
+    assert_eq!(
+        plan["weight_bytes_per_token"].as_u64(),
+        Some(want),
+        "{plan}"
+    );
 }
 
 /// `plan --parallel N` books what `serve --parallel N` charges: a whole context of KV cache

@@ -190,6 +190,11 @@ fn json(
         "vector_bytes": sizes.vector_bytes,
         "embedding_row_bytes": sizes.embd_row_bytes,
         "output_bytes": sizes.output_bytes,
+        // What a decoded token reads when it uses every weight (every expert counted): the
+        // figure the benchmarks' bandwidth roofs divide by.
+        "weight_bytes_per_token": sizes.layer_bytes.iter().sum::<u64>()
+            + sizes.output_bytes
+            + sizes.embd_row_bytes,
         "output_tied": model.tensors.tied_output,
         "output_resident": plan.map(|p| p.output_resident),
         "output_chunk_bytes": plan.map(|p| p.output_chunk_bytes),
