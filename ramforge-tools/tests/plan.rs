@@ -169,39 +169,11 @@ fn plan_books_deepseek2s_latent_cache_not_full_keys_and_values() {
     let dir = std::env::temp_dir().join(format!("ramforge-plan-mla-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("deepseek2.gguf");
-    common::synth(
-        &file,
-        &[
-            "--arch",
-            "deepseek2",
-            "--layers",
-            "2",
-            "--embd",
-            "128",
-            "--ffn",
-            "64",
-            "--heads",
-            "4",
-            "--kv-heads",
-            "1",
-            "--head-dim",
-            "48",
-            "--rope-dim",
-            "16",
-            "--q-lora-rank",
-            "64",
-            "--kv-lora-rank",
-            "64",
-            "--v-head-dim",
-            "32",
-            "--experts",
-            "8",
-            "--experts-used",
-            "2",
-            "--type",
-            "Q8_0",
-        ],
-    );
+    // Two layers (the sizes below count them) of common::MLA_SMALL's latent attention.
+    let shape = "--arch deepseek2 --layers 2 --embd 128 --ffn 64 --heads 4 --experts 8 \
+                 --experts-used 2 --type Q8_0";
+    let shape: Vec<&str> = shape.split_whitespace().collect();
+    common::synth(&file, &[&shape[..], &common::MLA_SMALL].concat());
     let f = file.to_str().unwrap();
     let plan = tool(&["plan", f, "--ram", "1G", "--ctx", "4096", "--json"]);
     assert_eq!(plan["latent_cache"], true, "{plan}");
