@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""A llama.cpp golden of a glm-dsa file, and how far apart its lightning-indexer scores are
-where the top-k cuts.
+"""A llama.cpp golden of a glm-dsa or deepseek4 file, and how far apart its lightning-indexer
+scores are where the top-k cuts.
 
 Records what ../shared/reference/golden.py's `gen` records (the prompt evaluated in one batch,
 then N tokens decoded greedily one at a time; per step the top-5 (id, logit) pairs) into OUT,
-with an eval callback that reads every layer's `indexer_score-<layer>` (each query row's
+with an eval callback that reads every layer's `indexer_score-<layer>` (glm-dsa) or
+`lid_score_masked-<layer>` (deepseek4: scores of the compressed rows) (each query row's
 scores of every cached position, the causal mask added). For every row whose query sees more
 than TOP_K positions it takes the gap between the TOP_K-th and the next score, relative to the
 row's largest |score|. A golden over the sparse path is only as stable as the smallest gap:
@@ -35,7 +36,9 @@ class Tensor(ctypes.Structure):
 
 
 GGML_TYPE_F32 = 0
-# Per layer, the rows of the last `indexer_score-<layer>` tensor of the graph being computed:
+# The indexer's scores: glm-dsa's, deepseek4's.
+SCORE_NAMES = ("indexer_score-", "lid_score_masked-")
+# Per layer, the rows of the last score tensor (SCORE_NAMES) of the graph being computed:
 # the fused op's output, or in the unfused graph the last of the tensors of that name (the
 # scores with the mask added; the earlier ones are partial products).
 latest = {}
@@ -46,7 +49,8 @@ rows = []  # (layer, scores of the row's visible positions), per evaluation in l
 def observe(t, ask, _user):
     x = ctypes.cast(t, ctypes.POINTER(Tensor)).contents
     name = x.name.decode(errors="replace")
-    if not name.startswith("indexer_score-") or not name[len("indexer_score-"):].isdigit():
+    prefix = next((p for p in SCORE_NAMES if name.startswith(p)), None)
+    if prefix is None or not name[len(prefix):].isdigit():
         return not ask
     if ask:
         return True
@@ -54,7 +58,7 @@ def observe(t, ask, _user):
     if x.type != GGML_TYPE_F32 or nb[0] != 4 or nb[1] != 4 * ne[0] or ne[2] * ne[3] != 1:
         return True
     data = np.ctypeslib.as_array(ctypes.cast(x.data, ctypes.POINTER(ctypes.c_float)), shape=(ne[0] * ne[1],))
-    latest[int(name.split("-")[1])] = [row[np.isfinite(row)].copy() for row in data.reshape(-1, ne[0])]
+    latest[int(name[len(prefix):])] = [row[np.isfinite(row)].copy() for row in data.reshape(-1, ne[0])]
     return True
 
 
@@ -139,7 +143,7 @@ def main() -> None:
                 best["min_margin"] = margin
                 best["at"] = {"prompt": pi, "layer": layer, "row": ri, "positions": len(s)}
     if best["rows_seen"] == 0:
-        sys.exit("no indexer_score tensor seen: not a glm-dsa file, or llama.cpp renamed it")
+        sys.exit("no indexer score tensor seen: not a glm-dsa or deepseek4 file, or llama.cpp renamed it")
     if best["selections"] == 0:
         best["min_margin"] = None  # no row cut: every query saw at most TOP_K positions
     print(json.dumps(best))

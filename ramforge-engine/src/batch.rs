@@ -8,7 +8,7 @@
 
 use crate::engine::{input_rows, reusable_prefix, Engine};
 use crate::error::EngineError;
-use crate::forward::{block, rms_norm, LayerWeights, Rows};
+use crate::forward::{block, output_rows, LayerWeights, Rows};
 use crate::kv::KvCache;
 use crate::sequence::Sequence;
 use std::sync::atomic::AtomicBool;
@@ -181,13 +181,15 @@ impl Engine {
             };
             block(cfg, l, weights, s, rows)?;
         }
-        let norm = &self.weights.vectors.output_norm;
-        for (x, xn) in s.x[..n * e]
-            .chunks_exact(e)
-            .zip(s.xn[..n * e].chunks_exact_mut(e))
-        {
-            rms_norm(x, norm, cfg.rms_eps, xn);
-        }
+        let vectors = &self.weights.vectors;
+        output_rows(
+            cfg,
+            &vectors.output_norm,
+            vectors.output_hc.as_ref(),
+            s,
+            0,
+            n,
+        );
         self.weights.matrices.logits(
             file,
             tensors,

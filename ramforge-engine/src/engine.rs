@@ -6,8 +6,9 @@
 
 use crate::budget::{tie_allocator_to_budget, ChargedVec, MemoryBudget};
 use crate::error::EngineError;
-use crate::forward::{block, rms_norm, rope_tables, scale, LayerWeights, Rows, Scratch};
+use crate::forward::{block, output_rows, rope_tables, scale, LayerWeights, Rows, Scratch};
 use crate::kv::KvCache;
+use crate::model::arch::Role;
 use crate::model::{Model, ModelConfig};
 use crate::options::{EngineOptions, DEFAULT_CTX};
 use crate::plan::{MemoryPlan, PlanRequest};
@@ -526,7 +527,6 @@ impl Engine {
             }
             let cfg = &self.model.config;
             let (file, tensors) = (&self.model.file, &self.model.tensors);
-            let e = cfg.n_embd;
             let s = &mut self.scratch;
             let n = s.batch.min(tokens.len() - done);
             let pos = first + done;
@@ -557,14 +557,8 @@ impl Engine {
                     out_rows = n - from;
                 }
             } else if last {
-                for r in from..n {
-                    rms_norm(
-                        &s.x[r * e..(r + 1) * e],
-                        &self.weights.vectors.output_norm,
-                        cfg.rms_eps,
-                        &mut s.xn[(r - from) * e..(r - from + 1) * e],
-                    );
-                }
+                let v = &self.weights.vectors;
+                output_rows(cfg, &v.output_norm, v.output_hc.as_ref(), s, from, n);
                 out_rows = n - from;
             }
         }
@@ -614,10 +608,34 @@ pub(crate) fn input_rows(
 ) -> Result<(), EngineError> {
     let (cfg, file, tensors) = (&model.config, &model.file, &model.tensors);
     let (e, n) = (cfg.n_embd, tokens.len());
+    // DeepSeek V4: every residual stream starts as the embedding.
+    let streams = if cfg.dsv4.is_some() {
+        crate::model::dsv4::HC_STREAMS
+    } else {
+        1
+    };
     for (i, &t) in tokens.iter().enumerate() {
-        weights
-            .matrices
-            .embed(file, tensors, t, &mut s.x[i * e..(i + 1) * e])?;
+        let row = &mut s.x[i * streams * e..(i + 1) * streams * e];
+        weights.matrices.embed(file, tensors, t, &mut row[..e])?;
+        for h in 1..streams {
+            row.copy_within(..e, h * e);
+        }
+    }
+    s.tokens[..n].copy_from_slice(tokens);
+    // DeepSeek V4's hash-routed layers: their experts follow from the token ids, so their
+    // reads start now, ahead of the layers.
+    if let (Some(d), Some(store)) = (&cfg.dsv4, weights.experts.as_mut()) {
+        let k = cfg.n_expert_used;
+        for h in 0..d.hash_layers {
+            if let Some(table) = weights.vectors.layers[h].get(Role::FfnGateTid2eid) {
+                let experts: Vec<usize> = tokens
+                    .iter()
+                    .flat_map(|&t| &table[t as usize * k..(t as usize + 1) * k])
+                    .map(|&x| x as usize)
+                    .collect();
+                store.read_ahead(h, &experts);
+            }
+        }
     }
     if cfg.arch.scale_embeddings {
         scale(&mut s.x[..n * e], (e as f32).sqrt());

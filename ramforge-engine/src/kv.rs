@@ -13,8 +13,10 @@ use half::f16;
 use half::slice::HalfFloatSliceExt;
 use std::ops::Range;
 
+pub(crate) mod compressed;
 mod recurrent;
 mod tile;
+use compressed::CompressedRows;
 use recurrent::RecurrentState;
 pub(crate) use tile::{BLOCK, TILE_ROWS};
 
@@ -68,6 +70,7 @@ pub fn kv_cache_bytes(cfg: &ModelConfig, ctx: usize, ty: KvType) -> u64 {
         .sum::<u64>()
         * ty.bytes_per_element()
         + 2 * RecurrentState::bytes(cfg)
+        + compressed::rows_bytes(cfg, ctx, ty.bytes_per_element())
 }
 
 /// Bytes [`KvCache::save`] holds at most for a verify pass of `rows` positions: those rows of
@@ -155,8 +158,10 @@ pub struct KvCache {
     /// Each layer's store and its index among the store's layers.
     layers: Vec<(usize, usize)>,
     len: usize,
-    /// The delta-net layers' state (hybrid models).
+    /// The delta-net layers' state (hybrid models), DeepSeek V4's rings and compressors.
     recurrent: RecurrentState,
+    /// DeepSeek V4's compressed rows.
+    compressed: CompressedRows,
 }
 
 impl KvCache {
@@ -198,6 +203,7 @@ impl KvCache {
             layers,
             len: 0,
             recurrent: RecurrentState::none(),
+            compressed: CompressedRows::for_model_none(),
         }
     }
 
@@ -218,6 +224,7 @@ impl KvCache {
         );
         kv.planes = planes(cfg);
         kv.recurrent = RecurrentState::for_model(cfg);
+        kv.compressed = CompressedRows::for_model(cfg, ty == KvType::F16);
         kv
     }
 
@@ -244,6 +251,20 @@ impl KvCache {
         let position = self.recurrent.restore_checkpoint()?;
         self.len = position;
         Some(position)
+    }
+
+    /// DeepSeek V4 layer `layer`'s fixed state (`kv/compressed.rs`'s [`compressed::Fixed`]
+    /// layout), its compressed rows, and whether rows are kept as f16; room must have been
+    /// reserved.
+    pub(crate) fn compressed_layer(
+        &mut self,
+        layer: usize,
+    ) -> (&mut [f32], &mut CompressedRows, bool) {
+        (
+            self.recurrent.whole_layer(layer),
+            &mut self.compressed,
+            self.ty == KvType::F16,
+        )
     }
 
     /// Delta-net layer `layer`'s convolution inputs and state matrices (see
@@ -278,6 +299,7 @@ impl KvCache {
             s.chunks.clear();
         }
         self.recurrent.clear();
+        self.compressed.clear();
         self.len = 0;
     }
 
@@ -291,6 +313,7 @@ impl KvCache {
             });
         }
         self.recurrent.reserve(&self.budget)?;
+        self.compressed.reserve(&self.budget, n)?;
         for store in &mut self.stores {
             let want = n.min(store.slots);
             while store.chunks.len() * KV_CHUNK_TOKENS < want {

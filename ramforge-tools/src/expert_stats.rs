@@ -26,6 +26,10 @@ pub fn json(whole: &ResidencyStats, decode: &ResidencyStats) -> Option<serde_jso
             "decode_reads_per_token": decode.expert_reads_per_token(),
             "decode_hit_rate": decode.expert_hit_rate(),
             "preloaded": whole.experts_preloaded,
+            "read_ahead": whole.experts_read_ahead,
+            "ahead_wait_secs": whole.ahead_wait_secs,
+            "decode_read_ahead": decode.experts_read_ahead,
+            "decode_ahead_wait_secs": decode.ahead_wait_secs,
         })
     })
 }

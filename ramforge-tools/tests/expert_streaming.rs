@@ -62,7 +62,9 @@ fn run(file: &str, ram: Option<u64>, threads: &str) -> Value {
     tool(&args)
 }
 
-fn check(file: PathBuf) {
+/// Runs the checks on `file`; returns how many experts its streamed runs read ahead of their
+/// layers (hash-routed layers).
+fn check(file: PathBuf) -> u64 {
     let f = file.to_str().unwrap();
     let file_bytes = std::fs::metadata(&file).unwrap().len();
     let inspect = tool(&["inspect", f, "--json"]);
@@ -86,7 +88,7 @@ fn check(file: PathBuf) {
 
     let mut budgets = vec![minimum];
     budgets.extend([10, 25, 40, 60, 85].map(|pct| file_bytes * pct / 100));
-    let (mut hits, mut streamed_runs, mut mapped_warm) = (0, 0, 0);
+    let (mut hits, mut streamed_runs, mut mapped_warm, mut ahead) = (0, 0, 0, 0);
     for ram in budgets.into_iter().filter(|&b| b >= minimum) {
         // One thread on a warm file (experts used once are mapped in place), two on a cold
         // one (every miss is read).
@@ -113,6 +115,7 @@ fn check(file: PathBuf) {
                 continue;
             }
             streamed_runs += 1;
+            ahead += x["read_ahead"].as_u64().unwrap();
             let misses = x["decode_misses"].as_u64().unwrap();
             let read = x["decode_bytes_read"].as_u64().unwrap();
             // Each miss reads its expert's three slices, widened to 4 KiB alignment at
@@ -157,11 +160,12 @@ fn check(file: PathBuf) {
     assert!(all["experts"].is_null());
     assert_eq!(all["streamed_layers"], 0);
     assert_eq!(all["output_resident"], true);
+    ahead
 }
 
 #[test]
 fn qwen3moe_experts_stream_with_all_resident_tokens() {
-    check(synth(
+    let ahead = check(synth(
         "qwen3moe.gguf",
         &[
             "--arch",
@@ -186,6 +190,21 @@ fn qwen3moe_experts_stream_with_all_resident_tokens() {
             "3",
         ],
     ));
+    assert_eq!(ahead, 0, "no layer is hash-routed");
+}
+
+/// DeepSeek V4 (MXFP4 experts): its first block's experts follow from the token ids, so they
+/// are read ahead of the block at the start of each step (counted apart in `run -v`).
+#[test]
+fn deepseek4_experts_stream_with_all_resident_tokens() {
+    let mut args = common::deepseek4_small();
+    for (key, value) in [("--embd", "256"), ("--experts", "16")] {
+        let at = args.iter().position(|&x| x == key).unwrap();
+        args[at + 1] = value;
+    }
+    args.extend(["--type", "MXFP4", "--seed", "4"]);
+    let ahead = check(synth("deepseek4.gguf", &args));
+    assert!(ahead > 0, "no hash-routed expert was read ahead");
 }
 
 #[test]

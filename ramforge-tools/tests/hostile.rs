@@ -255,3 +255,85 @@ fn inconsistent_moe_family_metadata_fails_with_the_key_or_tensor_named() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// DeepSeek V4's keys and its hash-routing table: a synthetic deepseek4 with one key changed,
+/// or one expert id of `ffn_gate_tid2eid` out of range, fails in one line naming the key or
+/// the tensor and element.
+#[test]
+fn inconsistent_deepseek4_metadata_and_tables_fail_with_the_key_or_tensor_named() {
+    let dir = scratch("deepseek4");
+    let src_path = dir.join("deepseek4.gguf");
+    common::synth(
+        &src_path,
+        &[&common::deepseek4_small()[..], &["--type", "Q8_0"]].concat(),
+    );
+    let i32s = |v: &[i32]| {
+        Value::Array(
+            ramforge_gguf::ValueType::I32,
+            v.iter().map(|&x| Value::I32(x)).collect(),
+        )
+    };
+    let cases: [(&str, &str, Value, &str); 6] = [
+        (
+            "ratio",
+            "deepseek4.attention.compress_ratios",
+            i32s(&[0, 4, 64]),
+            "compress ratio 64",
+        ),
+        (
+            "ratios",
+            "deepseek4.attention.compress_ratios",
+            i32s(&[0, 4]),
+            "deepseek4.attention.compress_ratios has 2 values",
+        ),
+        (
+            "streams",
+            "deepseek4.hyper_connection.count",
+            Value::U32(3),
+            "deepseek4.hyper_connection.count = 3",
+        ),
+        (
+            "hash",
+            "deepseek4.hash_layer_count",
+            Value::U32(9),
+            "deepseek4.hash_layer_count = 9",
+        ),
+        (
+            "groups",
+            "deepseek4.attention.output_group_count",
+            Value::U32(3),
+            "deepseek4.attention.output_group_count = 3 does not divide",
+        ),
+        (
+            "window",
+            "deepseek4.attention.sliding_window",
+            Value::U32(0),
+            "deepseek4.attention.sliding_window = 0",
+        ),
+    ];
+    let src = GgufFile::open(&src_path).unwrap();
+    for (tag, key, value, expect) in cases {
+        let mut w = GgufWriter::copy_of(&src).unwrap();
+        w.metadata_mut().remove(key);
+        w.metadata_mut().insert(key.into(), value);
+        let file = dir.join(format!("{tag}.gguf"));
+        w.write_to(std::fs::File::create(&file).unwrap()).unwrap();
+        fails_cleanly(&["run", path(&file), "--prompt", "hi", "-n", "1"], expect);
+    }
+    // Token 5's second expert: 99 of 8.
+    let table = src.tensor("blk.0.ffn_gate_tid2eid.weight").unwrap();
+    let at = src.absolute_offset(table) + 4 * (5 * 2 + 1);
+    let bad = dir.join("tid2eid.gguf");
+    std::fs::copy(&src_path, &bad).unwrap();
+    {
+        use std::io::{Seek, SeekFrom, Write};
+        let mut f = std::fs::OpenOptions::new().write(true).open(&bad).unwrap();
+        f.seek(SeekFrom::Start(at)).unwrap();
+        f.write_all(&99i32.to_le_bytes()).unwrap();
+    }
+    fails_cleanly(
+        &["run", path(&bad), "--prompt", "hi", "-n", "1"],
+        "\"blk.0.ffn_gate_tid2eid.weight\": element 11 is 99, not an expert index below 8",
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -1,10 +1,11 @@
-//! The recurrent state of a hybrid model's gated delta-net layers (qwen35moe synth file) as a
-//! sequence's context: it cannot be cut back, so a prompt that shares only part of the held
-//! context starts over (cached 0) and gives the logits of a fresh context, while a prompt
-//! that extends the whole held context, or the last prompt but not what was generated after it
-//! (the state's checkpoint), evaluates only its new tokens; batched decoding gives every
-//! sequence the logits of its single run; the state and its checkpoint are charged to the
-//! budget with the sequence.
+//! A sequence's fixed-size state as its context: a hybrid model's gated delta-net layers
+//! (qwen35moe synth file), and DeepSeek V4's window rings and compressors (deepseek4). It
+//! cannot be cut back, so a prompt that shares only part of the held context starts over
+//! (cached 0) and gives the logits of a fresh context, while a prompt that extends the whole
+//! held context, or the last prompt but not what was generated after it (the state's
+//! checkpoint), evaluates only its new tokens; batched decoding gives every sequence the
+//! logits of its single run; the state and its checkpoint are charged to the budget with the
+//! sequence.
 
 mod common;
 
@@ -12,15 +13,16 @@ use ramforge_engine::{Engine, EngineOptions, Model};
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 
-fn hybrid_model() -> PathBuf {
+fn synth(name: &str, args: &[&str]) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("ramforge-hybrid-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let out = dir.join("qwen35moe.gguf");
-    common::synth(
-        &out,
-        &[&common::qwen35moe_small()[..], &["--type", "F32"]].concat(),
-    );
+    let out = dir.join(name);
+    common::synth(&out, &[args, &["--type", "F32"]].concat());
     out
+}
+
+fn hybrid_model() -> PathBuf {
+    synth("qwen35moe.gguf", &common::qwen35moe_small())
 }
 
 fn engine(path: &PathBuf) -> Engine {
@@ -43,8 +45,19 @@ fn max_diff(a: &[f32], b: &[f32]) -> f32 {
 
 #[test]
 fn a_recurrent_context_is_reused_only_whole_and_batched_rows_equal_single_runs() {
-    let path = hybrid_model();
-    let mut e = engine(&path);
+    reused_only_whole_and_batched_rows_equal_single_runs(&hybrid_model());
+}
+
+/// The same of DeepSeek V4's state: the prompts (9 to 20 tokens) wrap its 8-position ring,
+/// and its ratio-4 layer's indexer chooses among up to 5 compressed rows.
+#[test]
+fn a_deepseek4_context_is_reused_only_whole_and_batched_rows_equal_single_runs() {
+    let path = synth("deepseek4.gguf", &common::deepseek4_small());
+    reused_only_whole_and_batched_rows_equal_single_runs(&path);
+}
+
+fn reused_only_whole_and_batched_rows_equal_single_runs(path: &PathBuf) {
+    let mut e = engine(path);
     let tok = e.model().tokenizer.clone();
     let a = tok.encode("The quick brown fox jumps over the lazy dog", true, true);
     let mut b = a[..4].to_vec();
@@ -155,4 +168,30 @@ fn the_plan_charges_each_sequence_its_recurrent_state() {
     // delta-net layers, and the state with its checkpoint.
     let kv_per_seq = 2 * 2 * 64 * (128 + 2) + 2 * per_seq;
     assert_eq!(kv(&three) - kv(&one), 2 * kv_per_seq);
+}
+
+/// DeepSeek V4's state per sequence, charged with it: each block's window ring (8 rows of the
+/// 64-wide key), its compressors' pending tokens (ratio 4: 8 tokens of 128 entries and
+/// scores, and the indexer's 8 of 128; ratio 128: 128 of 64), twice (the state and its
+/// checkpoint), in f32; and the compressed rows a 128-position context makes (32 of the
+/// ratio-4 block, each with its 64-wide indexer key, and 1 of the ratio-128 block), in chunks
+/// of 64 rows in f16, beside the one-slot stand-ins of the common cache.
+#[test]
+fn the_plan_charges_each_deepseek4_sequence_its_rings_compressors_and_rows() {
+    let path = synth("deepseek4-plan.gguf", &common::deepseek4_small());
+    let m = Model::open(&path).unwrap();
+    let plan = |sequences| {
+        m.plan(&EngineOptions {
+            ctx: Some(128),
+            sequences,
+            ..EngineOptions::default()
+        })
+        .unwrap()
+        .kv_bytes
+    };
+    let fixed = 8 * 64 * 3 + (8 * 2 * 128 + 8 * 2 * 2 * 64) + 128 * 2 * 64;
+    let rows = 64 * (64 + 64) + 64 * 64;
+    let stand_ins = 3 * 2 * 64;
+    let per_seq = 2 * 4 * fixed + 2 * rows + 2 * stand_ins;
+    assert_eq!(plan(3) - plan(1), 2 * per_seq as u64);
 }

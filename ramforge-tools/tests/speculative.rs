@@ -1,6 +1,7 @@
 //! Speculative decoding end to end: greedy tokens with prompt lookup and with a draft model equal
-//! plain decoding on a hybrid synth (qwen35moe: recurrent state rolled back) and a deepseek2
-//! synth (latent cache), all-resident and streamed; a real draft model (Qwen2.5-Coder 0.5B for 1.5B) gives the
+//! plain decoding on a hybrid synth (qwen35moe: recurrent state rolled back), a deepseek2
+//! synth (latent cache) and a deepseek4 synth (rings, compressors and compressed rows),
+//! all-resident and streamed; a real draft model (Qwen2.5-Coder 0.5B for 1.5B) gives the
 //! target's greedy tokens; a draft with another vocabulary is refused in one line; `run
 //! --lookup --json` reports what speculation did. MTP drafts (`--mtp`: glm4moe, deepseek2, glm-dsa
 //! and qwen35moe synths) leave greedy tokens those of plain decoding, all-resident and streamed; a
@@ -110,6 +111,14 @@ fn hybrid_speculation_greedy_equals_plain() {
 fn deepseek2_speculation_greedy_equals_plain() {
     let arch = ["--arch", "deepseek2"];
     speculation_is_identical(&[&arch[..], &common::MOE_SMALL, &common::MLA_SMALL].concat());
+}
+
+/// DeepSeek V4's rings and compressors are a fixed state rolled back whole (with the hybrid's
+/// machinery), its compressed rows by the position they end at: a 40-token run wraps the
+/// 8-position window, makes ten ratio-4 rows and lets the indexer choose among them.
+#[test]
+fn deepseek4_speculation_greedy_equals_plain() {
+    speculation_is_identical(&common::deepseek4_small());
 }
 
 /// Sliding-window layers keep a ring of their window: a verify pass overwrites slots a rolled

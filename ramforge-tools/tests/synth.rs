@@ -233,14 +233,14 @@ fn router_skew_is_seeded_and_touches_only_the_embedding_and_the_routers() {
     assert!(err.contains("needs --experts"), "{err}");
 }
 
-/// deepseek4 (DeepSeek V4), which the engine does not run yet: a file with every kind of
-/// block (the window only, ratio 4 with the lightning indexer, ratio 128), a hash-routed
-/// first block and MXFP4 experts loads in llama.cpp, which evaluates a prompt past the
-/// 8-position window and past 128 positions (a ratio-128 row) to finite logits of spread near
-/// 1 that differ from row to row; `run` refuses the file in one line naming the
-/// architecture; a bad ratio list or output grouping is refused in one line.
+/// deepseek4 (DeepSeek V4): a file with every kind of block (the window only, ratio 4 with
+/// the lightning indexer, ratio 128), a hash-routed first block and MXFP4 experts loads in
+/// llama.cpp, which evaluates a prompt past the 8-position window and past 128 positions (a
+/// ratio-128 row) to finite logits of spread near 1 that differ from row to row; `run`
+/// generates from it (its logits against llama.cpp's: `synth_goldens`); a bad ratio list or
+/// output grouping is refused in one line.
 #[test]
-fn deepseek4_runs_in_llama_cpp_and_the_engine_refuses_it_in_one_line() {
+fn deepseek4_runs_in_llama_cpp_and_bad_shapes_are_refused_in_one_line() {
     let write = |name: &str, extra: &[&str]| {
         let out = tmp(name);
         let base = "--arch deepseek4 --layers 3 --embd 64 --ffn 64 --heads 4 --kv-heads 1 --head-dim 64 --rope-dim 16 --q-lora-rank 64 --experts 8 --experts-used 2 --sliding-window 8 --indexer-heads 2 --indexer-dim 64 --indexer-top-k 4 --hash-layers 1 --o-lora-rank 32 --type MXFP4";
@@ -298,17 +298,13 @@ print(float(std.min()), float(std.max()), float(np.abs(np.diff(L, axis=0)).max(a
     );
 
     let o = Command::new(env!("CARGO_BIN_EXE_ramforge-tools"))
-        .args(["run", "-n", "1", "-p", "Hello"])
+        .args(["run", "-q", "-n", "12", "--temperature", "0", "-p", "Hello"])
         .arg(&path)
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(1), "{err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
-    assert!(
-        err.starts_with("error: ") && err.contains("\"deepseek4\"") && !err.contains("panicked"),
-        "{err}"
-    );
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(!o.stdout.is_empty(), "no text generated: {err}");
 
     for (ratios, extra, expect) in [
         ("0,4", "", "one 0, 4 or 128 per layer (3)"),

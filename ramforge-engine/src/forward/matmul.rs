@@ -7,7 +7,7 @@ use crate::weights::MatrixView;
 
 /// The groups of matrices the block multiplies together, each group sharing one input (so
 /// it is quantized once): the scratch for quantized activations is sized from these.
-pub(crate) const MATMUL_GROUPS: [&[Role]; 19] = [
+pub(crate) const MATMUL_GROUPS: [&[Role]; 27] = [
     &[Role::AttnQ, Role::AttnK, Role::AttnV],
     &[Role::AttnKvAMqa, Role::AttnQ, Role::AttnQA],
     &[Role::AttnQB],
@@ -27,6 +27,18 @@ pub(crate) const MATMUL_GROUPS: [&[Role]; 19] = [
     &[Role::SsmIn, Role::SsmBetaAlpha],
     &[Role::SsmOut],
     &[Role::NextnEhProj],
+    &[Role::HcAttnFn],
+    &[Role::HcFfnFn],
+    &[Role::AttnQA, Role::AttnKv],
+    &[Role::AttnCompressorKv, Role::AttnCompressorGate],
+    &[
+        Role::IndexerCompressorKv,
+        Role::IndexerCompressorGate,
+        Role::IndexerProj,
+    ],
+    &[Role::IndexerQB],
+    &[Role::AttnOutputA],
+    &[Role::AttnOutputB],
 ];
 
 /// `ys[j] = ms[j] . x` for `n` rows of `x`, every product in one parallel region (one

@@ -5,6 +5,7 @@
 mod attention;
 mod delta_net;
 mod delta_rule;
+mod dsv4;
 mod gate;
 mod indexer;
 mod matmul;
@@ -118,6 +119,14 @@ pub(crate) fn block(
         vectors: vecs,
         experts,
     } = weights;
+    if cfg.dsv4.is_some() {
+        let weights = LayerWeights {
+            matrices: w,
+            vectors: vecs,
+            experts,
+        };
+        return dsv4::block(cfg, layer_index, weights, s, rows);
+    }
     let n = rows.len();
     let per_token = matches!(rows, Rows::Batch { .. } | Rows::Run(_, _, true));
     let e = cfg.n_embd;
@@ -187,7 +196,7 @@ fn feed_forward(
         FfnKind::Moe => {
             moe_ffn(cfg, layer_index, w, vecs, experts, s, n, per_token)?;
             if cfg.n_ff_shexp > 0 {
-                shared_expert(cfg, w, vecs, s, n, per_token)?;
+                shared_expert(cfg, w, vecs, s, n, per_token, 0.0)?;
             }
             s.xn[..n * e].copy_from_slice(&s.moe_out[..n * e]);
         }
@@ -330,8 +339,9 @@ fn attend_rows(
 }
 
 /// Adds the shared expert's output for the `n` normalized rows of `s.xn` to `s.moe_out`:
-/// a SwiGLU FFN of its own, scaled per row by `sigmoid(ffn_gate_inp_shexp . x)` where the
-/// layer has that gate (qwen2moe).
+/// a SwiGLU FFN of its own (its inputs clamped to `limit` where that is above 0, DeepSeek
+/// V4), scaled per row by `sigmoid(ffn_gate_inp_shexp . x)` where the layer has that gate
+/// (qwen2moe).
 fn shared_expert(
     cfg: &ModelConfig,
     w: &LayerView<'_>,
@@ -339,6 +349,7 @@ fn shared_expert(
     s: &mut Scratch,
     n: usize,
     per_token: bool,
+    limit: f32,
 ) -> Result<(), EngineError> {
     let (e, ff) = (cfg.n_embd, cfg.n_ff_shexp);
     matmul(
@@ -351,7 +362,7 @@ fn shared_expert(
         &mut s.act,
         per_token,
     )?;
-    gated(Gate::Silu, &mut s.gate[..n * ff], &s.up[..n * ff]);
+    moe::swiglu_clamped(&mut s.gate[..n * ff], &mut s.up[..n * ff], limit);
     matmul(
         [(w.matrix(Role::FfnDownShexp), &mut s.moe_in)],
         &s.gate,
@@ -418,6 +429,32 @@ fn attend_run(
             &mut s.att,
         );
         i += len;
+    }
+}
+
+/// The output projection's input for rows `from..n` of `s.x` into rows `0..n - from` of
+/// `s.xn`: each row (DeepSeek V4: its streams weighed by the head's hyper-connection,
+/// `output_hc`) normed by `output_norm`.
+pub(crate) fn output_rows(
+    cfg: &ModelConfig,
+    output_norm: &[f32],
+    output_hc: Option<&[Vec<f32>; 3]>,
+    s: &mut Scratch,
+    from: usize,
+    n: usize,
+) {
+    let e = cfg.n_embd;
+    for r in from..n {
+        let out = &mut s.xn[(r - from) * e..(r - from + 1) * e];
+        match output_hc {
+            Some(hc) => {
+                let hs = crate::model::dsv4::HC_STREAMS * e;
+                let (z, state) = s.dsv4[..hs + e].split_at_mut(hs);
+                dsv4::head_state(cfg, hc, &s.x[r * hs..(r + 1) * hs], z, state);
+                rms_norm(state, output_norm, cfg.rms_eps, out);
+            }
+            None => rms_norm(&s.x[r * e..(r + 1) * e], output_norm, cfg.rms_eps, out),
+        }
     }
 }
 

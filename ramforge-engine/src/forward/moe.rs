@@ -107,10 +107,45 @@ fn mask_groups(r: &RouterConfig, selection: &mut [f32]) {
     }
 }
 
+/// The experts of a hash-routed layer (DeepSeek V4's first layers): row `t`'s are `table`'s
+/// row for `tokens[t]`, weighted by their gated probabilities.
+fn hash_route(r: &RouterConfig, logits: &[f32], experts: &[f32], chosen: &mut Vec<(usize, f32)>) {
+    chosen.clear();
+    chosen.extend(experts.iter().map(|&x| {
+        let x = x as usize;
+        (x, softplus(logits[x]).sqrt())
+    }));
+    if r.normalize {
+        let sum: f32 = chosen.iter().map(|&(_, w)| w).sum();
+        let sum = sum.max(MIN_WEIGHT_SUM);
+        for (_, w) in chosen.iter_mut() {
+            *w /= sum;
+        }
+    }
+    if r.scale != 1.0 {
+        for (_, w) in chosen.iter_mut() {
+            *w *= r.scale;
+        }
+    }
+}
+
+/// DeepSeek V4's clamped SwiGLU into `gate`: `silu(min(gate, l)) * clamp(up, -l, l)`, as
+/// ggml's `swiglu` after llama.cpp clamps both inputs (a limit of 0 clamps nothing).
+pub(super) fn swiglu_clamped(gate: &mut [f32], up: &mut [f32], limit: f32) {
+    if limit > 0.0 {
+        for (g, u) in gate.iter_mut().zip(up.iter_mut()) {
+            *g = g.min(limit);
+            *u = u.clamp(-limit, limit);
+        }
+    }
+    gated(Gate::Silu, gate, up);
+}
+
 /// The FFN output of the `n` normalized rows in `s.xn`, into `s.moe_out`: each selected expert
 /// once for all the rows routed to it, from the layer's view, or from `store` when experts are
 /// streamed one by one (which then reads only the selected ones). `per_token`: each row's
-/// products as if it ran alone (batched decoding of several sequences).
+/// products as if it ran alone (batched decoding of several sequences). A hash-routed layer
+/// takes its rows' experts by their token ids, `s.tokens`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn moe_ffn(
     cfg: &ModelConfig,
@@ -138,17 +173,25 @@ pub(crate) fn moe_ffn(
         }
     }
     let selection_bias = vecs.get(Role::FfnExpProbsBias);
+    let hash = vecs.get(Role::FfnGateTid2eid);
+    let k = cfg.n_expert_used;
     // routes[t]: token t's experts and weights.
     let mut routes = Vec::with_capacity(n);
     for t in 0..n {
-        let mut chosen = Vec::with_capacity(cfg.n_expert_used);
-        route(
-            &cfg.router,
-            &s.router[t * ne..(t + 1) * ne],
-            selection_bias,
-            cfg.n_expert_used,
-            &mut chosen,
-        );
+        let mut chosen = Vec::with_capacity(k);
+        let logits = &s.router[t * ne..(t + 1) * ne];
+        match hash {
+            Some(table) => {
+                let id = s.tokens[t] as usize;
+                hash_route(
+                    &cfg.router,
+                    logits,
+                    &table[id * k..(id + 1) * k],
+                    &mut chosen,
+                )
+            }
+            None => route(&cfg.router, logits, selection_bias, k, &mut chosen),
+        }
         routes.push(chosen);
     }
     // The selected experts, in expert order, with the number of rows routed to each.
@@ -164,8 +207,21 @@ pub(crate) fn moe_ffn(
     }
     s.moe_out[..n * e].fill(0.0);
     let biases = Role::EXPERT_BIASES.map(|r| vecs.get(r));
+    let limit = cfg
+        .dsv4
+        .as_ref()
+        .map_or(0.0, |d| d.clamp_exp.get(layer).copied().unwrap_or(0.0));
     let mut run = |x: usize, [gate, up, down]: [MatrixView<'_>; 3]| {
-        expert_ffn(cfg, x, &routes, [&gate, &up, &down], biases, s, per_token)
+        expert_ffn(
+            cfg,
+            x,
+            &routes,
+            [&gate, &up, &down],
+            biases,
+            limit,
+            s,
+            per_token,
+        )
     };
     match store {
         Some(store) => store.for_each(layer, &wanted, run),
@@ -204,12 +260,14 @@ fn swiglu_oai(gate: &mut [f32], up: &[f32]) {
 }
 
 /// Adds expert `x`'s weighted output to `s.moe_out` for every row `routes` sends it.
+#[allow(clippy::too_many_arguments)]
 fn expert_ffn(
     cfg: &ModelConfig,
     x: usize,
     routes: &[Vec<(usize, f32)>],
     [gate, up, down]: [&MatrixView<'_>; 3],
     [gate_b, up_b, down_b]: [Option<&[f32]>; 3],
+    limit: f32,
     s: &mut Scratch,
     per_token: bool,
 ) -> Result<(), EngineError> {
@@ -235,6 +293,9 @@ fn expert_ffn(
     match cfg.router.activation {
         ExpertActivation::SwiGlu => gated(Gate::Silu, &mut s.gate[..m * ff], &s.up[..m * ff]),
         ExpertActivation::SwiGluOai => swiglu_oai(&mut s.gate[..m * ff], &s.up[..m * ff]),
+        ExpertActivation::SwiGluClamped => {
+            swiglu_clamped(&mut s.gate[..m * ff], &mut s.up[..m * ff], limit)
+        }
     }
     matmul([(down, &mut s.moe_in)], &s.gate, m, &mut s.act, per_token)?;
     add_expert_bias(&mut s.moe_in, down_b, x, e, m);

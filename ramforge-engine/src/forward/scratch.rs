@@ -6,11 +6,14 @@ use super::matmul::MATMUL_GROUPS;
 use crate::budget::{ChargedVec, MemoryBudget};
 use crate::error::EngineError;
 use crate::model::arch::{Dim, Role, Shape};
+use crate::model::dsv4::HC_STREAMS;
 use crate::model::{ModelConfig, ModelTensors};
 
 /// Activations for one batch of tokens, each row `batch` tokens long.
 pub struct Scratch {
     pub batch: usize,
+    /// The context the buffers are sized for.
+    pub ctx: usize,
     /// Residual stream, `batch x n_embd`.
     pub x: ChargedVec<f32>,
     /// Normalised input / projection output, `batch x n_embd`.
@@ -49,10 +52,14 @@ pub struct Scratch {
     /// (`batch x 2 n_embd`: normed embedding, normed hidden state) and the hidden state a
     /// later pass's first row takes.
     pub mtp: ChargedVec<f32>,
+    /// DeepSeek V4's own buffers (`forward/dsv4/`; empty for other models).
+    pub dsv4: ChargedVec<f32>,
+    /// The batch's token ids (DeepSeek V4's hash-routed layers choose experts by them).
+    pub tokens: ChargedVec<u32>,
 }
 
-/// Elements of the f32 buffers, in [`Scratch`]'s field order from `x` to `mtp`.
-fn f32_lens(cfg: &ModelConfig, batch: usize, ctx: usize) -> [usize; 17] {
+/// Elements of the f32 buffers, in [`Scratch`]'s field order from `x` to `dsv4`.
+fn f32_lens(cfg: &ModelConfig, batch: usize, ctx: usize) -> [usize; 18] {
     let (e, q, kv) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim());
     let moe = cfg.n_expert > 0;
     // The widest FFN any layer runs: routed experts, the shared expert, leading dense layers.
@@ -73,8 +80,10 @@ fn f32_lens(cfg: &ModelConfig, batch: usize, ctx: usize) -> [usize; 17] {
         0
     };
     let if_moe = |len: usize| if moe { len } else { 0 };
+    // DeepSeek V4's residual is several streams per token.
+    let streams = if cfg.dsv4.is_some() { HC_STREAMS } else { 1 };
     [
-        b * e,
+        b * e * streams,
         b * e,
         // A gated query projection gives each head's gate beside its query.
         b * q * if gated_query(cfg) { 2 } else { 1 },
@@ -92,6 +101,7 @@ fn f32_lens(cfg: &ModelConfig, batch: usize, ctx: usize) -> [usize; 17] {
         mla_floats(cfg, b),
         hybrid_floats(cfg, b),
         if cfg.mtp { 3 * b * e + 2 * e } else { 0 },
+        dsv4_floats(cfg, b, ctx),
     ]
 }
 
@@ -118,6 +128,70 @@ fn indexer_floats(cfg: &ModelConfig, batch: usize) -> usize {
             + 2 * cfg.n_head
             + cfg.head_dim
     })
+}
+
+/// Floats of one row's DeepSeek V4 buffers (`forward/dsv4/`'s `Parts`, in its order): the
+/// sub-layer input, the normed streams, the mixes, the q-LoRA latent, the indexer's queries
+/// and head weights, the compressors' entries and scores, the indexer compressor's, the
+/// low-rank output, one output group's input and output.
+pub(super) fn dsv4_row_lens(cfg: &ModelConfig) -> [usize; 13] {
+    let Some(d) = &cfg.dsv4 else {
+        return [0; 13];
+    };
+    let (e, hd) = (cfg.n_embd, cfg.head_dim);
+    let (hi, di) = (d.indexer.n_head, d.indexer.head_dim);
+    [
+        e,
+        HC_STREAMS * e,
+        (2 + HC_STREAMS) * HC_STREAMS,
+        d.q_lora,
+        hi * di,
+        hi,
+        2 * hd,
+        2 * hd,
+        2 * di,
+        2 * di,
+        d.o_groups * d.o_lora,
+        cfg.q_dim() / d.o_groups,
+        d.o_lora,
+    ]
+}
+
+/// Floats of DeepSeek V4's attention work buffers for one token at a context of `ctx`
+/// (`forward/dsv4/attention.rs`'s `Work`): the gathered keys (the window and the most
+/// compressed rows any layer attends to) and each head's probabilities over them, the
+/// indexer's scores, one pooled row with its indexer key, one RoPE table.
+pub(super) fn dsv4_work_lens(cfg: &ModelConfig, ctx: usize) -> [usize; 5] {
+    let Some(d) = &cfg.dsv4 else {
+        return [0; 5];
+    };
+    let most = (0..cfg.n_layer)
+        .map(|l| match d.ratio(l) {
+            0 => 0,
+            4 => d.indexer.top_k.min(ctx / 4),
+            r => ctx / r,
+        })
+        .max()
+        .unwrap_or(0);
+    let keys = d.window + most;
+    [
+        keys * cfg.head_dim,
+        keys * cfg.n_head,
+        ctx / 4,
+        cfg.head_dim + d.indexer.head_dim,
+        cfg.rope_dim,
+    ]
+}
+
+/// Floats of DeepSeek V4's scratch for `batch` rows at a context of `ctx` (0 for other
+/// models): each row's buffers, one token's streams, the attention's work buffers.
+fn dsv4_floats(cfg: &ModelConfig, batch: usize, ctx: usize) -> usize {
+    if cfg.dsv4.is_none() {
+        return 0;
+    }
+    batch * dsv4_row_lens(cfg).iter().sum::<usize>()
+        + HC_STREAMS * cfg.n_embd
+        + dsv4_work_lens(cfg, ctx).iter().sum::<usize>()
 }
 
 /// MLA's own part of [`mla_floats`] (the indexer's scratch follows it).
@@ -210,7 +284,7 @@ impl Scratch {
         batch: usize,
         ctx: usize,
     ) -> Result<u64, EngineError> {
-        let floats: usize = f32_lens(cfg, batch, ctx).iter().sum();
+        let floats: usize = f32_lens(cfg, batch, ctx).iter().sum::<usize>() + batch;
         Ok(4 * floats as u64 + activation_bytes(tensors, batch)? as u64)
     }
 
@@ -224,10 +298,11 @@ impl Scratch {
     ) -> Result<Scratch, EngineError> {
         let act = activation_bytes(tensors, batch)?;
         let buf = |len: usize| ChargedVec::zeroed(budget, "scratch", len);
-        let [x, xn, q, k, v, att, att_part, gate, up, rope, rope_local, router, moe_in, moe_out, mla, hybrid, mtp] =
+        let [x, xn, q, k, v, att, att_part, gate, up, rope, rope_local, router, moe_in, moe_out, mla, hybrid, mtp, dsv4] =
             f32_lens(cfg, batch, ctx);
         Ok(Scratch {
             batch,
+            ctx,
             x: buf(x)?,
             xn: buf(xn)?,
             q: buf(q)?,
@@ -246,6 +321,8 @@ impl Scratch {
             mla: buf(mla)?,
             hybrid: buf(hybrid)?,
             mtp: buf(mtp)?,
+            dsv4: buf(dsv4)?,
+            tokens: ChargedVec::zeroed(budget, "scratch", batch)?,
         })
     }
 }

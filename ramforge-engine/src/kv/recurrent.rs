@@ -1,6 +1,8 @@
-//! The recurrent state of a hybrid model's gated delta-net layers, per sequence: for each such
-//! layer the last `d_conv - 1` inputs of its convolution and one `head_dim x head_dim` matrix
-//! per value head. Its size does not grow with the context: it is allocated (and charged)
+//! The fixed-size state of a sequence's layers that summarize what came before instead of
+//! keeping every position: for each gated delta-net layer of a hybrid model the last
+//! `d_conv - 1` inputs of its convolution and one `head_dim x head_dim` matrix per value head;
+//! for each DeepSeek V4 layer its raw window ring and its compressors' pending tokens
+//! (`kv/compressed.rs`). Its size does not grow with the context: it is allocated (and charged)
 //! whole when the sequence first holds a token, and zero until then.
 //!
 //! It summarizes every position at once, so it cannot be cut back to a shorter prefix. So that
@@ -16,12 +18,12 @@ use crate::model::ModelConfig;
 
 /// The recurrent state of one sequence (empty for a model without delta-net layers).
 pub(crate) struct RecurrentState {
-    /// For each block, its index among the delta-net layers.
-    index: Vec<Option<usize>>,
-    /// Floats of the convolution inputs of one layer.
+    /// For each block, where its state lies in the whole (`None`: it keeps keys and values).
+    spans: Vec<Option<std::ops::Range<usize>>>,
+    /// Floats of the convolution inputs of one delta-net layer.
     conv: usize,
-    /// Floats of one layer's whole state.
-    per_layer: usize,
+    /// Floats of the whole state.
+    total: usize,
     data: Option<ChargedVec<f32>>,
     /// The state after the first `.0` positions, and that copy.
     checkpoint: Option<(usize, ChargedVec<f32>)>,
@@ -30,22 +32,27 @@ pub(crate) struct RecurrentState {
 impl RecurrentState {
     /// The state `cfg`'s delta-net layers need (nothing allocated yet).
     pub(crate) fn for_model(cfg: &ModelConfig) -> RecurrentState {
-        let mut next = 0;
-        let index = (0..cfg.n_layer)
-            .map(|l| {
-                cfg.is_recurrent(l).then(|| {
-                    next += 1;
-                    next - 1
-                })
-            })
-            .collect();
         let (conv, per_layer) = cfg.delta_net.as_ref().map_or((0, 0), |d| {
             ((d.d_conv - 1) * d.channels(), d.state_floats())
         });
+        let mut total = 0;
+        let spans = (0..cfg.n_layer)
+            .map(|l| {
+                let len = match &cfg.dsv4 {
+                    _ if cfg.is_recurrent(l) => per_layer,
+                    Some(d) => d.fixed_floats(l, cfg.head_dim),
+                    None => 0,
+                };
+                (len > 0).then(|| {
+                    total += len;
+                    total - len..total
+                })
+            })
+            .collect();
         RecurrentState {
-            index,
+            spans,
             conv,
-            per_layer,
+            total,
             data: None,
             checkpoint: None,
         }
@@ -54,40 +61,34 @@ impl RecurrentState {
     /// No recurrent layers.
     pub(crate) fn none() -> RecurrentState {
         RecurrentState {
-            index: Vec::new(),
+            spans: Vec::new(),
             conv: 0,
-            per_layer: 0,
+            total: 0,
             data: None,
             checkpoint: None,
         }
     }
 
-    fn layers(&self) -> usize {
-        self.index.iter().flatten().count()
-    }
-
     /// Bytes of the whole state of one sequence of `cfg` (what [`RecurrentState::reserve`]
     /// charges, and [`RecurrentState::checkpoint`] again).
     pub(crate) fn bytes(cfg: &ModelConfig) -> u64 {
-        let s = RecurrentState::for_model(cfg);
-        4 * (s.layers() * s.per_layer) as u64
+        4 * RecurrentState::for_model(cfg).total as u64
     }
 
-    /// Whether `layer` is a delta-net layer (its key/value slot only stands in).
+    /// Whether `layer` keeps its state here (its key/value slot only stands in).
     pub(crate) fn holds(&self, layer: usize) -> bool {
-        self.index.get(layer).is_some_and(Option::is_some)
+        self.spans.get(layer).is_some_and(Option::is_some)
     }
 
-    /// Whether the model has delta-net layers.
+    /// Whether the model has layers with such a state.
     pub(crate) fn exists(&self) -> bool {
-        self.layers() > 0
+        self.total > 0
     }
 
     /// Allocates and charges the zero state, if not yet done.
     pub(crate) fn reserve(&mut self, budget: &MemoryBudget) -> Result<(), EngineError> {
         if self.data.is_none() && self.exists() {
-            let len = self.layers() * self.per_layer;
-            self.data = Some(ChargedVec::zeroed(budget, "recurrent state", len)?);
+            self.data = Some(ChargedVec::zeroed(budget, "recurrent state", self.total)?);
         }
         Ok(())
     }
@@ -145,9 +146,16 @@ impl RecurrentState {
     /// and its per-head state matrices (head `h`, row `j` (value), column `i` (key) at
     /// `(h * head_dim + j) * head_dim + i`). The state must have been reserved.
     pub(crate) fn layer(&mut self, layer: usize) -> (&mut [f32], &mut [f32]) {
-        let i = self.index[layer].expect("a delta-net layer");
+        let conv = self.conv;
+        self.whole_layer(layer).split_at_mut(conv)
+    }
+
+    /// Layer `layer`'s whole state. The state must have been reserved.
+    pub(crate) fn whole_layer(&mut self, layer: usize) -> &mut [f32] {
+        let span = self.spans[layer]
+            .clone()
+            .expect("a layer with a fixed state");
         let data = self.data.as_mut().expect("the recurrent state is reserved");
-        let all = &mut data[i * self.per_layer..(i + 1) * self.per_layer];
-        all.split_at_mut(self.conv)
+        &mut data[span]
     }
 }

@@ -80,6 +80,8 @@ pub struct ModelConfig {
     pub indexer_full: Vec<bool>,
     /// A hybrid model's gated delta-net layers (`None`: attention on every layer).
     pub delta_net: Option<super::hybrid::DeltaNetConfig>,
+    /// DeepSeek V4's compressed attention, hyper-connections and hash routing.
+    pub dsv4: Option<super::dsv4::Dsv4Config>,
 }
 
 /// YaRN's settings from the file (`rope.scaling.*`), with llama.cpp's defaults.
@@ -135,6 +137,9 @@ pub enum AttentionKind {
     /// A gated delta-net (linear attention) layer: a fixed-size recurrent state instead of
     /// keys and values (`forward/delta_net.rs`).
     DeltaNet,
+    /// DeepSeek V4's: a raw sliding window joined by compressed rows (`forward/dsv4/`); its
+    /// ring, compressor state and compressed rows live in `kv/compressed.rs`.
+    Compressed,
 }
 
 /// What one block is made of: an attention kind and an FFN kind.
@@ -314,6 +319,17 @@ impl ModelConfig {
             n_layer_all,
             rope_dim,
         )?;
+        let dsv4 = if arch.spec(Role::HcAttnFn).is_some() {
+            Some(super::dsv4::read(
+                meta,
+                &key,
+                n_layer,
+                n_layer_all,
+                (n_head, n_head_kv, head_dim, rope_dim),
+            )?)
+        } else {
+            None
+        };
         Ok(ModelConfig {
             arch,
             n_layer,
@@ -344,6 +360,7 @@ impl ModelConfig {
             indexer,
             indexer_full,
             delta_net,
+            dsv4,
         })
     }
 
@@ -369,6 +386,7 @@ impl ModelConfig {
         LayerKind {
             attention: match self.window(layer) {
                 _ if self.mla.is_some() => AttentionKind::Latent,
+                _ if self.dsv4.is_some() => AttentionKind::Compressed,
                 _ if self.is_recurrent(layer) => AttentionKind::DeltaNet,
                 Some(w) => AttentionKind::Window(w),
                 None => AttentionKind::Full,
@@ -400,8 +418,9 @@ impl ModelConfig {
     /// Positions of `layer` a cache for a context of `ctx` must keep: the window of a local
     /// layer, else the whole context.
     pub fn kv_positions(&self, layer: usize, ctx: usize) -> usize {
-        if self.is_recurrent(layer) {
-            // No keys or values; the cache's smallest store (one slot) stands in.
+        if self.is_recurrent(layer) || self.dsv4.is_some() {
+            // No keys or values there (a delta-net layer's state, DeepSeek V4's ring and
+            // compressed rows are kept apart); the cache's smallest store (one slot) stands in.
             return 1;
         }
         self.window(layer).map_or(ctx, |w| w.min(ctx))

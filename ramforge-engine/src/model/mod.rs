@@ -3,6 +3,7 @@
 
 pub mod arch;
 mod config;
+pub mod dsv4;
 mod hybrid;
 mod mla;
 #[cfg(test)]

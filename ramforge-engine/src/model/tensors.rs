@@ -4,6 +4,7 @@
 
 use super::arch::{Dim, Presence, Role, Shape, TensorSpec};
 use super::config::{FfnKind, ModelConfig};
+use super::dsv4::HC_STREAMS;
 use crate::error::EngineError;
 use ramforge_gguf::{GgmlType, GgufFile, TensorInfo};
 
@@ -92,6 +93,9 @@ pub struct ModelTensors {
     pub tied_output: bool,
     /// llama3-style per-frequency RoPE divisors.
     pub rope_freqs: Option<TensorInfo>,
+    /// DeepSeek V4's head hyper-connection (`output_hc_fn`, `_base`, `_scale`): the streams'
+    /// weights for the final state, kept resident as f32.
+    pub output_hc: Option<[TensorInfo; 3]>,
     /// Each layer's tensors.
     pub layers: Vec<LayerTensors>,
     /// Vocabulary size (rows of the embeddings and the output).
@@ -138,12 +142,32 @@ impl ModelTensors {
         let layers = (0..cfg.n_layer)
             .map(|i| bind_layer(file, cfg, i))
             .collect::<Result<Vec<_>, _>>()?;
+        for t in layers.iter().filter_map(|l| l.get(Role::FfnGateTid2eid)) {
+            if t.shape[1] != n_vocab {
+                return Err(EngineError::BadModel(format!(
+                    "tensor {:?} has {} rows for a vocabulary of {n_vocab}",
+                    t.name, t.shape[1]
+                )));
+            }
+        }
+        let output_hc = match cfg.dsv4 {
+            Some(_) => {
+                let h = HC_STREAMS as u64;
+                Some([
+                    matrix(&get("output_hc_fn.weight")?, h * e, h)?,
+                    vector(&get("output_hc_base.weight")?, h)?,
+                    vector(&get("output_hc_scale.weight")?, 1)?,
+                ])
+            }
+            None => None,
+        };
         Ok(ModelTensors {
             token_embd,
             output_norm,
             output,
             tied_output,
             rope_freqs,
+            output_hc,
             layers,
             n_vocab: n_vocab as usize,
         })
@@ -172,8 +196,8 @@ impl ModelTensors {
                 EngineError::BadModel(format!("missing tensor {name:?} (MTP layer)"))
             })?;
             let t = match spec.shape {
-                Shape::Vector(d) => vector(t, size(cfg, d))?,
-                Shape::Matrix { cols, rows } => matrix(t, size(cfg, cols), size(cfg, rows))?,
+                Shape::Vector(d) => vector(t, size(cfg, d, i))?,
+                Shape::Matrix { cols, rows } => matrix(t, size(cfg, cols, i), size(cfg, rows, i))?,
                 _ => unreachable!("the nextn tensors are matrices and vectors"),
             };
             if matches!(spec.shape, Shape::Matrix { .. }) {
@@ -209,6 +233,12 @@ impl ModelTensors {
         per_layer
             + self.output_norm.n_elements * 4
             + self.rope_freqs.as_ref().map_or(0, |t| t.n_elements * 4)
+            + self
+                .output_hc
+                .iter()
+                .flatten()
+                .map(|t| t.n_elements * 4)
+                .sum::<u64>()
     }
 }
 
@@ -227,8 +257,8 @@ fn rows_match_vocabulary(file: &GgufFile, n_vocab: u64) -> Result<(), EngineErro
     Ok(())
 }
 
-/// The size of `dim` in `cfg`.
-fn size(cfg: &ModelConfig, dim: Dim) -> u64 {
+/// The size of `dim` in `cfg` (at `layer`, for the dimensions that differ by layer).
+fn size(cfg: &ModelConfig, dim: Dim, layer: usize) -> u64 {
     let mla = cfg.mla.unwrap_or(crate::model::MlaConfig {
         q_lora_rank: 0,
         kv_lora_rank: 0,
@@ -237,6 +267,8 @@ fn size(cfg: &ModelConfig, dim: Dim) -> u64 {
         absorbed: true,
     });
     let dn = cfg.delta_net.as_ref();
+    let v4 = cfg.dsv4.as_ref();
+    let indexer = cfg.indexer.or(v4.map(|d| d.indexer));
     (match dim {
         Dim::Embd => cfg.n_embd,
         Dim::EmbdPair => 2 * cfg.n_embd,
@@ -248,7 +280,7 @@ fn size(cfg: &ModelConfig, dim: Dim) -> u64 {
         Dim::FfExp => cfg.n_ff_exp,
         Dim::FfShexp => cfg.n_ff_shexp,
         Dim::Heads => cfg.n_head,
-        Dim::QLora => mla.q_lora_rank,
+        Dim::QLora => v4.map_or(mla.q_lora_rank, |d| d.q_lora),
         Dim::KvLora => mla.kv_lora_rank,
         Dim::KvAMqa => mla.kv_lora_rank + cfg.rope_dim,
         Dim::QMla => cfg.n_head * (mla.qk_nope + cfg.rope_dim),
@@ -264,9 +296,18 @@ fn size(cfg: &ModelConfig, dim: Dim) -> u64 {
         Dim::SsmHeadDim => dn.map_or(0, |d| d.head_dim),
         Dim::SsmKernel => dn.map_or(0, |d| d.d_conv),
         Dim::SsmQkvz => dn.map_or(0, |d| d.channels() + d.value_dim()),
-        Dim::IdxQ => cfg.indexer.map_or(0, |x| x.n_head * x.head_dim),
-        Dim::IdxHead => cfg.indexer.map_or(0, |x| x.head_dim),
-        Dim::IdxHeads => cfg.indexer.map_or(0, |x| x.n_head),
+        Dim::IdxQ => indexer.map_or(0, |x| x.n_head * x.head_dim),
+        Dim::IdxHead => indexer.map_or(0, |x| x.head_dim),
+        Dim::IdxHeads => indexer.map_or(0, |x| x.n_head),
+        Dim::HcIn => HC_STREAMS * cfg.n_embd,
+        Dim::HcMix => (2 + HC_STREAMS) * HC_STREAMS,
+        Dim::HcScales => 3,
+        Dim::OGroupIn => v4.map_or(0, |d| cfg.q_dim() / d.o_groups),
+        Dim::OLora => v4.map_or(0, |d| d.o_groups * d.o_lora),
+        Dim::CompKv => v4.map_or(0, |d| d.comp_width(layer, cfg.head_dim)),
+        Dim::CompRatio => v4.map_or(0, |d| d.ratio(layer)),
+        Dim::IdxCompKv => v4.map_or(0, |d| 2 * d.indexer.head_dim),
+        Dim::ExpertsUsed => cfg.n_expert_used,
     }) as u64
 }
 
@@ -288,6 +329,10 @@ fn bind_layer(file: &GgufFile, cfg: &ModelConfig, i: usize) -> Result<LayerTenso
             Presence::QLora(with) => cfg.mla.is_some_and(|m| (m.q_lora_rank > 0) == with),
             Presence::Absorbed(split) => cfg.mla.is_some_and(|m| m.absorbed == split),
             Presence::Indexer => cfg.indexer_is_full(i),
+            Presence::Compressed => cfg.dsv4.as_ref().is_some_and(|d| d.ratio(i) != 0),
+            Presence::CompressedIndexer => cfg.dsv4.as_ref().is_some_and(|d| d.ratio(i) == 4),
+            Presence::HashRouted => moe && cfg.dsv4.as_ref().is_some_and(|d| i < d.hash_layers),
+            Presence::ScoreRouted => moe && cfg.dsv4.as_ref().is_none_or(|d| i >= d.hash_layers),
         };
         let found = file.header().tensor(&name(spec));
         if !wanted {
@@ -348,17 +393,17 @@ fn bind_layer(file: &GgufFile, cfg: &ModelConfig, i: usize) -> Result<LayerTenso
             }
             continue;
         };
+        let size = |d| size(cfg, d, i);
         let t = match spec.shape {
-            Shape::Vector(d) => vector(t, size(cfg, d))?,
-            Shape::Matrix { cols, rows } => matrix(t, size(cfg, cols), size(cfg, rows))?,
+            Shape::Vector(d) => vector(t, size(d))?,
+            Shape::Matrix { cols, rows } => matrix(t, size(cols), size(rows))?,
             Shape::Experts { cols, rows } => {
-                experts(t, size(cfg, cols), size(cfg, rows), cfg.n_expert as u64)?
+                experts(t, size(cols), size(rows), cfg.n_expert as u64)?
             }
-            Shape::ExpertVectors(len) => matrix(t, size(cfg, len), cfg.n_expert as u64)?,
-            Shape::PerHead { cols, rows } => {
-                experts(t, size(cfg, cols), size(cfg, rows), cfg.n_head as u64)?
-            }
-            Shape::Table { cols, rows } => matrix(t, size(cfg, cols), size(cfg, rows))?,
+            Shape::ExpertVectors(len) => matrix(t, size(len), cfg.n_expert as u64)?,
+            Shape::PerHead { cols, rows } => experts(t, size(cols), size(rows), cfg.n_head as u64)?,
+            Shape::Table { cols, rows } => matrix(t, size(cols), size(rows))?,
+            Shape::TokenTable(cols) => token_table(t, size(cols))?,
         };
         by_role[spec.role as usize] = Some(t);
     }
@@ -500,6 +545,18 @@ fn experts(t: &TensorInfo, cols: u64, rows: u64, n: u64) -> Result<TensorInfo, E
         )));
     }
     supported(t)?;
+    Ok(t.clone())
+}
+
+/// Checks a per-token table (GGUF `[cols, n_vocab]`, I32): its values are checked as they
+/// are read (`weights::read_vector`), its rows against the vocabulary by [`ModelTensors::find`].
+fn token_table(t: &TensorInfo, cols: u64) -> Result<TensorInfo, EngineError> {
+    if t.shape.len() != 2 || t.shape[0] != cols || t.ggml_type != GgmlType::I32 {
+        return Err(EngineError::BadModel(format!(
+            "tensor {:?} has shape {:?} and type {}; expected [{cols}, n_vocab] of I32",
+            t.name, t.shape, t.ggml_type
+        )));
+    }
     Ok(t.clone())
 }
 

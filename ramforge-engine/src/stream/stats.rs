@@ -64,6 +64,12 @@ pub struct ResidencyStats {
     pub expert_read_secs: f64,
     /// Seconds the compute waited for a missed expert (part of `io_wait_secs`).
     pub expert_wait_secs: f64,
+    /// Of the missed experts, those read ahead of their layer: a hash-routed layer's, known
+    /// from the token ids at the start of a step (DeepSeek V4).
+    pub experts_read_ahead: u64,
+    /// Seconds the compute waited for experts read ahead (part of `io_wait_secs`, not of
+    /// `expert_wait_secs`).
+    pub ahead_wait_secs: f64,
     /// Expert cache slots of each MoE layer (0: experts are not streamed one by one).
     pub expert_slots_per_layer: u64,
     /// Experts read into the cache before the first pass, as the expert history named them
@@ -105,6 +111,8 @@ impl ResidencyStats {
             experts_mapped: self.experts_mapped - before.experts_mapped,
             expert_read_secs: self.expert_read_secs - before.expert_read_secs,
             expert_wait_secs: self.expert_wait_secs - before.expert_wait_secs,
+            experts_read_ahead: self.experts_read_ahead - before.experts_read_ahead,
+            ahead_wait_secs: self.ahead_wait_secs - before.ahead_wait_secs,
             ..*self
         }
     }

@@ -37,6 +37,9 @@ pub struct Vectors {
     pub layers: Vec<LayerVectors>,
     pub output_norm: Vec<f32>,
     pub rope_freqs: Option<Vec<f32>>,
+    /// DeepSeek V4's head hyper-connection: `output_hc_fn` (rows of the streams side by
+    /// side, one per stream), its base and scale.
+    pub output_hc: Option<[Vec<f32>; 3]>,
     _charge: Charge,
 }
 
@@ -55,11 +58,25 @@ pub struct Matrices {
     stats: ResidencyStats,
 }
 
-/// Reads a whole 1-D tensor as f32 (norms, biases, RoPE factors).
-fn read_vector(file: &GgufFile, t: &TensorInfo) -> Result<Vec<f32>, EngineError> {
+/// Reads a whole 1-D tensor as f32 (norms, biases, RoPE factors). An I32 table (DeepSeek
+/// V4's experts per token id) must hold indices below `n_expert`, kept exactly as f32.
+fn read_vector(file: &GgufFile, t: &TensorInfo, n_expert: usize) -> Result<Vec<f32>, EngineError> {
     let mut raw = vec![0u8; t.n_bytes as usize];
     file.read_tensor_into(t, &mut raw)?;
     let mut out = vec![0.0f32; t.n_elements as usize];
+    if t.ggml_type == ramforge_gguf::GgmlType::I32 {
+        for (i, (o, b)) in out.iter_mut().zip(raw.chunks_exact(4)).enumerate() {
+            let v = i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            if v < 0 || v as usize >= n_expert {
+                return Err(EngineError::BadModel(format!(
+                    "tensor {:?}: element {i} is {v}, not an expert index below {n_expert}",
+                    t.name
+                )));
+            }
+            *o = v as f32;
+        }
+        return Ok(out);
+    }
     ramforge_quant::dequantize_row(t.ggml_type, &raw, &mut out)?;
     Ok(out)
 }
@@ -132,15 +149,24 @@ impl Weights {
         let vector_charge = budget.charge("norms and biases", plan.vector_bytes)?;
         let mut layers = Vec::with_capacity(tensors.layers.len());
         for l in &tensors.layers {
+            let n_expert = l.expert_stacks().map_or(0, |x| x[0].shape[2] as usize);
             let vectors = l
                 .vectors()
-                .map(|(role, t)| Ok((role, read_vector(file, t)?)))
+                .map(|(role, t)| Ok((role, read_vector(file, t, n_expert)?)))
                 .collect::<Result<Vec<_>, EngineError>>()?;
             layers.push(LayerVectors::new(vectors));
         }
-        let output_norm = read_vector(file, &tensors.output_norm)?;
+        let output_norm = read_vector(file, &tensors.output_norm, 0)?;
         let rope_freqs = match &tensors.rope_freqs {
-            Some(t) => Some(read_vector(file, t)?),
+            Some(t) => Some(read_vector(file, t, 0)?),
+            None => None,
+        };
+        let output_hc = match &tensors.output_hc {
+            Some(ts) => Some([
+                read_vector(file, &ts[0], 0)?,
+                read_vector(file, &ts[1], 0)?,
+                read_vector(file, &ts[2], 0)?,
+            ]),
             None => None,
         };
         stats.load_bytes += plan.vector_bytes;
@@ -216,6 +242,7 @@ impl Weights {
                 layers,
                 output_norm,
                 rope_freqs,
+                output_hc,
                 _charge: vector_charge,
             },
             matrices: Matrices {

@@ -392,8 +392,16 @@ fn expert_line(
     if !r.streams_experts() {
         return String::new();
     }
+    let ahead = if r.experts_read_ahead > 0 {
+        format!(
+            " ({} read ahead for hash-routed layers, waited {:.2} s)",
+            r.experts_read_ahead, r.ahead_wait_secs
+        )
+    } else {
+        String::new()
+    };
     format!(
-        "experts: {} hits / {} misses ({:.0}% hit rate, {} slots per layer), {:.1} expert reads and {}/token, {} admitted, {} used in place; reads {:.2} s, of which the compute waited {:.2} s\n",
+        "experts: {} hits / {} misses ({:.0}% hit rate, {} slots per layer), {:.1} expert reads and {}/token, {} admitted, {} used in place; reads {:.2} s, of which the compute waited {:.2} s{ahead}\n",
         r.expert_hits,
         r.expert_misses,
         100.0 * r.expert_hit_rate(),

@@ -155,6 +155,43 @@ pub fn qwen35moe_small() -> Vec<&'static str> {
     [&["--arch", "qwen35moe"][..], &MOE_SMALL, &hybrid].concat()
 }
 
+/// `synth` arguments of a small deepseek4 (DeepSeek V4) model in MOE_SMALL's shape: one block
+/// of each compress ratio (the window only, 4 with the lightning indexer, 128), an 8-position
+/// window, the first block hash-routed, two output groups; 8 indexer heads choosing 4
+/// compressed rows (with fewer heads the indexer's scores tie at 0 often enough for llama.cpp's
+/// top-k, whose order among equals is its own, to choose other rows).
+pub fn deepseek4_small() -> Vec<&'static str> {
+    let v4 = [
+        "--arch",
+        "deepseek4",
+        "--kv-heads",
+        "1",
+        "--head-dim",
+        "64",
+        "--rope-dim",
+        "16",
+        "--q-lora-rank",
+        "64",
+        "--sliding-window",
+        "8",
+        "--indexer-heads",
+        "8",
+        "--indexer-dim",
+        "64",
+        "--indexer-top-k",
+        "4",
+        "--hash-layers",
+        "1",
+        "--o-lora-rank",
+        "32",
+        "--o-groups",
+        "2",
+        "--compress-ratios",
+        "0,4,128",
+    ];
+    [&v4[..], &MOE_SMALL].concat()
+}
+
 /// Writes `file` with `ramforge-tools synth` and `args`, taking the vocabulary from the real
 /// SmolLM2 file.
 pub fn synth(file: &Path, args: &[&str]) {

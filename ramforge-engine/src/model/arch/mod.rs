@@ -6,6 +6,7 @@
 //! one file here that defines an [`Architecture`], one line in [`ALL`], and its tests.
 
 mod deepseek2;
+mod deepseek4;
 mod gemma3;
 mod glm4moe;
 mod glm_dsa;
@@ -43,6 +44,7 @@ pub const ALL: &[&Architecture] = &[
     &glm_dsa::GLM_DSA,
     &qwen35moe::QWEN35MOE,
     &qwen3next::QWEN3NEXT,
+    &deepseek4::DEEPSEEK4,
 ];
 
 impl Architecture {
@@ -83,9 +85,17 @@ mod tests {
             for (i, &r) in Role::ALL.iter().enumerate() {
                 assert_eq!(r as usize, i);
             }
-            for role in [Role::AttnNorm, Role::AttnOutput] {
-                assert!(a.spec(role).is_some(), "{} lacks {role:?}", a.name);
-            }
+            assert!(
+                a.spec(Role::AttnNorm).is_some(),
+                "{} lacks AttnNorm",
+                a.name
+            );
+            // An output projection: whole, or grouped through a low rank (deepseek4).
+            assert!(
+                a.spec(Role::AttnOutput).is_some() || a.spec(Role::AttnOutputB).is_some(),
+                "{} has no attention output",
+                a.name
+            );
             // A query projection: plain, or through a q-LoRA (glm-dsa has only the latter).
             assert!(
                 a.spec(Role::AttnQ).is_some() || a.spec(Role::AttnQA).is_some(),
@@ -100,7 +110,7 @@ mod tests {
         }
         assert_eq!(
             Architecture::supported_names(),
-            "llama, qwen2, qwen3, qwen3moe, gemma3, qwen2moe, olmoe, glm4moe, minimax-m2, gpt-oss, deepseek2, glm-dsa, qwen35moe, qwen3next"
+            "llama, qwen2, qwen3, qwen3moe, gemma3, qwen2moe, olmoe, glm4moe, minimax-m2, gpt-oss, deepseek2, glm-dsa, qwen35moe, qwen3next, deepseek4"
         );
     }
 }

@@ -127,6 +127,9 @@ pub enum ExpertActivation {
     /// gpt-oss's clamped form: `g = min(gate, 7)`, `u = clamp(up, -7, 7)`,
     /// `g * sigmoid(1.702 g) * (u + 1)`.
     SwiGluOai,
+    /// DeepSeek V4's: `silu(min(gate, L)) * clamp(up, -L, L)`, `L` per layer from
+    /// `swiglu_clamp_exp` (routed) and `swiglu_clamp_shexp` (shared).
+    SwiGluClamped,
 }
 
 /// Interleaved local and global attention: every `period`-th layer (the last of each period)
@@ -289,6 +292,42 @@ pub enum Role {
     IndexerKNormBias,
     /// The indexer's per-head weights from the normed input.
     IndexerProj,
+    /// DeepSeek V4: the one key/value row (keys are the values), `head_dim` wide.
+    AttnKv,
+    /// DeepSeek V4: each output group's heads to its own low rank (`output_lora_rank`).
+    AttnOutputA,
+    /// DeepSeek V4: every group's low-rank output to the residual width.
+    AttnOutputB,
+    /// DeepSeek V4 hyper-connections before attention: the streams' mixes from their normed concatenation.
+    HcAttnFn,
+    /// The bias of those mixes.
+    HcAttnBase,
+    /// The three scales of those mixes (pre, post, combination).
+    HcAttnScale,
+    /// DeepSeek V4 hyper-connections before the FFN: the mixes.
+    HcFfnFn,
+    /// Their bias.
+    HcFfnBase,
+    /// Their three scales.
+    HcFfnScale,
+    /// DeepSeek V4 compressor: each token's entries pooled into a compressed row.
+    AttnCompressorKv,
+    /// The compressor's pooling scores.
+    AttnCompressorGate,
+    /// The compressor's score bias per position in its block.
+    AttnCompressorApe,
+    /// The RMSNorm of a compressed row.
+    AttnCompressorNorm,
+    /// DeepSeek V4's indexer compressor: entries of the indexer's key rows.
+    IndexerCompressorKv,
+    /// Its pooling scores.
+    IndexerCompressorGate,
+    /// Its score bias per position in the block.
+    IndexerCompressorApe,
+    /// The RMSNorm of an indexer key row.
+    IndexerCompressorNorm,
+    /// DeepSeek V4's hash routing: each token id's experts (I32, `expert_used_count` per token).
+    FfnGateTid2eid,
     /// An MTP (nextn) layer's projection of its normed token embedding and normed hidden
     /// state, concatenated (`2 n_embd` columns), to its block's input.
     NextnEhProj,
@@ -366,6 +405,24 @@ impl Role {
             IndexerKNorm,
             IndexerKNormBias,
             IndexerProj,
+            AttnKv,
+            AttnOutputA,
+            AttnOutputB,
+            HcAttnFn,
+            HcAttnBase,
+            HcAttnScale,
+            HcFfnFn,
+            HcFfnBase,
+            HcFfnScale,
+            AttnCompressorKv,
+            AttnCompressorGate,
+            AttnCompressorApe,
+            AttnCompressorNorm,
+            IndexerCompressorKv,
+            IndexerCompressorGate,
+            IndexerCompressorApe,
+            IndexerCompressorNorm,
+            FfnGateTid2eid,
             NextnEhProj,
             NextnEnorm,
             NextnHnorm,
@@ -435,6 +492,9 @@ pub enum Shape {
         /// Rows of one expert.
         rows: Dim,
     },
+    /// A table of `cols` I32 values per token id (GGUF `[cols, n_vocab]`), kept resident
+    /// (DeepSeek V4's hash routing); every value is checked when it is read.
+    TokenTable(Dim),
     /// One matrix per query head, stacked: GGUF shape `[cols, rows, n_head]` (MLA's
     /// `attn_k_b`, `attn_v_b`).
     PerHead {
@@ -506,6 +566,24 @@ pub enum Dim {
     IdxHead,
     /// The lightning indexer's heads (`attention.indexer.head_count`).
     IdxHeads,
+    /// DeepSeek V4: the hyper-connection streams side by side (`hyper_connection.count * n_embd`).
+    HcIn,
+    /// DeepSeek V4: a hyper-connection's mixes (`(2 + count) * count`).
+    HcMix,
+    /// DeepSeek V4: a hyper-connection's three scales.
+    HcScales,
+    /// DeepSeek V4: one output group's heads (`n_head / output_group_count * head_dim`).
+    OGroupIn,
+    /// DeepSeek V4: every output group's rank (`output_group_count * output_lora_rank`).
+    OLora,
+    /// DeepSeek V4: a compressor's entries per token (`head_dim`, twice that at ratio 4).
+    CompKv,
+    /// DeepSeek V4: the layer's compress ratio (tokens per compressed row).
+    CompRatio,
+    /// DeepSeek V4: the indexer compressor's entries per token (twice the indexer head).
+    IdxCompKv,
+    /// Experts a token is routed to (`expert_used_count`).
+    ExpertsUsed,
 }
 
 /// Whether a file must carry a tensor.
@@ -535,6 +613,14 @@ pub enum Presence {
     Indexer,
     /// Required in a full-attention layer of a hybrid model (every layer of another).
     Attention,
+    /// Required in a DeepSeek V4 layer whose compress ratio is not 0, absent otherwise.
+    Compressed,
+    /// Required in a DeepSeek V4 layer of compress ratio 4 (its lightning indexer).
+    CompressedIndexer,
+    /// Required in a DeepSeek V4 MoE layer routed by token id (`hash_layer_count`).
+    HashRouted,
+    /// Required in an MoE layer routed by its scores (DeepSeek V4's other layers).
+    ScoreRouted,
     /// Required in a gated delta-net layer of a hybrid model, absent elsewhere.
     Recurrent,
     /// In a gated delta-net layer, one of two alternative forms of its input projections
@@ -893,6 +979,26 @@ pub(crate) const fn layer_tensor(role: Role) -> TensorSpec {
                 rows: Embd,
             },
         ),
+        AttnKv
+        | AttnOutputA
+        | AttnOutputB
+        | HcAttnFn
+        | HcAttnBase
+        | HcAttnScale
+        | HcFfnFn
+        | HcFfnBase
+        | HcFfnScale
+        | AttnCompressorKv
+        | AttnCompressorGate
+        | AttnCompressorApe
+        | AttnCompressorNorm
+        | IndexerCompressorKv
+        | IndexerCompressorGate
+        | IndexerCompressorApe
+        | IndexerCompressorNorm
+        | FfnGateTid2eid => {
+            panic!("DeepSeek V4's own tensors are described in arch/deepseek4.rs")
+        }
     }
 }
 

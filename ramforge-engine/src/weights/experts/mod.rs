@@ -48,6 +48,11 @@ pub struct ExpertStore {
     use_: ExpertUse,
     /// Expert traffic not yet handed to the run's stats ([`ExpertStore::drain_stats`]).
     pending: ResidencyStats,
+    /// Reads sent ahead of their layer ([`ExpertStore::read_ahead`]), in the reader's order:
+    /// `(MoE layer, slot, expert)`.
+    ahead: VecDeque<(usize, usize, usize)>,
+    /// Slots filled ahead and not yet used (their first use is the read, not a hit).
+    fresh: Vec<bool>,
 }
 
 impl ExpertStore {
@@ -87,6 +92,7 @@ impl ExpertStore {
             n_expert: plan.n_expert,
             per_layer: plan.per_layer,
             held: vec![None; slots.len()],
+            fresh: vec![false; slots.len()],
             slots,
             staging,
             stacks,
@@ -97,7 +103,97 @@ impl ExpertStore {
             retiring: Vec::new(),
             use_: ExpertUse::new(plan.layers, plan.n_expert, plan.n_used),
             pending: ResidencyStats::default(),
+            ahead: VecDeque::new(),
         })
+    }
+
+    /// Sends the reads of layer `l`'s `experts` that its slots lack, before the layer runs
+    /// (a hash-routed layer's experts are known from the token ids at the start of a step):
+    /// each into a free slot or that of the least used expert not among `experts` (the step
+    /// needs these whatever their counts say); with no such slot, the rest are left to the
+    /// layer's own pass.
+    pub fn read_ahead(&mut self, l: usize, experts: &[usize]) {
+        let Some(l) = self.moe_index.get(l).copied().flatten() else {
+            return;
+        };
+        let base = l * self.per_layer;
+        for (k, &x) in experts.iter().enumerate() {
+            let slots = base..base + self.per_layer;
+            if experts[..k].contains(&x)
+                || self.held[slots.clone()].contains(&Some(x))
+                || self.ahead.iter().any(|a| a.0 == l && a.2 == x)
+            {
+                continue;
+            }
+            let view: Vec<policy::Slot> = slots
+                .clone()
+                .map(|i| match (self.held[i], &self.slots[i]) {
+                    (_, None) => policy::Slot::Held {
+                        score: f32::INFINITY,
+                        busy: true,
+                    },
+                    (None, _) => policy::Slot::Free,
+                    (Some(e), _) => policy::Slot::Held {
+                        score: self.use_.score(l, e),
+                        busy: experts.contains(&e),
+                    },
+                })
+                .collect();
+            let Admit::Into(i) = policy::admit(f32::INFINITY, &view) else {
+                continue;
+            };
+            let Some(buf) = self.slots[base + i].take() else {
+                continue;
+            };
+            self.held[base + i] = None;
+            self.reader.send(Request {
+                retire: std::mem::take(&mut self.retiring),
+                read: Some(Read {
+                    layout: self.layout(l, x),
+                    buf,
+                    may_map: false,
+                }),
+            });
+            self.ahead.push_back((l, base + i, x));
+        }
+    }
+
+    /// Takes back the reads sent ahead, in order, through those of MoE layer `through` (all
+    /// of them with `None`); the compute's wait for them is counted apart.
+    fn land_ahead(&mut self, through: Option<usize>) -> Result<(), EngineError> {
+        let mut result = Ok(());
+        while let Some(&(_, slot, x)) = self.ahead.front() {
+            if through.is_some_and(|t| !self.ahead.iter().any(|a| a.0 <= t)) {
+                break;
+            }
+            self.ahead.pop_front();
+            let waited = Instant::now();
+            let done = self.reader.recv()?;
+            let secs = waited.elapsed().as_secs_f64();
+            let p = &mut self.pending;
+            p.ahead_wait_secs += secs;
+            p.io_wait_secs += secs;
+            p.read_secs += done.secs;
+            p.expert_read_secs += done.secs;
+            match done.result {
+                Ok(n) => {
+                    p.expert_misses += 1;
+                    p.experts_read_ahead += 1;
+                    p.experts_admitted += 1;
+                    p.expert_bytes_read += n;
+                    p.bytes_read += n;
+                    self.held[slot] = Some(x);
+                    self.fresh[slot] = true;
+                }
+                Err(e) => {
+                    if result.is_ok() {
+                        result = Err(EngineError::from(e));
+                    }
+                }
+            }
+            self.slots[slot] = Some(done.buf);
+        }
+        result
     }
 
     /// Whether expert reads go around the page cache.
@@ -127,9 +223,18 @@ impl ExpertStore {
         }
         let base = l * self.per_layer;
         let experts: Vec<usize> = wanted.iter().map(|w| w.0).collect();
-        let places = sources(&self.held[base..base + self.per_layer], &experts, |e| {
+        // This layer's reads sent ahead land first (the reader answers in order).
+        self.land_ahead(Some(l))?;
+        let mut places = sources(&self.held[base..base + self.per_layer], &experts, |e| {
             self.use_.score(l, e)
         });
+        if places.iter().any(|p| matches!(p, Source::Read { .. })) && !self.ahead.is_empty() {
+            // Reads of its own must queue behind the later layers' reads sent ahead.
+            self.land_ahead(None)?;
+            places = sources(&self.held[base..base + self.per_layer], &experts, |e| {
+                self.use_.score(l, e)
+            });
+        }
         let mut reads = Reads {
             misses: (0..places.len())
                 .filter(|&k| matches!(places[k], Source::Read { .. }))
@@ -142,7 +247,10 @@ impl ExpertStore {
             let layout = self.layout(l, x);
             result = match places[k] {
                 Source::Hit(i) => {
-                    self.pending.expert_hits += 1;
+                    // An expert read ahead counted as a miss when it landed.
+                    if !std::mem::take(&mut self.fresh[base + i]) {
+                        self.pending.expert_hits += 1;
+                    }
                     let buf = self.slots[base + i].as_ref().map_or(&[][..], |b| b.bytes());
                     f(x, self.views(l, |m| layout.buffered_matrix(buf, m)))
                 }
@@ -363,6 +471,8 @@ impl ExpertStore {
         stats.experts_mapped += p.experts_mapped;
         stats.expert_read_secs += p.expert_read_secs;
         stats.expert_wait_secs += p.expert_wait_secs;
+        stats.experts_read_ahead += p.experts_read_ahead;
+        stats.ahead_wait_secs += p.ahead_wait_secs;
         stats.bytes_read += p.bytes_read;
         stats.read_secs += p.read_secs;
         stats.io_wait_secs += p.io_wait_secs;
