@@ -192,6 +192,13 @@ def main():
               f"{(rf.get('bytes_read_per_token') or 0) / m:>9.1f}Mi {100 * rf.get('share_of_limit', 0):>9.0f}% "
               f"{hit:>9} {(rf.get('peak_rss_bytes') or 0) / m:>7.0f}Mi "
               f"{ll.get('tokens_per_sec', float('nan')):>15.2f} {row.get('ratio', float('nan')):>6.2f}x")
+    for row in report["cold"]:
+        x = row["ramforge"].get("experts") or {}
+        if x.get("decode_read_ahead"):
+            print(f"{row['mem_frac']:>7.0%}: hash-routed layers' experts read ahead: "
+                  f"{x['decode_read_ahead']} while decoding, the compute waited "
+                  f"{x['decode_ahead_wait_secs']:.3f} s for them (all misses: "
+                  f"{x['decode_wait_secs'] + x['decode_ahead_wait_secs']:.3f} s)")
     if "checks" in report:
         c = report["checks"]
         print(f"plan under the limits: {c['plan_secs']:.1f} s (exit {c['plan_exit_code']}); greedy tokens "

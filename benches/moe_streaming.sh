@@ -10,10 +10,13 @@
 #            width 512, 8 used, head size 128, Q4_0) written as split files of at most 3 GB, in a
 #            4 GiB memory cgroup; no sweep or warm case, but the checks: `plan`'s time under the
 #            limits and greedy tokens identical to a run without limits
+#   --deepseek4  issue 33's case instead: a ~1 GB deepseek4 (16 layers, width 1024, 64 MXFP4 experts
+#            of width 512, 8 used, the first 3 layers hash-routed, compress ratios 0,0 then 4,128
+#            alternating, a 128-position window; the rest Q8_0) at 30% of the file, with the checks
 # Needs root (cgroups, for limits.sh).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-dir="${RAMFORGE_BENCH_DIR:-${CARGO_TARGET_DIR:-$root/target}/bench-models}" runs=3 tokens=16 extra=(--sweep --warm) json=() scale=0
+dir="${RAMFORGE_BENCH_DIR:-${CARGO_TARGET_DIR:-$root/target}/bench-models}" runs=3 tokens=16 extra=(--sweep --warm) json=() scale=0 v4=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --dir) dir="$2"; shift 2 ;;
@@ -21,6 +24,7 @@ while [ $# -gt 0 ]; do
     --tokens) tokens="$2"; shift 2 ;;
     --quick) runs=1; tokens=8; extra=(); shift ;;
     --scale) scale=1; shift ;;
+    --deepseek4) v4=1; shift ;;
     --json) json=(--json); shift ;;
     -h|--help) awk 'NR>1 && /^#/{sub(/^# ?/,""); print; next} NR>1{exit}' "$0"; exit 0 ;;
     *) echo "error: unknown argument $1 (see --help)" >&2; exit 2 ;;
@@ -43,6 +47,19 @@ if [ "$scale" = 1 ]; then
   frac=$(python3 -c "print(4 * 2**30 / $size)")
   exec python3 "$root/benches/moe_streaming.py" "$model" --mem-frac "$frac" --runs "$runs" -n "$tokens" \
     --ramforge "$bin" --python "$py" --checks "${json[@]}"
+fi
+if [ "$v4" = 1 ]; then
+  model="$dir/synth-deepseek4-1g-mxfp4.gguf"
+  if [ ! -s "$model" ]; then
+    "$bin" synth -q -o "$model.tmp" --arch deepseek4 --layers 16 --embd 1024 --ffn 512 --heads 16 --kv-heads 1 \
+      --head-dim 128 --rope-dim 32 --q-lora-rank 384 --o-groups 4 --o-lora-rank 256 --experts 64 \
+      --experts-used 8 --hash-layers 3 --sliding-window 128 --indexer-heads 16 --indexer-dim 64 \
+      --indexer-top-k 64 --compress-ratios 0,0,4,128,4,128,4,128,4,128,4,128,4,128,4,128 \
+      --type MXFP4 --vocab-from "$donor" --seed 1
+    mv "$model.tmp" "$model"
+  fi
+  exec python3 "$root/benches/moe_streaming.py" "$model" --runs "$runs" -n "$tokens" --ramforge "$bin" \
+    --python "$py" --checks "${json[@]}"
 fi
 model="$dir/synth-qwen3moe-1g-q4_0.gguf"
 if [ ! -s "$model" ]; then

@@ -58,7 +58,13 @@ fn supported_section() -> String {
             if r.dense_lead_key {
                 parts.push("dense leading layers".into());
             }
-            if r.activation == ExpertActivation::SwiGluOai {
+            if arch.spec(Role::FfnGateTid2eid).is_some() {
+                parts.push("hash-routed leading layers".into());
+            }
+            if matches!(
+                r.activation,
+                ExpertActivation::SwiGluOai | ExpertActivation::SwiGluClamped
+            ) {
                 parts.push("clamped SwiGLU".into());
             }
             parts.join(", ")

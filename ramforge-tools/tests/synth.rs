@@ -237,8 +237,9 @@ fn router_skew_is_seeded_and_touches_only_the_embedding_and_the_routers() {
 /// the lightning indexer, ratio 128), a hash-routed first block and MXFP4 experts loads in
 /// llama.cpp, which evaluates a prompt past the 8-position window and past 128 positions (a
 /// ratio-128 row) to finite logits of spread near 1 that differ from row to row; `run`
-/// generates from it (its logits against llama.cpp's: `synth_goldens`); a bad ratio list or
-/// output grouping is refused in one line.
+/// generates from it (its logits against llama.cpp's: `synth_goldens`) and `verify` checks
+/// its kernels, leaving out the hash-routing table; a bad ratio list or output grouping is
+/// refused in one line.
 #[test]
 fn deepseek4_runs_in_llama_cpp_and_bad_shapes_are_refused_in_one_line() {
     let write = |name: &str, extra: &[&str]| {
@@ -305,6 +306,23 @@ print(float(std.min()), float(std.max()), float(np.abs(np.diff(L, axis=0)).max(a
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(0), "{err}");
     assert!(!o.stdout.is_empty(), "no text generated: {err}");
+    // `verify`'s kernel check passes over the integer table no kernel reads.
+    let o = Command::new(env!("CARGO_BIN_EXE_ramforge-tools"))
+        .args(["verify", "-q", "--json"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (v["pass"].as_bool(), v["integer_tables"].as_u64()),
+        (Some(true), Some(1))
+    );
 
     for (ratios, extra, expect) in [
         ("0,4", "", "one 0, 4 or 128 per layer (3)"),
