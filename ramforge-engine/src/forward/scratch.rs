@@ -160,7 +160,8 @@ pub(super) fn dsv4_row_lens(cfg: &ModelConfig) -> [usize; 13] {
 /// Floats of DeepSeek V4's attention work buffers for one token at a context of `ctx`
 /// (`forward/dsv4/attention.rs`'s `Work`): the gathered keys (the window and the most
 /// compressed rows any layer attends to) and each head's probabilities over them, the
-/// indexer's scores, one pooled row with its indexer key, one RoPE table.
+/// indexer's scores and a copy to select from, one pooled row with its indexer key, one RoPE
+/// table.
 pub(super) fn dsv4_work_lens(cfg: &ModelConfig, ctx: usize) -> [usize; 5] {
     let Some(d) = &cfg.dsv4 else {
         return [0; 5];
@@ -177,7 +178,7 @@ pub(super) fn dsv4_work_lens(cfg: &ModelConfig, ctx: usize) -> [usize; 5] {
     [
         keys * cfg.head_dim,
         keys * cfg.n_head,
-        ctx / 4,
+        2 * (ctx / 4),
         cfg.head_dim + d.indexer.head_dim,
         cfg.rope_dim,
     ]

@@ -264,13 +264,27 @@ pub(super) fn attend(
                     })
                     .sum();
             }
-            let mut order: Vec<usize> = (0..visible).collect();
-            order.sort_by(|&a, &b| w.iscores[b].total_cmp(&w.iscores[a]).then(a.cmp(&b)));
-            order.truncate(d.indexer.top_k);
-            order.sort_unstable();
-            for j in order {
-                rows.get(l, j, 0, &mut w.keys[nk * hd..(nk + 1) * hd]);
-                nk += 1;
+            // The k-th highest score, found in a copy; then every row above it and, in
+            // order, as many of those equal to it as the top_k still takes.
+            let k = d.indexer.top_k;
+            let (scores, sorted) = w.iscores.split_at_mut(visible);
+            let sorted = &mut sorted[..visible];
+            sorted.copy_from_slice(scores);
+            let (_, &mut cut, _) = sorted.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a));
+            let mut ties = k - scores.iter().filter(|s| s.total_cmp(&cut).is_gt()).count();
+            for (j, s) in scores.iter().enumerate() {
+                let take = match s.total_cmp(&cut) {
+                    std::cmp::Ordering::Greater => true,
+                    std::cmp::Ordering::Equal if ties > 0 => {
+                        ties -= 1;
+                        true
+                    }
+                    _ => false,
+                };
+                if take {
+                    rows.get(l, j, 0, &mut w.keys[nk * hd..(nk + 1) * hd]);
+                    nk += 1;
+                }
             }
         }
         _ => {
