@@ -417,9 +417,15 @@ impl Engine {
     /// Keeps the first `n` tokens of the context (and their keys and values, still charged)
     /// and forgets the rest, so a prompt that starts with them evaluates only what follows.
     /// A hybrid model's recurrent state cannot be cut back: its context goes back to the
-    /// state's checkpoint at the end of the last prompt when that is at `n`, else starts over.
+    /// state's checkpoint at the end of the last prompt when that is at `n`, else starts over;
+    /// so does a context whose sliding-window ring no longer holds the window of `n`
+    /// (`KvCache::ring_keeps`).
     pub fn truncate_context(&mut self, n: usize) {
         self.saved = None;
+        if n < self.history.len() && !self.kv.ring_keeps(n) {
+            self.reset();
+            return;
+        }
         if n < self.history.len() {
             if self.kv.is_recurrent() {
                 if n == 0 || self.kv.checkpoint_position() != Some(n) {
@@ -581,7 +587,8 @@ impl Engine {
 /// How many leading tokens of a prompt of `prompt_len` tokens a context of `held` tokens,
 /// whose first `common` agree with the prompt, can keep: at least the last prompt token is
 /// evaluated (for its logits), and a recurrent state (hybrid models) cannot be cut back to a
-/// shorter prefix: it is kept whole, or back to its checkpoint at the end of the last prompt.
+/// shorter prefix: it is kept whole, or back to its checkpoint at the end of the last prompt; a
+/// wrapped sliding-window ring only where its slots still hold the prefix's window.
 pub(crate) fn reusable_prefix(
     kv: &KvCache,
     common: usize,
@@ -591,6 +598,9 @@ pub(crate) fn reusable_prefix(
     let keep = common.min(prompt_len.saturating_sub(1));
     if kv.is_recurrent() && keep < held {
         kv.checkpoint_position().filter(|&c| c <= keep).unwrap_or(0)
+    } else if !kv.ring_keeps(keep) {
+        // A wrapped sliding-window ring no longer holds that prefix's window.
+        0
     } else {
         keep
     }

@@ -273,6 +273,20 @@ impl KvCache {
         self.recurrent.layer(layer)
     }
 
+    /// Whether the context it holds can be cut back to its first `keep` positions: not when a
+    /// ring (a sliding-window layer's) has wrapped and a position after `keep` overwrote a
+    /// slot that a query at `keep` still needs (one held past `keep + 1` and past the ring).
+    pub(crate) fn ring_keeps(&self, keep: usize) -> bool {
+        let last = self.len.saturating_sub(1);
+        keep >= self.len
+            || self
+                .stores
+                .iter()
+                .enumerate()
+                .filter(|&(si, st)| st.slots < self.capacity && !self.stands_in(si))
+                .all(|(_, st)| last < (keep + 1).max(st.slots))
+    }
+
     /// The most positions this cache can hold.
     pub fn capacity(&self) -> usize {
         self.capacity

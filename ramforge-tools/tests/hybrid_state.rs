@@ -1,5 +1,6 @@
 //! A sequence's fixed-size state as its context: a hybrid model's gated delta-net layers
-//! (qwen35moe synth file), and DeepSeek V4's window rings and compressors (deepseek4). It
+//! (qwen35moe synth file), and DeepSeek V4's window rings and compressors (deepseek4); and a
+//! sliding-window model's ring (gemma3), which a context cut back past it can no longer use. It
 //! cannot be cut back, so a prompt that shares only part of the held context starts over
 //! (cached 0) and gives the logits of a fresh context, while a prompt that extends the whole
 //! held context, or the last prompt but not what was generated after it (the state's
@@ -194,4 +195,72 @@ fn the_plan_charges_each_deepseek4_sequence_its_rings_compressors_and_rows() {
     let stand_ins = 3 * 2 * 64;
     let per_seq = 2 * 4 * fixed + 2 * rows + 2 * stand_ins;
     assert_eq!(plan(3) - plan(1), 2 * per_seq as u64);
+}
+
+/// A sliding-window model's ring (gemma3, window 8): once a context has wrapped it, cutting
+/// back to a shorter prefix would need window positions the later tokens overwrote, so such a
+/// prompt starts over and gets a fresh context's logits; the same prompt again (cut back by
+/// its last token only) and a prompt that extends the held context keep what they can.
+#[test]
+fn a_wrapped_window_ring_is_cut_back_only_where_its_slots_still_hold() {
+    let path = synth(
+        "gemma3.gguf",
+        &[
+            "--arch",
+            "gemma3",
+            "--layers",
+            "4",
+            "--embd",
+            "128",
+            "--ffn",
+            "256",
+            "--heads",
+            "4",
+            "--kv-heads",
+            "2",
+            "--sliding-window",
+            "8",
+        ],
+    );
+    let mut e = engine(&path);
+    let tok = e.model().tokenizer.clone();
+    let a = tok.encode(
+        "The quick brown fox jumps over the lazy dog and keeps running through the forest",
+        true,
+        true,
+    );
+    assert!(a.len() > 12, "{}", a.len());
+    let mut b = a[..a.len() - 4].to_vec();
+    b.extend(tok.encode(" into the night", false, true));
+    let mut longer = a.clone();
+    longer.extend(tok.encode(" again", false, true));
+    let cancel = AtomicBool::new(false);
+    let fresh = |e: &mut Engine, p: &[u32]| {
+        e.reset();
+        e.eval(p).unwrap().to_vec()
+    };
+    let (fresh_a, fresh_b, fresh_longer) =
+        (fresh(&mut e, &a), fresh(&mut e, &b), fresh(&mut e, &longer));
+    e.reset();
+    let mut seq = e.new_sequence();
+    assert_eq!(e.prefill(&mut seq, &a, &cancel).unwrap(), Some(0));
+    // Shares all but the last 4 tokens: their window is gone from the ring.
+    assert_eq!(e.prefill(&mut seq, &b, &cancel).unwrap(), Some(0));
+    assert_eq!(max_diff(e.logits(), &fresh_b), 0.0, "diverged prompt");
+    assert_eq!(e.prefill(&mut seq, &a, &cancel).unwrap(), Some(0));
+    // The same prompt: only its last token runs again.
+    assert_eq!(e.prefill(&mut seq, &a, &cancel).unwrap(), Some(a.len() - 1));
+    let d = max_diff(e.logits(), &fresh_a);
+    assert!(d < 1e-3, "repeated prompt: max diff {d}");
+    assert_eq!(
+        e.prefill(&mut seq, &longer, &cancel).unwrap(),
+        Some(a.len())
+    );
+    let d = max_diff(e.logits(), &fresh_longer);
+    assert!(d < 1e-3, "extended prompt: max diff {d}");
+    // The engine's own context: cut back past its wrapped window, it starts over.
+    e.reset();
+    e.eval(&a).unwrap();
+    e.truncate_context(a.len() - 4);
+    assert_eq!(e.n_past(), 0);
 }
