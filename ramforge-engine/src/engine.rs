@@ -619,11 +619,7 @@ pub(crate) fn input_rows(
     let (cfg, file, tensors) = (&model.config, &model.file, &model.tensors);
     let (e, n) = (cfg.n_embd, tokens.len());
     // DeepSeek V4: every residual stream starts as the embedding.
-    let streams = if cfg.dsv4.is_some() {
-        crate::model::dsv4::HC_STREAMS
-    } else {
-        1
-    };
+    let streams = cfg.residual_streams();
     for (i, &t) in tokens.iter().enumerate() {
         let row = &mut s.x[i * streams * e..(i + 1) * streams * e];
         weights.matrices.embed(file, tensors, t, &mut row[..e])?;

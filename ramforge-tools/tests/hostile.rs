@@ -106,6 +106,17 @@ fn path(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
+/// `src` with metadata `key` set to `value`, written to `file`: `run` on it fails in one line
+/// containing `expect`.
+fn fails_with_key_set(src: &Path, file: &Path, key: &str, value: Value, expect: &str) {
+    let src = GgufFile::open(src).unwrap();
+    let mut w = GgufWriter::copy_of(&src).unwrap();
+    w.metadata_mut().remove(key);
+    w.metadata_mut().insert(key.into(), value);
+    w.write_to(std::fs::File::create(file).unwrap()).unwrap();
+    fails_cleanly(&["run", path(file), "--prompt", "hi", "-n", "1"], expect);
+}
+
 /// The MoE families' keys and per-layer tensors: a synthetic glm4moe (a dense leading layer,
 /// a shared expert, an MTP layer), gpt-oss (alternating windows) and deepseek2 (expert groups,
 /// latent attention) with one key changed
@@ -245,13 +256,7 @@ fn inconsistent_moe_family_metadata_fails_with_the_key_or_tensor_named() {
         ),
     ];
     for (src, tag, key, value, expect) in cases {
-        let src = GgufFile::open(src).unwrap();
-        let mut w = GgufWriter::copy_of(&src).unwrap();
-        w.metadata_mut().remove(key);
-        w.metadata_mut().insert(key.into(), value);
-        let file = dir.join(format!("{tag}.gguf"));
-        w.write_to(std::fs::File::create(&file).unwrap()).unwrap();
-        fails_cleanly(&["run", path(&file), "--prompt", "hi", "-n", "1"], expect);
+        fails_with_key_set(src, &dir.join(format!("{tag}.gguf")), key, value, expect);
     }
     std::fs::remove_dir_all(&dir).ok();
 }
@@ -311,15 +316,16 @@ fn inconsistent_deepseek4_metadata_and_tables_fail_with_the_key_or_tensor_named(
             "deepseek4.attention.sliding_window = 0",
         ),
     ];
-    let src = GgufFile::open(&src_path).unwrap();
     for (tag, key, value, expect) in cases {
-        let mut w = GgufWriter::copy_of(&src).unwrap();
-        w.metadata_mut().remove(key);
-        w.metadata_mut().insert(key.into(), value);
-        let file = dir.join(format!("{tag}.gguf"));
-        w.write_to(std::fs::File::create(&file).unwrap()).unwrap();
-        fails_cleanly(&["run", path(&file), "--prompt", "hi", "-n", "1"], expect);
+        fails_with_key_set(
+            &src_path,
+            &dir.join(format!("{tag}.gguf")),
+            key,
+            value,
+            expect,
+        );
     }
+    let src = GgufFile::open(&src_path).unwrap();
     // Token 5's second expert: 99 of 8.
     let table = src.tensor("blk.0.ffn_gate_tid2eid.weight").unwrap();
     let at = src.absolute_offset(table) + 4 * (5 * 2 + 1);

@@ -486,9 +486,19 @@ fn glm_dsa_args<'a>(ty: &'a str, top_k: &'a str, seed: &'a str) -> Vec<&'a str> 
 /// (saw more than `top_k` positions) and the smallest gap there between the `top_k`-th and the
 /// next score, relative to the row's largest.
 fn indexer_golden(model: &Path, top_k: usize, kv: &str) -> (PathBuf, serde_json::Value) {
+    indexer_golden_on(model, top_k, kv, PROMPTS)
+}
+
+/// [`indexer_golden`] on other prompts.
+fn indexer_golden_on(
+    model: &Path,
+    top_k: usize,
+    kv: &str,
+    prompt_lines: &str,
+) -> (PathBuf, serde_json::Value) {
     let name = model.file_stem().unwrap().to_string_lossy().to_string();
     let prompts = tmp(&format!("{name}.prompts.txt"));
-    std::fs::write(&prompts, PROMPTS).unwrap();
+    std::fs::write(&prompts, prompt_lines).unwrap();
     let golden = tmp(&format!("gen-{name}.jsonl"));
     let o = Command::new(common::reference_python())
         .arg(common::root().join("scripts/indexer_golden.py"))
@@ -762,20 +772,7 @@ fn deepseek4_args<'a>(ty: &'a str, top_k: &'a str, hash: &'a str) -> Vec<&'a str
 fn deepseek4_sparse_attention_matches_llama_cpp() {
     let model = tmp("deepseek4-F32.gguf");
     common::synth(&model, &deepseek4_args("F32", "4", "1"));
-    let prompts = tmp("deepseek4-F32.prompts.txt");
-    std::fs::write(&prompts, format!("{PROMPTS}{LONG_PROMPT}")).unwrap();
-    let golden = tmp("gen-deepseek4-F32.jsonl");
-    let o = Command::new(common::reference_python())
-        .arg(common::root().join("scripts/indexer_golden.py"))
-        .arg(&model)
-        .arg(&prompts)
-        .args(["16", "4"])
-        .arg(&golden)
-        .args(["--kv", "f32"])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let m: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let (golden, m) = indexer_golden_on(&model, 4, "f32", &format!("{PROMPTS}{LONG_PROMPT}"));
     eprintln!("deepseek4 F32, llama.cpp's indexer: {m}");
     assert!(
         m["selections"].as_u64().unwrap() >= 200,

@@ -93,6 +93,22 @@ impl Rows<'_, '_> {
             Rows::Batch { positions, .. } => positions.len(),
         }
     }
+
+    /// The position of row `t`.
+    fn position(&self, t: usize) -> usize {
+        match self {
+            Rows::Run(_, positions, _) => positions.start + t,
+            Rows::Batch { positions, .. } => positions[t],
+        }
+    }
+
+    /// The cache row `t` belongs to.
+    fn kv(&mut self, t: usize) -> &mut KvCache {
+        match self {
+            Rows::Run(kv, _, _) => kv,
+            Rows::Batch { kvs, .. } => kvs[t],
+        }
+    }
 }
 
 /// One layer's weights as a block uses them.
@@ -114,19 +130,14 @@ pub(crate) fn block(
     s: &mut Scratch,
     mut rows: Rows<'_, '_>,
 ) -> Result<(), EngineError> {
+    if cfg.dsv4.is_some() {
+        return dsv4::block(cfg, layer_index, weights, s, rows);
+    }
     let LayerWeights {
         matrices: w,
         vectors: vecs,
         experts,
     } = weights;
-    if cfg.dsv4.is_some() {
-        let weights = LayerWeights {
-            matrices: w,
-            vectors: vecs,
-            experts,
-        };
-        return dsv4::block(cfg, layer_index, weights, s, rows);
-    }
     let n = rows.len();
     let per_token = matches!(rows, Rows::Batch { .. } | Rows::Run(_, _, true));
     let e = cfg.n_embd;

@@ -59,6 +59,12 @@ pub(crate) fn route(
             c.1 /= total;
         }
     }
+    weigh(r, chosen);
+}
+
+/// The chosen experts' weights renormalized to sum to one (the sum held above llama.cpp's
+/// smallest) and scaled, as `r` says.
+fn weigh(r: &RouterConfig, chosen: &mut [(usize, f32)]) {
     if r.normalize {
         let sum: f32 = chosen.iter().map(|&(_, w)| w).sum();
         let sum = sum.max(MIN_WEIGHT_SUM);
@@ -115,18 +121,7 @@ fn hash_route(r: &RouterConfig, logits: &[f32], experts: &[f32], chosen: &mut Ve
         let x = x as usize;
         (x, softplus(logits[x]).sqrt())
     }));
-    if r.normalize {
-        let sum: f32 = chosen.iter().map(|&(_, w)| w).sum();
-        let sum = sum.max(MIN_WEIGHT_SUM);
-        for (_, w) in chosen.iter_mut() {
-            *w /= sum;
-        }
-    }
-    if r.scale != 1.0 {
-        for (_, w) in chosen.iter_mut() {
-            *w *= r.scale;
-        }
-    }
+    weigh(r, chosen);
 }
 
 /// DeepSeek V4's clamped SwiGLU into `gate`: `silu(min(gate, l)) * clamp(up, -l, l)`, as

@@ -3,12 +3,17 @@
 
 use crate::model::RopeStyle;
 
+/// `1 / sqrt(mean(x^2) + eps)`, the square sum in f64.
+fn rms_scale(x: &[f32], eps: f32) -> f32 {
+    let ss: f64 = x.iter().map(|&v| (v as f64) * (v as f64)).sum();
+    1.0 / ((ss / x.len() as f64) as f32 + eps).sqrt()
+}
+
 /// `out = x / sqrt(mean(x^2) + eps) * w`, row by row.
 pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     let d = w.len();
     for (xr, or) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
-        let ss: f64 = xr.iter().map(|&v| (v as f64) * (v as f64)).sum();
-        let scale = 1.0 / ((ss / d as f64) as f32 + eps).sqrt();
+        let scale = rms_scale(xr, eps);
         for ((o, &v), &wi) in or.iter_mut().zip(xr).zip(w) {
             *o = v * scale * wi;
         }
@@ -19,11 +24,18 @@ pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
 pub fn rms_norm_in_place(x: &mut [f32], w: &[f32], eps: f32) {
     let d = w.len();
     for xr in x.chunks_exact_mut(d) {
-        let ss: f64 = xr.iter().map(|&v| (v as f64) * (v as f64)).sum();
-        let scale = 1.0 / ((ss / d as f64) as f32 + eps).sqrt();
+        let scale = rms_scale(xr, eps);
         for (v, &wi) in xr.iter_mut().zip(w) {
             *v = *v * scale * wi;
         }
+    }
+}
+
+/// [`rms_norm_in_place`] without a weight, on every `d` elements of `x` (ggml's `rms_norm`).
+pub fn rms_norm_unweighted(x: &mut [f32], d: usize, eps: f32) {
+    for xr in x.chunks_exact_mut(d) {
+        let scale = rms_scale(xr, eps);
+        xr.iter_mut().for_each(|v| *v *= scale);
     }
 }
 

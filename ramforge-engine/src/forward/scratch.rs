@@ -80,10 +80,8 @@ fn f32_lens(cfg: &ModelConfig, batch: usize, ctx: usize) -> [usize; 18] {
         0
     };
     let if_moe = |len: usize| if moe { len } else { 0 };
-    // DeepSeek V4's residual is several streams per token.
-    let streams = if cfg.dsv4.is_some() { HC_STREAMS } else { 1 };
     [
-        b * e * streams,
+        b * e * cfg.residual_streams(),
         b * e,
         // A gated query projection gives each head's gate beside its query.
         b * q * if gated_query(cfg) { 2 } else { 1 },

@@ -14,11 +14,6 @@ use half::f16;
 /// Compressed rows per chunk.
 const ROWS_PER_CHUNK: usize = 64;
 
-/// Tokens a compressor of `ratio` keeps pending ([`Dsv4Config::pending_tokens`]).
-pub(crate) fn pending_tokens(ratio: usize) -> usize {
-    Dsv4Config::pending_tokens(ratio)
-}
-
 /// One layer's fixed state ([`Dsv4Config::fixed_floats`]), split: the ring, the compressor's
 /// pending entries and scores
 /// (slot-major: a slot's entries, then its scores), and the indexer compressor's.
@@ -33,7 +28,7 @@ impl<'a> Fixed<'a> {
     pub(crate) fn split(cfg: &ModelConfig, l: usize, whole: &'a mut [f32]) -> Fixed<'a> {
         let d = cfg.dsv4.as_ref().expect("a deepseek4 model");
         let (ring, rest) = whole.split_at_mut(d.window * cfg.head_dim);
-        let comp_len = pending_tokens(d.ratio(l)) * 2 * d.comp_width(l, cfg.head_dim);
+        let comp_len = Dsv4Config::pending_tokens(d.ratio(l)) * 2 * d.comp_width(l, cfg.head_dim);
         let (comp, idx) = rest.split_at_mut(comp_len.min(rest.len()));
         Fixed { ring, comp, idx }
     }

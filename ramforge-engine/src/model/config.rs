@@ -433,6 +433,15 @@ impl ModelConfig {
             .is_some_and(|d| d.is_recurrent(layer))
     }
 
+    /// Residual streams per token: DeepSeek V4's hyper-connections keep several.
+    pub fn residual_streams(&self) -> usize {
+        if self.dsv4.is_some() {
+            super::dsv4::HC_STREAMS
+        } else {
+            1
+        }
+    }
+
     /// Width of all query heads together.
     pub fn q_dim(&self) -> usize {
         self.n_head * self.head_dim

@@ -6,7 +6,8 @@
 
 use super::super::ops::{rms_norm_in_place, rope_rows, RopeParams, Yarn};
 use super::super::scratch::dsv4_work_lens;
-use crate::kv::compressed::{pending_tokens, CompressedRows, Fixed};
+use crate::kv::compressed::{CompressedRows, Fixed};
+use crate::model::dsv4::Dsv4Config;
 use crate::model::ModelConfig;
 use half::f16;
 use ramforge_quant::parallel::for_each_chunk_mut;
@@ -146,7 +147,7 @@ fn compress(
     out: &mut [f32],
 ) -> bool {
     let cw = if ratio == 4 { 2 * width } else { width };
-    let slots = pending_tokens(ratio);
+    let slots = Dsv4Config::pending_tokens(ratio);
     let slot = &mut pending[(p % slots) * 2 * cw..][..2 * cw];
     slot[..cw].copy_from_slice(&kv[..cw]);
     slot[cw..].copy_from_slice(&score[..cw]);

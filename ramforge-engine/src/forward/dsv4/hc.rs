@@ -4,6 +4,7 @@
 //! stochastic matrix (Sinkhorn) that recombines the streams; the head weighs the streams
 //! into one state. As llama.cpp's deepseek4 graph computes them.
 
+use super::super::ops::rms_norm_unweighted;
 use crate::model::dsv4::HC_STREAMS as H;
 
 /// Floats of one row's mixes: `pre`, `post`, then the combination `c[dst][src]`.
@@ -11,11 +12,8 @@ pub(super) const MIXES: usize = (2 + H) * H;
 
 /// `z = x / sqrt(mean(x^2) + eps)` over the whole row (every stream), unweighted.
 pub(super) fn norm_streams(x: &[f32], eps: f32, z: &mut [f32]) {
-    let ss: f64 = x.iter().map(|&v| (v as f64) * (v as f64)).sum();
-    let scale = 1.0 / ((ss / x.len() as f64) as f32 + eps).sqrt();
-    for (o, &v) in z.iter_mut().zip(x) {
-        *o = v * scale;
-    }
+    z.copy_from_slice(x);
+    rms_norm_unweighted(z, x.len(), eps);
 }
 
 fn sigmoid(x: f32) -> f32 {

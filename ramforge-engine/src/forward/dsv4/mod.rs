@@ -7,7 +7,7 @@ mod hc;
 
 use super::matmul::matmul;
 use super::moe::moe_ffn;
-use super::ops::{rms_norm, rms_norm_in_place};
+use super::ops::{rms_norm, rms_norm_in_place, rms_norm_unweighted};
 use super::scratch::dsv4_row_lens;
 use super::{shared_expert, LayerWeights, Rows, Scratch};
 use crate::error::EngineError;
@@ -49,37 +49,21 @@ impl<'a> Parts<'a> {
         };
         let [xin, z, mix, qa, iq, iw, ckv, cscore, ikv, iscore, lora, gin, gout] =
             dsv4_row_lens(cfg).map(|len| batch * len);
-        let parts = (
-            take(xin),
-            take(z),
-            take(mix),
-            take(qa),
-            take(iq),
-            take(iw),
-            take(ckv),
-            take(cscore),
-            take(ikv),
-            take(iscore),
-            take(lora),
-            take(gin),
-            take(gout),
-            take(HC_STREAMS * cfg.n_embd),
-        );
         Parts {
-            xin: parts.0,
-            z: parts.1,
-            mix: parts.2,
-            qa: parts.3,
-            iq: parts.4,
-            iw: parts.5,
-            ckv: parts.6,
-            cscore: parts.7,
-            ikv: parts.8,
-            iscore: parts.9,
-            lora: parts.10,
-            gin: parts.11,
-            gout: parts.12,
-            streams: parts.13,
+            xin: take(xin),
+            z: take(z),
+            mix: take(mix),
+            qa: take(qa),
+            iq: take(iq),
+            iw: take(iw),
+            ckv: take(ckv),
+            cscore: take(cscore),
+            ikv: take(ikv),
+            iscore: take(iscore),
+            lora: take(lora),
+            gin: take(gin),
+            gout: take(gout),
+            streams: take(HC_STREAMS * cfg.n_embd),
             work: Work::carve(cfg, ctx, rest),
         }
     }
@@ -211,11 +195,7 @@ pub(crate) fn block(
             cfg.rms_eps,
         );
         // Each query head's unweighted RMS norm.
-        for head in s.q[..n * nh * hd].chunks_exact_mut(hd) {
-            let ss: f64 = head.iter().map(|&v| (v as f64) * (v as f64)).sum();
-            let scale = 1.0 / ((ss / hd as f64) as f32 + cfg.rms_eps).sqrt();
-            head.iter_mut().for_each(|v| *v *= scale);
-        }
+        rms_norm_unweighted(&mut s.q[..n * nh * hd], hd, cfg.rms_eps);
         if ratio != 0 {
             let cw = d.comp_width(l, hd);
             matmul(
@@ -230,7 +210,7 @@ pub(crate) fn block(
             )?;
             let ape = vecs.norm(Role::AttnCompressorApe);
             for t in 0..n {
-                let pos = position(&rows, t);
+                let pos = rows.position(t);
                 let bias = &ape[(pos % ratio) * cw..][..cw];
                 for (v, b) in p.cscore[t * cw..(t + 1) * cw].iter_mut().zip(bias) {
                     *v += b;
@@ -251,7 +231,7 @@ pub(crate) fn block(
             )?;
             let ape = vecs.norm(Role::IndexerCompressorApe);
             for t in 0..n {
-                let pos = position(&rows, t);
+                let pos = rows.position(t);
                 let bias = &ape[(pos % 4) * 2 * di..][..2 * di];
                 for (v, b) in p.iscore[t * 2 * di..(t + 1) * 2 * di].iter_mut().zip(bias) {
                     *v += b;
@@ -267,7 +247,7 @@ pub(crate) fn block(
             sinks: vecs.norm(Role::AttnSinks),
         };
         for t in 0..n {
-            let pos = position(&rows, t);
+            let pos = rows.position(t);
             angles(rope, pos, p.work.table);
             rotate_tails(
                 &mut s.q[t * nh * hd..(t + 1) * nh * hd],
@@ -302,10 +282,7 @@ pub(crate) fn block(
                 }),
             };
             let att = &mut s.att[t * nh * hd..(t + 1) * nh * hd];
-            let state = match &mut rows {
-                Rows::Run(kv, _, _) => kv.compressed_layer(l),
-                Rows::Batch { kvs, .. } => kvs[t].compressed_layer(l),
-            };
+            let state = rows.kv(t).compressed_layer(l);
             attend(cfg, l, pos, &inputs, &norms, state, &mut p.work, att);
         }
         // The grouped low-rank output: each group's heads to its rank, then all to the
@@ -348,14 +325,6 @@ pub(crate) fn block(
     let mut p = Parts::carve(cfg, batch, ctx, &mut s.dsv4);
     hc_post(cfg, &mut s.x, &s.moe_out, &mut p, n);
     Ok(())
-}
-
-/// The position of row `t`.
-fn position(rows: &Rows<'_, '_>, t: usize) -> usize {
-    match rows {
-        Rows::Run(_, positions, _) => positions.start + t,
-        Rows::Batch { positions, .. } => positions[t],
-    }
 }
 
 /// The head's input for row `r` of `x` (its streams) into `out`: the streams weighed by the
