@@ -2,13 +2,17 @@
 //! IQ1_S, IQ1_M, TQ2_0, TQ1_0) against Q8_K activations, and for NVFP4 against Q8_0
 //! ([`nvfp4`], on its own).
 //!
-//! Every Q8_K format is a [`common::Codebook`]: per 32-element chunk of a block it builds the 32
-//! signed weight quants (grid rows looked up into 64- or 32-bit words of a vector, signs
-//! from the ksigns table or the sign bits applied with `sign_epi8`, IQ1's delta added) and
-//! the chunk's integer scales; one driver ([`common::dot`]) dots them with the activations
-//! (`maddubs` of the activations' magnitudes with the quants carrying the activations'
-//! signs, so an activation of -128 still multiplies exactly), `madd`s the scales and takes
-//! one float multiply-add per block. The integer sums are exact; the float factor per block
+//! Every Q8_K format is a [`common::Codebook`]: once per block it gathers with vector
+//! operations what its chunks are built from (grid indices whose bits are split across fields,
+//! sign bits with the ksigns parity, scales), then per 32-element chunk it builds the 32
+//! signed weight quants (grid rows looked up into 64- or 32-bit words of a vector, the sign
+//! bits applied with `sign_epi8`, IQ1's delta folded into its grid table) and the chunk's
+//! integer scales; one driver ([`common::dot`]) dots them with the activations (`maddubs`
+//! of the activations' magnitudes with the quants carrying the activations' signs, so an
+//! activation of -128 still multiplies exactly), `madd`s the scales and takes one float
+//! multiply-add per block. The ternary formats give unsigned digits instead
+//! (`Codebook::DIGITS`), multiplied with the activations directly, the activations' sums
+//! taken off once per block. The integer sums are exact; the float factor per block
 //! (`d` times the format's constant, times the activation scale) rounds differently from
 //! the reference's per-group scales, so results match it to f32 summation tolerance. As in
 //! [`super::kquant`], one `dot::<R, T>` serves `vec_dot`, the prefill tile and the decode

@@ -15,14 +15,26 @@ use std::arch::x86_64::*;
 pub(super) trait Codebook {
     /// Bytes of one block.
     const BYTES: usize;
+    /// Whether `chunk` gives unsigned digits 0..=2 that mean `digit - 1`, with unit scales
+    /// (the ternary formats): [`dot`] then multiplies them with the activations directly
+    /// and takes the activations' sums off once per block.
+    const DIGITS: bool = false;
+    /// What the block's chunks are built from, gathered once per block with vector
+    /// operations: grid and sign indices whose bits are split across fields, scales. A
+    /// chunk then loads its indices instead of shifting and masking each one in scalar
+    /// code, which bounded these kernels.
+    type Prepared: Copy + Default;
+    /// The block's [`Self::Prepared`].
+    unsafe fn prepare(wb: *const u8) -> Self::Prepared;
     /// The block's float factor: its scale `d` times the format's constant, so that element j
     /// is `factor * chunk scale * quant` (e.g. IQ2_XXS's `d * (0.5 + ls) / 4` is
     /// `d / 8 * (2 ls + 1)`).
     unsafe fn factor(wb: *const u8) -> f32;
-    /// Chunk `c` (elements `32c .. 32c + 32`) of block `wb`: its 32 quants as signed bytes in
-    /// element order (at most 62 in magnitude), and its integer scales as i16 (every i16 of
-    /// the low lane for elements `32c .. 32c + 16`, of the high lane for the rest).
-    unsafe fn chunk(wb: *const u8, c: usize) -> (__m256i, __m256i);
+    /// Chunk `c` (elements `32c .. 32c + 32`) of block `wb`, `p` its prepared form: its 32
+    /// quants as signed bytes in element order (at most 62 in magnitude), and its integer
+    /// scales as i16 (every i16 of the low lane for elements `32c .. 32c + 16`, of the high
+    /// lane for the rest).
+    unsafe fn chunk(wb: *const u8, p: &Self::Prepared, c: usize) -> (__m256i, __m256i);
 }
 
 /// `R` weight rows of `F` (back to back in `w`) dotted with `T` Q8_K activation rows:
@@ -47,22 +59,31 @@ pub(super) unsafe fn dot<F: Codebook, E: PairSum, const R: usize, const T: usize
         if R > 1 {
             group_after_next::<_MM_HINT_T0>(w, i, nb);
         }
-        let mut sumi = [[_mm256_setzero_si256(); T]; R];
-        for c in 0..8 {
-            let mut x = [_mm256_setzero_si256(); T];
-            let mut mag = [_mm256_setzero_si256(); T];
-            for t in 0..T {
-                x[t] = load256(ab[t].add(Q8K_QS + 32 * c));
-                mag[t] = _mm256_abs_epi8(x[t]);
-            }
-            for r in 0..R {
-                let (q, sc) = F::chunk(wb[r], c);
+        let mut prepared = [F::Prepared::default(); R];
+        for r in 0..R {
+            prepared[r] = F::prepare(wb[r]);
+        }
+        let sumi = if F::DIGITS {
+            digit_sums::<F, R, T>(&wb, &prepared, &ab)
+        } else {
+            let mut sumi = [[_mm256_setzero_si256(); T]; R];
+            for c in 0..8 {
+                let mut x = [_mm256_setzero_si256(); T];
+                let mut mag = [_mm256_setzero_si256(); T];
                 for t in 0..T {
-                    let p = _mm256_maddubs_epi16(mag[t], _mm256_sign_epi8(q, x[t]));
-                    sumi[r][t] = E::madd_add(sumi[r][t], p, sc);
+                    x[t] = load256(ab[t].add(Q8K_QS + 32 * c));
+                    mag[t] = _mm256_abs_epi8(x[t]);
+                }
+                for r in 0..R {
+                    let (q, sc) = F::chunk(wb[r], &prepared[r], c);
+                    for t in 0..T {
+                        let p = _mm256_maddubs_epi16(mag[t], _mm256_sign_epi8(q, x[t]));
+                        sumi[r][t] = E::madd_add(sumi[r][t], p, sc);
+                    }
                 }
             }
-        }
+            sumi
+        };
         for r in 0..R {
             let f = F::factor(wb[r]);
             for t in 0..T {
@@ -75,6 +96,41 @@ pub(super) unsafe fn dot<F: Codebook, E: PairSum, const R: usize, const T: usize
         }
     }
     std::array::from_fn(|r| std::array::from_fn(|t| hsum256(acc[r][t])))
+}
+
+/// One block's integer sums for a [`Codebook::DIGITS`] format, per (row, token) the same
+/// i32 lanes as the signed route of [`dot`] (lane k: elements `4k .. 4k + 4` of every chunk):
+/// `maddubs(digit, x)` summed in i16 (at most 8 * 2 * 2 * 128 per lane), the activations'
+/// pair sums (`maddubs(1, x)`, shared by the rows) taken off, one `madd` into i32.
+#[inline(always)]
+unsafe fn digit_sums<F: Codebook, const R: usize, const T: usize>(
+    wb: &[*const u8; R],
+    prepared: &[F::Prepared; R],
+    ab: &[*const u8; T],
+) -> [[__m256i; T]; R] {
+    let ones = _mm256_set1_epi8(1);
+    let mut sum16 = [[_mm256_setzero_si256(); T]; R];
+    let mut xsum = [_mm256_setzero_si256(); T];
+    for c in 0..8 {
+        let mut x = [_mm256_setzero_si256(); T];
+        for t in 0..T {
+            x[t] = load256(ab[t].add(Q8K_QS + 32 * c));
+            xsum[t] = _mm256_add_epi16(xsum[t], _mm256_maddubs_epi16(ones, x[t]));
+        }
+        for r in 0..R {
+            let (d, _) = F::chunk(wb[r], &prepared[r], c);
+            for t in 0..T {
+                sum16[r][t] = _mm256_add_epi16(sum16[r][t], _mm256_maddubs_epi16(d, x[t]));
+            }
+        }
+    }
+    let unit = _mm256_set1_epi16(1);
+    for row in &mut sum16 {
+        for (s, x) in row.iter_mut().zip(xsum) {
+            *s = _mm256_madd_epi16(_mm256_sub_epi16(*s, x), unit);
+        }
+    }
+    sum16
 }
 
 /// Bytes of one block of a [`Codebook`] as [`unpack`] writes it: the block's factor (f32),
@@ -100,8 +156,17 @@ pub(super) unsafe fn unpack<F: Codebook>(w: &[u8], out: &mut [u8]) {
     {
         ub[..4].copy_from_slice(&F::factor(wb.as_ptr()).to_le_bytes());
         let mut correction = _mm256_setzero_si256();
+        let prepared = F::prepare(wb.as_ptr());
         for c in 0..8 {
-            let (q, sc) = F::chunk(wb.as_ptr(), c);
+            let (q, sc) = F::chunk(wb.as_ptr(), &prepared, c);
+            let (q, sc) = if F::DIGITS {
+                (
+                    _mm256_sub_epi8(q, _mm256_set1_epi8(1)),
+                    _mm256_set1_epi16(1),
+                )
+            } else {
+                (q, sc)
+            };
             let pairs = _mm256_maddubs_epi16(_mm256_set1_epi8(-128), q);
             correction = _mm256_add_epi32(correction, _mm256_madd_epi16(pairs, sc));
             let p = ub.as_mut_ptr().add(UNPACKED_CHUNKS + 64 * c);
@@ -192,38 +257,33 @@ pub(super) const fn rows4<const N: usize>(grid: &[[i8; 4]; N]) -> [u32; N] {
     out
 }
 
-/// ggml's `ksigns` as ±1 bytes: for the 7-bit sign index `s`, byte l < 7 is -1 where bit l
-/// is set, byte 7 is -1 where the count of set bits is odd (see `spec_support::ksign`).
-pub(super) static KSIGNS: [u64; 128] = {
-    let mut out = [0u64; 128];
-    let mut s = 0;
-    while s < 128 {
-        let mut l = 0;
-        while l < 8 {
-            let minus = if l < 7 {
-                (s >> l) & 1 == 1
-            } else {
-                (s as u32).count_ones() % 2 == 1
-            };
-            let byte: u8 = if minus { 0xFF } else { 0x01 };
-            out[s] |= (byte as u64) << (8 * l);
-            l += 1;
-        }
-        s += 1;
-    }
-    out
-};
-
-/// The four 7-bit sign indices of `aux` (bits 7l .. 7l + 7 for the group of 8 number l)
-/// as 32 ±1 bytes, group l in bytes 8l .. 8l + 8.
+/// Four u64 table words `t[i[k]]` as the qwords of a vector, without bounds checks.
+///
+/// # Safety
+/// AVX2; every `i[k] < t.len()` (each format's prepared indices are masked to its table's
+/// size).
 #[inline(always)]
-pub(super) unsafe fn ksigns4(aux: u32) -> __m256i {
-    _mm256_set_epi64x(
-        KSIGNS[((aux >> 21) & 127) as usize] as i64,
-        KSIGNS[((aux >> 14) & 127) as usize] as i64,
-        KSIGNS[((aux >> 7) & 127) as usize] as i64,
-        KSIGNS[(aux & 127) as usize] as i64,
+pub(super) unsafe fn words4(t: &[u64], i: [usize; 4]) -> __m256i {
+    debug_assert!(i.iter().all(|&i| i < t.len()));
+    let b = |k: usize| _mm256_set1_epi64x(*t.get_unchecked(i[k]) as i64);
+    _mm256_blend_epi32::<0xF0>(
+        _mm256_blend_epi32::<0x0C>(b(0), b(1)),
+        _mm256_blend_epi32::<0xC0>(b(2), b(3)),
     )
+}
+
+/// Eight u32 table words `t[i[k]]` as the dwords of a vector, as [`words4`] does.
+///
+/// # Safety
+/// AVX2; every `i[k] < t.len()`.
+#[inline(always)]
+pub(super) unsafe fn words8(t: &[u32], i: [usize; 8]) -> __m256i {
+    debug_assert!(i.iter().all(|&i| i < t.len()));
+    let b = |k: usize| _mm256_set1_epi32(*t.get_unchecked(i[k]) as i32);
+    // Pairs (even dwords from the first), then pairs of pairs, then the halves.
+    let pairs = |k: usize| _mm256_blend_epi32::<0xAA>(b(k), b(k + 1));
+    let quads = |k: usize| _mm256_blend_epi32::<0xCC>(pairs(k), pairs(k + 2));
+    _mm256_blend_epi32::<0xF0>(quads(0), quads(4))
 }
 
 /// 32 sign bits (bit j for element j) as ±1 bytes: -1 where the bit is set.
@@ -240,16 +300,53 @@ pub(super) unsafe fn sign_bits(bits: u32) -> __m256i {
     _mm256_or_si256(set, _mm256_set1_epi8(1))
 }
 
-/// Scale `lo` in every i16 of the low lane, `hi` in the high lane (two 16-element groups).
+/// 32 bytes of 7-bit ksigns indices with each one's parity added as bit 7: the eight sign
+/// bits of its group of 8 (ggml's `ksigns`: bit l < 7 is element l's sign, the eighth makes
+/// the count of minus signs even; see `spec_support::ksign`), for [`sign_bits`] to spread.
 #[inline(always)]
-pub(super) unsafe fn scales2(lo: i32, hi: i32) -> __m256i {
-    _mm256_set_m128i(_mm_set1_epi16(hi as i16), _mm_set1_epi16(lo as i16))
+pub(super) unsafe fn ksign_bytes(s: __m256i) -> __m256i {
+    // The parity of a nibble, as bit 7; a byte's is that of its two nibbles.
+    let parity = _mm256_setr_epi8(
+        0, -128, -128, 0, -128, 0, 0, -128, -128, 0, 0, -128, 0, -128, -128, 0, //
+        0, -128, -128, 0, -128, 0, 0, -128, -128, 0, 0, -128, 0, -128, -128, 0,
+    );
+    let nibble = _mm256_set1_epi8(15);
+    let low = _mm256_shuffle_epi8(parity, _mm256_and_si256(s, nibble));
+    let high = _mm256_shuffle_epi8(parity, _mm256_and_si256(_mm256_srli_epi16::<4>(s), nibble));
+    _mm256_or_si256(s, _mm256_xor_si256(low, high))
 }
 
-/// The little-endian u16 at `p`.
+/// The i16 scales `2 n + 1` of eight bytes of nibble pairs (low nibble first), in byte
+/// order: the 16-element groups' scales of IQ2_XS and IQ2_S.
 #[inline(always)]
-pub(super) unsafe fn u16_at(p: *const u8) -> u16 {
-    u16::from_le_bytes(p.cast::<[u8; 2]>().read_unaligned())
+pub(super) unsafe fn nibble_scales(p: *const u8) -> __m256i {
+    let b = _mm_loadl_epi64(p.cast::<__m128i>());
+    let nibble = _mm_set1_epi8(15);
+    let n = _mm_unpacklo_epi8(
+        _mm_and_si128(b, nibble),
+        _mm_and_si128(_mm_srli_epi16::<4>(b), nibble),
+    );
+    let n = _mm256_cvtepu8_epi16(n);
+    _mm256_or_si256(_mm256_slli_epi16::<1>(n), _mm256_set1_epi16(1))
+}
+
+/// Chunk `c`'s two scales of the sixteen 16-element groups in `s` (group `2c` in the low
+/// lane, `2c + 1` in the high lane).
+#[inline(always)]
+pub(super) unsafe fn scale_pair(s: &[i16; 16], c: usize) -> __m256i {
+    let pair = s.as_ptr().add(2 * c).cast::<i32>().read_unaligned();
+    let spread = _mm256_setr_epi8(
+        0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, //
+        2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3,
+    );
+    _mm256_shuffle_epi8(_mm256_set1_epi32(pair), spread)
+}
+
+/// Store `v` into `out` (whole).
+#[inline(always)]
+pub(super) unsafe fn store256<E>(out: &mut [E], v: __m256i) {
+    debug_assert!(std::mem::size_of_val(out) == 32);
+    _mm256_storeu_si256(out.as_mut_ptr().cast::<__m256i>(), v);
 }
 
 /// The little-endian u64 at `p`.

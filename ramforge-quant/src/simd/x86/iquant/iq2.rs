@@ -1,5 +1,5 @@
 //! IQ2_XXS, IQ2_XS and IQ2_S: groups of 8 quants from a grid of levels 8, 25, 43, four
-//! grid words per 32-element chunk; signs from the ksigns table (XXS, XS) or one bit per
+//! grid words per 32-element chunk; signs from 7-bit ksigns indices (XXS, XS; their parity made per block) or one bit per
 //! element (S); 4-bit scales `ls` as `2 ls + 1` (per 32 elements in XXS, per 16 in XS and
 //! S), the block factor `d / 8`.
 
@@ -11,28 +11,78 @@ static GRID_XXS: [u64; 256] = rows8(&formats::iq2_xxs::GRID, 1);
 static GRID_XS: [u64; 512] = rows8(&formats::iq2_xs::GRID, 1);
 static GRID_S: [u64; 1024] = rows8(&formats::iq2_s::GRID, 1);
 
+/// A block's 32 grid indices, its groups' sign bits per chunk (a u32 for [`sign_bits`]) and
+/// its scales (per chunk in IQ2_XXS, per 16 elements in IQ2_XS and IQ2_S).
+#[derive(Clone, Copy, Default)]
+pub(super) struct Iq2Prepared {
+    idx: [u16; 32],
+    signs: [u32; 8],
+    scales: [i16; 16],
+}
+
 /// IQ2_XXS: chunk c owns 8 bytes: four grid indices, then a u32 of four 7-bit sign indices
 /// and the scale in its top 4 bits.
 pub(super) struct Iq2Xxs;
 impl Codebook for Iq2Xxs {
     const BYTES: usize = formats::iq2_xxs::BYTES;
+    type Prepared = Iq2Prepared;
+    #[inline(always)]
+    unsafe fn prepare(wb: *const u8) -> Iq2Prepared {
+        let mut p = Iq2Prepared::default();
+        let qs = wb.add(formats::iq2_xxs::OFFSET_QS);
+        let (a, b) = (load256(qs), load256(qs.add(32)));
+        // The u32 words at odd positions, in chunk order.
+        let aux = _mm256_castps_si256(_mm256_shuffle_ps::<0b11_01_11_01>(
+            _mm256_castsi256_ps(a),
+            _mm256_castsi256_ps(b),
+        ));
+        let aux = _mm256_permutevar8x32_epi32(aux, _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7));
+        let idx = _mm256_castps_si256(_mm256_shuffle_ps::<0b10_00_10_00>(
+            _mm256_castsi256_ps(a),
+            _mm256_castsi256_ps(b),
+        ));
+        let idx = _mm256_permutevar8x32_epi32(idx, _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7));
+        store256(
+            &mut p.idx[..16],
+            _mm256_cvtepu8_epi16(_mm256_castsi256_si128(idx)),
+        );
+        store256(
+            &mut p.idx[16..],
+            _mm256_cvtepu8_epi16(_mm256_extracti128_si256::<1>(idx)),
+        );
+        // Byte l of chunk c's word: its 7-bit sign index l.
+        let seven = _mm256_set1_epi32(0x7F);
+        let s = _mm256_or_si256(
+            _mm256_or_si256(
+                _mm256_and_si256(aux, seven),
+                _mm256_and_si256(_mm256_slli_epi32::<1>(aux), _mm256_slli_epi32::<8>(seven)),
+            ),
+            _mm256_or_si256(
+                _mm256_and_si256(_mm256_slli_epi32::<2>(aux), _mm256_slli_epi32::<16>(seven)),
+                _mm256_and_si256(_mm256_slli_epi32::<3>(aux), _mm256_slli_epi32::<24>(seven)),
+            ),
+        );
+        store256(&mut p.signs, ksign_bytes(s));
+        // `2 ls + 1` per chunk, in the low i16 of its pair.
+        let sc = _mm256_or_si256(
+            _mm256_slli_epi32::<1>(_mm256_srli_epi32::<28>(aux)),
+            _mm256_set1_epi32(1),
+        );
+        store256(&mut p.scales, sc);
+        p
+    }
     #[inline(always)]
     unsafe fn factor(wb: *const u8) -> f32 {
         f16_at(wb.add(formats::iq2_xxs::OFFSET_D)) * 0.125
     }
     #[inline(always)]
-    unsafe fn chunk(wb: *const u8, c: usize) -> (__m256i, __m256i) {
-        let p = wb.add(formats::iq2_xxs::OFFSET_QS + 8 * c);
-        let idx = u32_at(p);
-        let aux = u32_at(p.add(4));
-        let q = _mm256_set_epi64x(
-            GRID_XXS[(idx >> 24) as usize] as i64,
-            GRID_XXS[((idx >> 16) & 255) as usize] as i64,
-            GRID_XXS[((idx >> 8) & 255) as usize] as i64,
-            GRID_XXS[(idx & 255) as usize] as i64,
+    unsafe fn chunk(_wb: *const u8, p: &Iq2Prepared, c: usize) -> (__m256i, __m256i) {
+        let q = words4(
+            &GRID_XXS,
+            std::array::from_fn(|l| p.idx[4 * c + l] as usize),
         );
-        let q = _mm256_sign_epi8(q, ksigns4(aux));
-        (q, _mm256_set1_epi16((2 * (aux >> 28) + 1) as i16))
+        let q = _mm256_sign_epi8(q, sign_bits(p.signs[c]));
+        (q, _mm256_set1_epi16(p.scales[2 * c]))
     }
 }
 
@@ -41,19 +91,34 @@ impl Codebook for Iq2Xxs {
 pub(super) struct Iq2Xs;
 impl Codebook for Iq2Xs {
     const BYTES: usize = formats::iq2_xs::BYTES;
+    type Prepared = Iq2Prepared;
+    #[inline(always)]
+    unsafe fn prepare(wb: *const u8) -> Iq2Prepared {
+        let mut p = Iq2Prepared::default();
+        let qs = wb.add(formats::iq2_xs::OFFSET_QS);
+        let (a, b) = (load256(qs), load256(qs.add(32)));
+        let grid = _mm256_set1_epi16(511);
+        store256(&mut p.idx[..16], _mm256_and_si256(a, grid));
+        store256(&mut p.idx[16..], _mm256_and_si256(b, grid));
+        // The sign indices as bytes in group order (`packus` works per lane).
+        let s = _mm256_packus_epi16(_mm256_srli_epi16::<9>(a), _mm256_srli_epi16::<9>(b));
+        let s = _mm256_permute4x64_epi64::<0b11_01_10_00>(s);
+        store256(&mut p.signs, ksign_bytes(s));
+        store256(
+            &mut p.scales,
+            nibble_scales(wb.add(formats::iq2_xs::OFFSET_SCALES)),
+        );
+        p
+    }
     #[inline(always)]
     unsafe fn factor(wb: *const u8) -> f32 {
         f16_at(wb.add(formats::iq2_xs::OFFSET_D)) * 0.125
     }
     #[inline(always)]
-    unsafe fn chunk(wb: *const u8, c: usize) -> (__m256i, __m256i) {
-        let v = u64_at(wb.add(formats::iq2_xs::OFFSET_QS + 8 * c));
-        let g = |l: u32| GRID_XS[((v >> (16 * l)) & 511) as usize] as i64;
-        let q = _mm256_set_epi64x(g(3), g(2), g(1), g(0));
-        let s = |l: u32| KSIGNS[((v >> (16 * l + 9)) & 127) as usize] as i64;
-        let q = _mm256_sign_epi8(q, _mm256_set_epi64x(s(3), s(2), s(1), s(0)));
-        let sc = *wb.add(formats::iq2_xs::OFFSET_SCALES + c) as i32;
-        (q, scales2(2 * (sc & 15) + 1, 2 * (sc >> 4) + 1))
+    unsafe fn chunk(_wb: *const u8, p: &Iq2Prepared, c: usize) -> (__m256i, __m256i) {
+        let q = words4(&GRID_XS, std::array::from_fn(|l| p.idx[4 * c + l] as usize));
+        let q = _mm256_sign_epi8(q, sign_bits(p.signs[c]));
+        (q, scale_pair(&p.scales, c))
     }
 }
 
@@ -62,30 +127,82 @@ impl Codebook for Iq2Xs {
 pub(super) struct Iq2S;
 impl Codebook for Iq2S {
     const BYTES: usize = formats::iq2_s::BYTES;
+    type Prepared = Iq2Prepared;
+    #[inline(always)]
+    unsafe fn prepare(wb: *const u8) -> Iq2Prepared {
+        let mut p = Iq2Prepared::default();
+        let qh = _mm256_broadcastsi128_si256(_mm_loadl_epi64(
+            wb.add(formats::iq2_s::OFFSET_QH).cast::<__m128i>(),
+        ));
+        // `qh[k / 4] << (8 - 2 (k % 4))`: the group's two bits at 8-9.
+        let shift = _mm256_setr_epi16(
+            256, 64, 16, 4, 256, 64, 16, 4, 256, 64, 16, 4, 256, 64, 16, 4,
+        );
+        for h in 0..2 {
+            let b = 4 * h as i8;
+            let z = -1;
+            let pick = _mm256_setr_epi8(
+                b,
+                z,
+                b,
+                z,
+                b,
+                z,
+                b,
+                z,
+                b + 1,
+                z,
+                b + 1,
+                z,
+                b + 1,
+                z,
+                b + 1,
+                z, //
+                b + 2,
+                z,
+                b + 2,
+                z,
+                b + 2,
+                z,
+                b + 2,
+                z,
+                b + 3,
+                z,
+                b + 3,
+                z,
+                b + 3,
+                z,
+                b + 3,
+                z,
+            );
+            let bits = _mm256_and_si256(
+                _mm256_mullo_epi16(_mm256_shuffle_epi8(qh, pick), shift),
+                _mm256_set1_epi16(0x300),
+            );
+            let low = _mm256_cvtepu8_epi16(load128(wb.add(formats::iq2_s::OFFSET_QS + 16 * h)));
+            store256(&mut p.idx[16 * h..16 * h + 16], _mm256_or_si256(low, bits));
+        }
+        store256(&mut p.signs, load256(wb.add(formats::iq2_s::OFFSET_SIGNS)));
+        store256(
+            &mut p.scales,
+            nibble_scales(wb.add(formats::iq2_s::OFFSET_SCALES)),
+        );
+        p
+    }
     #[inline(always)]
     unsafe fn factor(wb: *const u8) -> f32 {
         f16_at(wb.add(formats::iq2_s::OFFSET_D)) * 0.125
     }
     #[inline(always)]
-    unsafe fn chunk(wb: *const u8, c: usize) -> (__m256i, __m256i) {
-        let idx = u32_at(wb.add(formats::iq2_s::OFFSET_QS + 4 * c));
-        let high = *wb.add(formats::iq2_s::OFFSET_QH + c) as u32;
-        let g = |l: u32| {
-            let i = ((idx >> (8 * l)) & 255) | (((high >> (2 * l)) & 3) << 8);
-            GRID_S[i as usize] as i64
-        };
-        let q = _mm256_set_epi64x(g(3), g(2), g(1), g(0));
-        let q = _mm256_sign_epi8(
-            q,
-            sign_bits(u32_at(wb.add(formats::iq2_s::OFFSET_SIGNS + 4 * c))),
-        );
-        let sc = *wb.add(formats::iq2_s::OFFSET_SCALES + c) as i32;
-        (q, scales2(2 * (sc & 15) + 1, 2 * (sc >> 4) + 1))
+    unsafe fn chunk(_wb: *const u8, p: &Iq2Prepared, c: usize) -> (__m256i, __m256i) {
+        let q = words4(&GRID_S, std::array::from_fn(|l| p.idx[4 * c + l] as usize));
+        let q = _mm256_sign_epi8(q, sign_bits(p.signs[c]));
+        (q, scale_pair(&p.scales, c))
     }
 }
 
 pub(super) mod iq2_xxs {
-    super::super::common::codebook_entry_points!("IQ2_XXS", iq2_xxs, super::Iq2Xxs, 2, vex 4);
+    super::super::common::codebook_entry_points!("IQ2_XXS", iq2_xxs, super::Iq2Xxs, 4, vex 4);
 }
 
 pub(super) mod iq2_xs {

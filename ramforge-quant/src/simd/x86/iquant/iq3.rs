@@ -1,5 +1,5 @@
 //! IQ3_XXS and IQ3_S: groups of 4 quants from a grid (levels 4 ... 62, or 1 ... 15), eight
-//! grid words per 32-element chunk; signs from the ksigns table (XXS) or one bit per element
+//! grid words per 32-element chunk; signs from 7-bit ksigns indices (XXS) or one bit per element
 //! (S); a 4-bit scale per 32 elements: `2 ls + 1` with the block factor `d / 4` (XXS),
 //! `1 + 2 s` with `d` (S).
 
@@ -10,23 +10,70 @@ use std::arch::x86_64::*;
 static GRID_XXS: [u32; 256] = rows4(&formats::iq3_xxs::GRID);
 static GRID_S: [u32; 512] = rows4(&formats::iq3_s::GRID);
 
+/// An IQ3_XXS block's groups' sign bits per chunk (a u32 for [`sign_bits`]) and its scales
+/// (chunk c's in i16 number 2c).
+#[derive(Clone, Copy, Default)]
+pub(super) struct Iq3XxsPrepared {
+    signs: [u32; 8],
+    scales: [i16; 16],
+}
+
 /// IQ3_XXS: grid index `qs[j / 4]`; chunk c's u32 at `sas[4c]` holds four 7-bit sign indices
 /// and the scale in its top 4 bits.
 pub(super) struct Iq3Xxs;
 impl Codebook for Iq3Xxs {
     const BYTES: usize = formats::iq3_xxs::BYTES;
+    type Prepared = Iq3XxsPrepared;
+    #[inline(always)]
+    unsafe fn prepare(wb: *const u8) -> Iq3XxsPrepared {
+        let mut p = Iq3XxsPrepared::default();
+        let aux = load256(wb.add(formats::iq3_xxs::OFFSET_SAS));
+        // Byte l of chunk c's word: its 7-bit sign index l.
+        let seven = _mm256_set1_epi32(0x7F);
+        let s = _mm256_or_si256(
+            _mm256_or_si256(
+                _mm256_and_si256(aux, seven),
+                _mm256_and_si256(_mm256_slli_epi32::<1>(aux), _mm256_slli_epi32::<8>(seven)),
+            ),
+            _mm256_or_si256(
+                _mm256_and_si256(_mm256_slli_epi32::<2>(aux), _mm256_slli_epi32::<16>(seven)),
+                _mm256_and_si256(_mm256_slli_epi32::<3>(aux), _mm256_slli_epi32::<24>(seven)),
+            ),
+        );
+        store256(&mut p.signs, ksign_bytes(s));
+        let sc = _mm256_or_si256(
+            _mm256_slli_epi32::<1>(_mm256_srli_epi32::<28>(aux)),
+            _mm256_set1_epi32(1),
+        );
+        store256(&mut p.scales, sc);
+        p
+    }
     #[inline(always)]
     unsafe fn factor(wb: *const u8) -> f32 {
         f16_at(wb.add(formats::iq3_xxs::OFFSET_D)) * 0.25
     }
     #[inline(always)]
-    unsafe fn chunk(wb: *const u8, c: usize) -> (__m256i, __m256i) {
-        let p = wb.add(formats::iq3_xxs::OFFSET_QS + 8 * c);
-        let g = |l: usize| GRID_XXS[*p.add(l) as usize] as i32;
-        let q = _mm256_setr_epi32(g(0), g(1), g(2), g(3), g(4), g(5), g(6), g(7));
-        let aux = u32_at(wb.add(formats::iq3_xxs::OFFSET_SAS + 4 * c));
-        let q = _mm256_sign_epi8(q, ksigns4(aux));
-        (q, _mm256_set1_epi16((2 * (aux >> 28) + 1) as i16))
+    unsafe fn chunk(wb: *const u8, p: &Iq3XxsPrepared, c: usize) -> (__m256i, __m256i) {
+        let qs = wb.add(formats::iq3_xxs::OFFSET_QS + 8 * c);
+        let q = words8(&GRID_XXS, std::array::from_fn(|l| *qs.add(l) as usize));
+        let q = _mm256_sign_epi8(q, sign_bits(p.signs[c]));
+        (q, _mm256_set1_epi16(p.scales[2 * c]))
+    }
+}
+
+/// An IQ3_S block's 64 grid indices and its scales (chunk c's in i16 number c).
+#[derive(Clone, Copy)]
+pub(super) struct Iq3SPrepared {
+    idx: [u16; 64],
+    scales: [i16; 16],
+}
+
+impl Default for Iq3SPrepared {
+    fn default() -> Self {
+        Iq3SPrepared {
+            idx: [0; 64],
+            scales: [0; 16],
+        }
     }
 }
 
@@ -35,22 +82,84 @@ impl Codebook for Iq3Xxs {
 pub(super) struct Iq3S;
 impl Codebook for Iq3S {
     const BYTES: usize = formats::iq3_s::BYTES;
+    type Prepared = Iq3SPrepared;
+    #[inline(always)]
+    unsafe fn prepare(wb: *const u8) -> Iq3SPrepared {
+        let mut p = Iq3SPrepared::default();
+        let qh = _mm256_broadcastsi128_si256(_mm_loadl_epi64(
+            wb.add(formats::iq3_s::OFFSET_QH).cast::<__m128i>(),
+        ));
+        // `qh[k / 8] << (8 - k % 8)`: the group's bit at 8.
+        let shift = _mm256_setr_epi16(256, 128, 64, 32, 16, 8, 4, 2, 256, 128, 64, 32, 16, 8, 4, 2);
+        for h in 0..4 {
+            let (b, z) = (2 * h as i8, -1);
+            let pick = _mm256_setr_epi8(
+                b,
+                z,
+                b,
+                z,
+                b,
+                z,
+                b,
+                z,
+                b,
+                z,
+                b,
+                z,
+                b,
+                z,
+                b,
+                z, //
+                b + 1,
+                z,
+                b + 1,
+                z,
+                b + 1,
+                z,
+                b + 1,
+                z,
+                b + 1,
+                z,
+                b + 1,
+                z,
+                b + 1,
+                z,
+                b + 1,
+                z,
+            );
+            let bits = _mm256_and_si256(
+                _mm256_mullo_epi16(_mm256_shuffle_epi8(qh, pick), shift),
+                _mm256_set1_epi16(0x100),
+            );
+            let low = _mm256_cvtepu8_epi16(load128(wb.add(formats::iq3_s::OFFSET_QS + 16 * h)));
+            store256(&mut p.idx[16 * h..16 * h + 16], _mm256_or_si256(low, bits));
+        }
+        // `1 + 2 s` per chunk, the low nibble of `scales[c / 2]` first.
+        let b = _mm_cvtsi32_si128(u32_at(wb.add(formats::iq3_s::OFFSET_SCALES)) as i32);
+        let nibble = _mm_set1_epi8(15);
+        let n = _mm_unpacklo_epi8(
+            _mm_and_si128(b, nibble),
+            _mm_and_si128(_mm_srli_epi16::<4>(b), nibble),
+        );
+        let n = _mm256_cvtepu8_epi16(n);
+        store256(
+            &mut p.scales,
+            _mm256_or_si256(_mm256_slli_epi16::<1>(n), _mm256_set1_epi16(1)),
+        );
+        p
+    }
     #[inline(always)]
     unsafe fn factor(wb: *const u8) -> f32 {
         f16_at(wb.add(formats::iq3_s::OFFSET_D))
     }
     #[inline(always)]
-    unsafe fn chunk(wb: *const u8, c: usize) -> (__m256i, __m256i) {
-        let p = wb.add(formats::iq3_s::OFFSET_QS + 8 * c);
-        let high = *wb.add(formats::iq3_s::OFFSET_QH + c) as usize;
-        let g = |l: usize| GRID_S[*p.add(l) as usize | (((high >> l) & 1) << 8)] as i32;
-        let q = _mm256_setr_epi32(g(0), g(1), g(2), g(3), g(4), g(5), g(6), g(7));
+    unsafe fn chunk(wb: *const u8, p: &Iq3SPrepared, c: usize) -> (__m256i, __m256i) {
+        let q = words8(&GRID_S, std::array::from_fn(|l| p.idx[8 * c + l] as usize));
         let q = _mm256_sign_epi8(
             q,
             sign_bits(u32_at(wb.add(formats::iq3_s::OFFSET_SIGNS + 4 * c))),
         );
-        let s = (*wb.add(formats::iq3_s::OFFSET_SCALES + c / 2) >> (4 * (c % 2))) & 15;
-        (q, _mm256_set1_epi16(1 + 2 * s as i16))
+        (q, _mm256_set1_epi16(p.scales[c]))
     }
 }
 
