@@ -286,6 +286,14 @@ pub(super) unsafe fn words8(t: &[u32], i: [usize; 8]) -> __m256i {
     _mm256_blend_epi32::<0xF0>(quads(0), quads(4))
 }
 
+/// A `shuffle_epi8` control that gives every u16 lane of qword q byte `bytes[q]` of its
+/// 128-bit lane, zero-extended (the high byte's index has its top bit set: zero).
+#[inline(always)]
+pub(super) unsafe fn byte_per_qword(bytes: [u64; 4]) -> __m256i {
+    let pick = |q: usize| (0x0001_0001_0001_0001u64 * (bytes[q] | 0xFF00)) as i64;
+    _mm256_setr_epi64x(pick(0), pick(1), pick(2), pick(3))
+}
+
 /// 32 sign bits (bit j for element j) as ±1 bytes: -1 where the bit is set.
 #[inline(always)]
 pub(super) unsafe fn sign_bits(bits: u32) -> __m256i {

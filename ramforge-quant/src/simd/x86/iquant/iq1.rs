@@ -39,68 +39,16 @@ pub(super) struct Iq1Prepared {
 /// at 13-15.
 #[inline(always)]
 unsafe fn three_bit_fields(v: __m256i) -> __m256i {
-    let shift = _mm256_setr_epi16(
-        1 << 13,
-        1 << 10,
-        1 << 7,
-        1 << 4,
-        1 << 13,
-        1 << 10,
-        1 << 7,
-        1 << 4,
-        1 << 13,
-        1 << 10,
-        1 << 7,
-        1 << 4,
-        1 << 13,
-        1 << 10,
-        1 << 7,
-        1 << 4,
-    );
-    _mm256_mullo_epi16(v, shift)
+    // The multipliers 2^13, 2^10, 2^7, 2^4 in each qword's four u16 lanes.
+    _mm256_mullo_epi16(v, _mm256_set1_epi64x(0x0010_0080_0400_2000))
 }
 
 /// u16 lane j of half `H` takes u16 `4 H + j / 4` of a 16-byte source in both lanes.
 #[inline(always)]
-unsafe fn spread_u16<const H: i8>(v: __m256i) -> __m256i {
-    let b = 8 * H;
-    _mm256_shuffle_epi8(
-        v,
-        _mm256_setr_epi8(
-            b,
-            b + 1,
-            b,
-            b + 1,
-            b,
-            b + 1,
-            b,
-            b + 1,
-            b + 2,
-            b + 3,
-            b + 2,
-            b + 3,
-            b + 2,
-            b + 3,
-            b + 2,
-            b + 3,
-            b + 4,
-            b + 5,
-            b + 4,
-            b + 5,
-            b + 4,
-            b + 5,
-            b + 4,
-            b + 5,
-            b + 6,
-            b + 7,
-            b + 6,
-            b + 7,
-            b + 6,
-            b + 7,
-            b + 6,
-            b + 7,
-        ),
-    )
+unsafe fn spread_u16<const H: i64>(v: __m256i) -> __m256i {
+    // Qword q's four u16 lanes pick source bytes `8 H + 2 q` and `8 H + 2 q + 1`.
+    let pick = |q: i64| 0x0001_0001_0001_0001 * ((8 * H + 2 * q) | (8 * H + 2 * q + 1) << 8);
+    _mm256_shuffle_epi8(v, _mm256_setr_epi64x(pick(0), pick(1), pick(2), pick(3)))
 }
 
 /// IQ1_S: grid index `qs[k]` plus three bits of the u16 `qh[k / 4]`, whose bits 12-14 are

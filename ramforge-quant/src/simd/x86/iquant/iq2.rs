@@ -134,47 +134,13 @@ impl Codebook for Iq2S {
         let qh = _mm256_broadcastsi128_si256(_mm_loadl_epi64(
             wb.add(formats::iq2_s::OFFSET_QH).cast::<__m128i>(),
         ));
-        // `qh[k / 4] << (8 - 2 (k % 4))`: the group's two bits at 8-9.
-        let shift = _mm256_setr_epi16(
-            256, 64, 16, 4, 256, 64, 16, 4, 256, 64, 16, 4, 256, 64, 16, 4,
-        );
+        // `qh[k / 4] << (8 - 2 (k % 4))`, the group's two bits at 8-9: the multipliers
+        // 2^8, 2^6, 2^4, 2^2 in each qword's four u16 lanes.
+        let shift = _mm256_set1_epi64x(0x0004_0010_0040_0100);
         for h in 0..2 {
-            let b = 4 * h as i8;
-            let z = -1;
-            let pick = _mm256_setr_epi8(
-                b,
-                z,
-                b,
-                z,
-                b,
-                z,
-                b,
-                z,
-                b + 1,
-                z,
-                b + 1,
-                z,
-                b + 1,
-                z,
-                b + 1,
-                z, //
-                b + 2,
-                z,
-                b + 2,
-                z,
-                b + 2,
-                z,
-                b + 2,
-                z,
-                b + 3,
-                z,
-                b + 3,
-                z,
-                b + 3,
-                z,
-                b + 3,
-                z,
-            );
+            // Byte 4h + q of `qh` in qword q.
+            let b = 4 * h as u64;
+            let pick = byte_per_qword([b, b + 1, b + 2, b + 3]);
             let bits = _mm256_and_si256(
                 _mm256_mullo_epi16(_mm256_shuffle_epi8(qh, pick), shift),
                 _mm256_set1_epi16(0x300),

@@ -90,43 +90,11 @@ impl Codebook for Iq3S {
             wb.add(formats::iq3_s::OFFSET_QH).cast::<__m128i>(),
         ));
         // `qh[k / 8] << (8 - k % 8)`: the group's bit at 8.
-        let shift = _mm256_setr_epi16(256, 128, 64, 32, 16, 8, 4, 2, 256, 128, 64, 32, 16, 8, 4, 2);
+        let shift = _mm256_broadcastsi128_si256(_mm_setr_epi16(256, 128, 64, 32, 16, 8, 4, 2));
         for h in 0..4 {
-            let (b, z) = (2 * h as i8, -1);
-            let pick = _mm256_setr_epi8(
-                b,
-                z,
-                b,
-                z,
-                b,
-                z,
-                b,
-                z,
-                b,
-                z,
-                b,
-                z,
-                b,
-                z,
-                b,
-                z, //
-                b + 1,
-                z,
-                b + 1,
-                z,
-                b + 1,
-                z,
-                b + 1,
-                z,
-                b + 1,
-                z,
-                b + 1,
-                z,
-                b + 1,
-                z,
-                b + 1,
-                z,
-            );
+            // Byte 2h of `qh` in the low lane, 2h + 1 in the high lane.
+            let b = 2 * h as u64;
+            let pick = byte_per_qword([b, b, b + 1, b + 1]);
             let bits = _mm256_and_si256(
                 _mm256_mullo_epi16(_mm256_shuffle_epi8(qh, pick), shift),
                 _mm256_set1_epi16(0x100),
