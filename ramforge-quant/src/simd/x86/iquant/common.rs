@@ -324,11 +324,10 @@ pub(super) unsafe fn ksign_bytes(s: __m256i) -> __m256i {
     _mm256_or_si256(s, _mm256_xor_si256(low, high))
 }
 
-/// The i16 scales `2 n + 1` of eight bytes of nibble pairs (low nibble first), in byte
-/// order: the 16-element groups' scales of IQ2_XS and IQ2_S.
+/// The i16 scales `2 n + 1` of the low eight bytes of `b`, nibble pairs (low nibble first),
+/// in byte order: the 16-element groups' scales of IQ2_XS and IQ2_S, IQ3_S's per chunk.
 #[inline(always)]
-pub(super) unsafe fn nibble_scales(p: *const u8) -> __m256i {
-    let b = _mm_loadl_epi64(p.cast::<__m128i>());
+pub(super) unsafe fn nibble_scales(b: __m128i) -> __m256i {
     let nibble = _mm_set1_epi8(15);
     let n = _mm_unpacklo_epi8(
         _mm_and_si128(b, nibble),
@@ -336,6 +335,30 @@ pub(super) unsafe fn nibble_scales(p: *const u8) -> __m256i {
     );
     let n = _mm256_cvtepu8_epi16(n);
     _mm256_or_si256(_mm256_slli_epi16::<1>(n), _mm256_set1_epi16(1))
+}
+
+/// The eight u32 words of IQ2_XXS and IQ3_XXS, one per chunk (four 7-bit ksigns indices,
+/// the scale `ls` in the top 4 bits), as the chunks' sign words for [`sign_bits`] (byte l:
+/// index l with its parity, see [`ksign_bytes`]) and their scales `2 ls + 1` (in the low
+/// i16 of each u32).
+#[inline(always)]
+pub(super) unsafe fn aux_signs_scales(aux: __m256i) -> (__m256i, __m256i) {
+    let seven = _mm256_set1_epi32(0x7F);
+    let indices = _mm256_or_si256(
+        _mm256_or_si256(
+            _mm256_and_si256(aux, seven),
+            _mm256_and_si256(_mm256_slli_epi32::<1>(aux), _mm256_slli_epi32::<8>(seven)),
+        ),
+        _mm256_or_si256(
+            _mm256_and_si256(_mm256_slli_epi32::<2>(aux), _mm256_slli_epi32::<16>(seven)),
+            _mm256_and_si256(_mm256_slli_epi32::<3>(aux), _mm256_slli_epi32::<24>(seven)),
+        ),
+    );
+    let scales = _mm256_or_si256(
+        _mm256_slli_epi32::<1>(_mm256_srli_epi32::<28>(aux)),
+        _mm256_set1_epi32(1),
+    );
+    (ksign_bytes(indices), scales)
 }
 
 /// Chunk `c`'s two scales of the sixteen 16-element groups in `s` (group `2c` in the low

@@ -31,17 +31,18 @@ impl Codebook for Iq2Xxs {
         let mut p = Iq2Prepared::default();
         let qs = wb.add(formats::iq2_xxs::OFFSET_QS);
         let (a, b) = (load256(qs), load256(qs.add(32)));
-        // The u32 words at odd positions, in chunk order.
-        let aux = _mm256_castps_si256(_mm256_shuffle_ps::<0b11_01_11_01>(
-            _mm256_castsi256_ps(a),
-            _mm256_castsi256_ps(b),
-        ));
-        let aux = _mm256_permutevar8x32_epi32(aux, _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7));
-        let idx = _mm256_castps_si256(_mm256_shuffle_ps::<0b10_00_10_00>(
-            _mm256_castsi256_ps(a),
-            _mm256_castsi256_ps(b),
-        ));
-        let idx = _mm256_permutevar8x32_epi32(idx, _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7));
+        // The u32 words at even positions (grid indices) and odd ones, each in chunk order;
+        // `shuffle_ps` interleaves the two sources' 128-bit lanes, the permute undoes it.
+        let (a, b) = (_mm256_castsi256_ps(a), _mm256_castsi256_ps(b));
+        let order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
+        let idx = _mm256_permutevar8x32_epi32(
+            _mm256_castps_si256(_mm256_shuffle_ps::<0b10_00_10_00>(a, b)),
+            order,
+        );
+        let aux = _mm256_permutevar8x32_epi32(
+            _mm256_castps_si256(_mm256_shuffle_ps::<0b11_01_11_01>(a, b)),
+            order,
+        );
         store256(
             &mut p.idx[..16],
             _mm256_cvtepu8_epi16(_mm256_castsi256_si128(idx)),
@@ -50,25 +51,9 @@ impl Codebook for Iq2Xxs {
             &mut p.idx[16..],
             _mm256_cvtepu8_epi16(_mm256_extracti128_si256::<1>(idx)),
         );
-        // Byte l of chunk c's word: its 7-bit sign index l.
-        let seven = _mm256_set1_epi32(0x7F);
-        let s = _mm256_or_si256(
-            _mm256_or_si256(
-                _mm256_and_si256(aux, seven),
-                _mm256_and_si256(_mm256_slli_epi32::<1>(aux), _mm256_slli_epi32::<8>(seven)),
-            ),
-            _mm256_or_si256(
-                _mm256_and_si256(_mm256_slli_epi32::<2>(aux), _mm256_slli_epi32::<16>(seven)),
-                _mm256_and_si256(_mm256_slli_epi32::<3>(aux), _mm256_slli_epi32::<24>(seven)),
-            ),
-        );
-        store256(&mut p.signs, ksign_bytes(s));
-        // `2 ls + 1` per chunk, in the low i16 of its pair.
-        let sc = _mm256_or_si256(
-            _mm256_slli_epi32::<1>(_mm256_srli_epi32::<28>(aux)),
-            _mm256_set1_epi32(1),
-        );
-        store256(&mut p.scales, sc);
+        let (signs, scales) = aux_signs_scales(aux);
+        store256(&mut p.signs, signs);
+        store256(&mut p.scales, scales);
         p
     }
     #[inline(always)]
@@ -106,7 +91,9 @@ impl Codebook for Iq2Xs {
         store256(&mut p.signs, ksign_bytes(s));
         store256(
             &mut p.scales,
-            nibble_scales(wb.add(formats::iq2_xs::OFFSET_SCALES)),
+            nibble_scales(_mm_loadl_epi64(
+                wb.add(formats::iq2_xs::OFFSET_SCALES).cast::<__m128i>(),
+            )),
         );
         p
     }
@@ -151,7 +138,9 @@ impl Codebook for Iq2S {
         store256(&mut p.signs, load256(wb.add(formats::iq2_s::OFFSET_SIGNS)));
         store256(
             &mut p.scales,
-            nibble_scales(wb.add(formats::iq2_s::OFFSET_SCALES)),
+            nibble_scales(_mm_loadl_epi64(
+                wb.add(formats::iq2_s::OFFSET_SCALES).cast::<__m128i>(),
+            )),
         );
         p
     }

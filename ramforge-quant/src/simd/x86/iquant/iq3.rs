@@ -28,24 +28,9 @@ impl Codebook for Iq3Xxs {
     unsafe fn prepare(wb: *const u8) -> Iq3XxsPrepared {
         let mut p = Iq3XxsPrepared::default();
         let aux = load256(wb.add(formats::iq3_xxs::OFFSET_SAS));
-        // Byte l of chunk c's word: its 7-bit sign index l.
-        let seven = _mm256_set1_epi32(0x7F);
-        let s = _mm256_or_si256(
-            _mm256_or_si256(
-                _mm256_and_si256(aux, seven),
-                _mm256_and_si256(_mm256_slli_epi32::<1>(aux), _mm256_slli_epi32::<8>(seven)),
-            ),
-            _mm256_or_si256(
-                _mm256_and_si256(_mm256_slli_epi32::<2>(aux), _mm256_slli_epi32::<16>(seven)),
-                _mm256_and_si256(_mm256_slli_epi32::<3>(aux), _mm256_slli_epi32::<24>(seven)),
-            ),
-        );
-        store256(&mut p.signs, ksign_bytes(s));
-        let sc = _mm256_or_si256(
-            _mm256_slli_epi32::<1>(_mm256_srli_epi32::<28>(aux)),
-            _mm256_set1_epi32(1),
-        );
-        store256(&mut p.scales, sc);
+        let (signs, scales) = aux_signs_scales(aux);
+        store256(&mut p.signs, signs);
+        store256(&mut p.scales, scales);
         p
     }
     #[inline(always)]
@@ -102,18 +87,10 @@ impl Codebook for Iq3S {
             let low = _mm256_cvtepu8_epi16(load128(wb.add(formats::iq3_s::OFFSET_QS + 16 * h)));
             store256(&mut p.idx[16 * h..16 * h + 16], _mm256_or_si256(low, bits));
         }
-        // `1 + 2 s` per chunk, the low nibble of `scales[c / 2]` first.
+        // `1 + 2 s` per chunk, the low nibble of `scales[c / 2]` first (its 4 bytes only:
+        // they end the block).
         let b = _mm_cvtsi32_si128(u32_at(wb.add(formats::iq3_s::OFFSET_SCALES)) as i32);
-        let nibble = _mm_set1_epi8(15);
-        let n = _mm_unpacklo_epi8(
-            _mm_and_si128(b, nibble),
-            _mm_and_si128(_mm_srli_epi16::<4>(b), nibble),
-        );
-        let n = _mm256_cvtepu8_epi16(n);
-        store256(
-            &mut p.scales,
-            _mm256_or_si256(_mm256_slli_epi16::<1>(n), _mm256_set1_epi16(1)),
-        );
+        store256(&mut p.scales, nibble_scales(b));
         p
     }
     #[inline(always)]
