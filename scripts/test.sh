@@ -89,6 +89,17 @@ need_chromium() { # the chat page's test (tests/serve/page.rs) drives headless C
 }
 export -f need_chromium
 
+# The test step's output also goes to a file, and the end of this script repeats its failures
+# (each failed test's name and panic message, the binaries cargo names), so the last lines of a
+# long CI log still say what failed.
+test_log="$(mktemp)"
+export test_log
+run_tests() { set -o pipefail; cargo test --workspace --no-fail-fast 2>&1 | tee "$test_log"; }
+export -f run_tests
+test_failures() { # the "---- name stdout ----" blocks and cargo's "error: ... failed" lines, at most 80 lines
+  awk '/^---- .* stdout ----$/ {on=1} /^failures:$/ {on=0} on; /^error: .*(failed|Exit)/' "$test_log" | head -80
+}
+
 disk_free() { df -h --output=avail "$root" | tail -1 | tr -d ' '; }
 [ $list -eq 1 ] || { echo "== disk: $(disk_free) free on the checkout's file system"; need_models; }
 
@@ -97,12 +108,16 @@ step fmt      2  cargo fmt --all --check -- --color never
 step cycles   2  python3 scripts/import_cycles.py
 step clippy   15 cargo clippy --workspace --all-targets -- -D warnings
 step chromium 10 need_chromium
-step test     45 cargo test --workspace --no-fail-fast
+step test     45 run_tests
 step arm      25 bash scripts/arm.sh
 step fuzz     20 bash scripts/fuzz.sh "$fuzz_seconds"
 
-[ $list -eq 1 ] && exit 0
+[ $list -eq 1 ] && { rm -f "$test_log"; exit 0; }
 echo
 echo "== disk: $(disk_free) free at the end"
+if [ -s "$test_log" ] && [ -n "$(test_failures)" ]; then
+  echo "== the test step's failures, again:"; test_failures
+fi
+rm -f "$test_log"
 echo "== test.sh: ${#passed[@]} steps ok (${passed[*]:-}), ${#failed[@]} failed (${failed[*]:-}) in $(( $(date +%s) - started ))s"
 [ ${#failed[@]} -eq 0 ]
