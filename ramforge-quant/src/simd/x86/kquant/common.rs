@@ -236,13 +236,13 @@ dpwssd!(dpwssd_evex, "{{evex}}");
 /// target features. `$group` is the decode kernel's rows per call; `vex N` gives the VEX
 /// table its own, where the CPUs that use it (Intel's with AVX-VNNI) measured another best.
 macro_rules! encodings {
-    ($format:literal, $group:literal $(, vex $vex_group:literal)? $(, tile rows $tile_group:literal)? $(, unpacked $unpacked:ident)?) => {
-        encodings!(@one avx2, "avx2,fma,f16c", $crate::simd::x86::kquant::common::Avx2Pairs, $format, $group $(, tile rows $tile_group)? $(, unpacked $unpacked)?);
+    ($format:literal, $group:literal $(, vex $vex_group:literal)? $(, tile rows $tile_group:literal)? $(, unpacked $unpacked:ident)? $(, shared $shared:ident)?) => {
+        encodings!(@one avx2, "avx2,fma,f16c", $crate::simd::x86::kquant::common::Avx2Pairs, $format, $group $(, tile rows $tile_group)? $(, unpacked $unpacked)? $(, shared $shared)?);
         encodings!(@one vex, "avx2,fma,f16c,avxvnni", $crate::simd::x86::kquant::common::VexPairs, $format,
-            { #[allow(unused_variables)] let g = $group; $(let g = $vex_group;)? g } $(, tile rows $tile_group)? $(, unpacked $unpacked)?);
-        encodings!(@one evex, "avx2,fma,f16c", $crate::simd::x86::kquant::common::EvexPairs, $format, $group $(, tile rows $tile_group)? $(, unpacked $unpacked)?);
+            { #[allow(unused_variables)] let g = $group; $(let g = $vex_group;)? g } $(, tile rows $tile_group)? $(, unpacked $unpacked)? $(, shared $shared)?);
+        encodings!(@one evex, "avx2,fma,f16c", $crate::simd::x86::kquant::common::EvexPairs, $format, $group $(, tile rows $tile_group)? $(, unpacked $unpacked)? $(, shared $shared)?);
     };
-    (@one $module:ident, $features:literal, $pairs:path, $format:literal, $group:expr $(, tile rows $tile_group:literal)? $(, unpacked $unpacked:ident)?) => {
+    (@one $module:ident, $features:literal, $pairs:path, $format:literal, $group:expr $(, tile rows $tile_group:literal)? $(, unpacked $unpacked:ident)? $(, shared $shared:ident)?) => {
         pub(in crate::simd::x86) mod $module {
             use super::*;
 
@@ -267,7 +267,19 @@ macro_rules! encodings {
             }
             )?
 
-            entry_points!($format, $group $(, tile rows $tile_group)? $(, unpacked $unpacked)?);
+            $(
+            /// The format's prefill tile of [`TILE_ROWS`](crate::kernel_table::TILE_ROWS) rows
+            /// (the format module's generic `$shared`).
+            #[target_feature(enable = $features)]
+            unsafe fn $shared(
+                w: &[u8],
+                a: [&[u8]; crate::kernel_table::TILE],
+            ) -> [[f32; crate::kernel_table::TILE]; crate::kernel_table::TILE_ROWS] {
+                super::$shared::<$pairs>(w, a)
+            }
+            )?
+
+            entry_points!($format, $group $(, tile rows $tile_group)? $(, unpacked $unpacked)? $(, shared $shared)?);
         }
     };
 }
@@ -396,6 +408,30 @@ macro_rules! entry_points {
                 unpack: super::unpack,
                 tile: unpacked_tile,
             });
+    };
+    ($format:literal, $group:expr, shared $shared:ident) => {
+        entry_points!(@common $format, $group);
+
+        #[doc = concat!(
+            "[`TILE_ROWS`](crate::kernel_table::TILE_ROWS) rows of ", $format,
+            " blocks, back to back, dotted with 4 tokens' Q8_K rows, one row at a time with the",
+            " activations' block sums made once for them."
+        )]
+        pub(in crate::simd::x86) fn tile_rows(
+            w: &[u8],
+            a: [&[u8]; crate::kernel_table::TILE],
+        ) -> [[f32; crate::kernel_table::TILE]; crate::kernel_table::TILE_ROWS] {
+            assert!(w.len() % crate::kernel_table::TILE_ROWS == 0);
+            for a in a {
+                check(&w[..w.len() / crate::kernel_table::TILE_ROWS], a);
+            }
+            // SAFETY: as in `vec_dot`; `w` is whole rows of the checked length.
+            unsafe { $shared(w, a) }
+        }
+
+        /// The prefill kernel the kernel table registers.
+        pub(in crate::simd::x86) const PREFILL: crate::kernel_table::Tile =
+            crate::kernel_table::Tile::QuantRows(tile_rows);
     };
     ($format:literal, $group:expr, tile rows $tile_group:literal) => {
         entry_points!(@common $format, $group);

@@ -3,10 +3,12 @@
 
 use super::common::*;
 use crate::formats::q4_k::{BYTES, OFFSET_D, OFFSET_DMIN, OFFSET_QS, OFFSET_SCALES};
+use crate::kernel_table::{TILE, TILE_ROWS};
 use crate::simd::x86::prefetch::group_after_next;
 use std::arch::x86_64::*;
+use std::mem::MaybeUninit;
 
-encodings!("Q4_K", 2, vex 8);
+encodings!("Q4_K", 2, vex 8, shared tile_shared);
 
 /// The 8 group scales (low lane) and 8 group mins (high lane) as i16.
 #[inline]
@@ -94,6 +96,17 @@ unsafe fn dot<E: PairSum, const R: usize, const T: usize>(
     w: &[u8],
     a: [&[u8]; T],
 ) -> [[f32; T]; R] {
+    dot_with::<E, R, T>(w, a, None)
+}
+
+/// [`dot`], with block `i`'s activation group sums ([`bsums32`] of each token's Q8_K block)
+/// taken from `sums[i]` where given (made once for several rows: [`block_sums`]).
+#[inline(always)]
+unsafe fn dot_with<E: PairSum, const R: usize, const T: usize>(
+    w: &[u8],
+    a: [&[u8]; T],
+    sums: Option<&[[__m128i; T]]>,
+) -> [[f32; T]; R] {
     let row = w.len() / R;
     let m4 = _mm256_set1_epi8(0x0F);
     let mut acc = [[_mm256_setzero_ps(); T]; R];
@@ -117,10 +130,59 @@ unsafe fn dot<E: PairSum, const R: usize, const T: usize>(
                 add_scaled_pair::<E, T>(&mut sumi[r], lo, hi, sm[r], j, &qa);
             }
         }
-        let bs: [__m128i; T] = std::array::from_fn(|t| bsums32(ab[t]));
+        let bs: [__m128i; T] = match sums {
+            Some(sums) => sums[i],
+            None => std::array::from_fn(|t| bsums32(ab[t])),
+        };
         for r in 0..R {
             add_block_with_mins(&mut acc[r], wb[r], sm[r], &da, &bs, &sumi[r]);
         }
     }
     std::array::from_fn(|r| std::array::from_fn(|t| hsum256(acc[r][t])))
+}
+
+/// Blocks per row up to which [`block_sums`] tabulates the activation group sums (8 KiB of
+/// stack for 4 tokens: rows of up to 32768 elements); past it each row makes its own.
+pub(super) const SHARED_SUMS_BLOCKS: usize = 128;
+
+/// Space for [`block_sums`]' table.
+pub(super) type SumsTable = [MaybeUninit<[__m128i; TILE]>; SHARED_SUMS_BLOCKS];
+
+/// The activation group sums ([`bsums32`]) of the first `nb` Q8_K blocks of each of the
+/// [`TILE`] token rows `a`, written into `table` and returned, for several weight rows to share;
+/// `None` past [`SHARED_SUMS_BLOCKS`].
+#[inline(always)]
+pub(super) unsafe fn block_sums<'t>(
+    a: [&[u8]; TILE],
+    nb: usize,
+    table: &'t mut SumsTable,
+) -> Option<&'t [[__m128i; TILE]]> {
+    if nb > SHARED_SUMS_BLOCKS {
+        return None;
+    }
+    for (i, sums) in table.iter_mut().enumerate().take(nb) {
+        sums.write(std::array::from_fn(|t| {
+            bsums32(a[t].as_ptr().add(i * Q8K_BYTES))
+        }));
+    }
+    // SAFETY: the first `nb` entries were written just above.
+    Some(std::slice::from_raw_parts(table.as_ptr().cast(), nb))
+}
+
+/// The prefill tile of an encoding `E` (see [`encodings`]): [`TILE_ROWS`] rows, back to back
+/// in `w`, with [`TILE`] tokens, one row at a time (a row's accumulators, sums and unpacked
+/// quants fill the registers; two rows at once spilled), the activations' group sums made once
+/// for the rows ([`block_sums`]) instead of once per row: the same integers, so bit for bit
+/// [`dot`]'s results. (Plain loops, no closures: a closure is compiled without the kernel's
+/// target features, and one too large to inline ran the intrinsics as calls.)
+#[inline(always)]
+unsafe fn tile_shared<E: PairSum>(w: &[u8], a: [&[u8]; TILE]) -> [[f32; TILE]; TILE_ROWS] {
+    let row = w.len() / TILE_ROWS;
+    let mut table: SumsTable = [const { MaybeUninit::uninit() }; SHARED_SUMS_BLOCKS];
+    let sums = block_sums(a, row / BYTES, &mut table);
+    let mut out = [[0f32; TILE]; TILE_ROWS];
+    for (r, o) in out.iter_mut().enumerate() {
+        *o = dot_with::<E, 1, TILE>(&w[r * row..(r + 1) * row], a, sums)[0];
+    }
+    out
 }

@@ -1,11 +1,16 @@
 //! Q5_K x Q8_K: Q4_K's kernel with the fifth bit of each quant or-ed in from `qh`.
 
 use super::common::*;
-use super::q4k::{add_block_with_mins, add_scaled_pair, bsums32, scales_mins};
+use super::q4k::{
+    add_block_with_mins, add_scaled_pair, block_sums, bsums32, scales_mins, SumsTable,
+    SHARED_SUMS_BLOCKS,
+};
 use crate::formats::q4_k;
 use crate::formats::q5_k::{BYTES, OFFSET_D, OFFSET_DMIN, OFFSET_QH, OFFSET_QS, OFFSET_SCALES};
+use crate::kernel_table::{TILE, TILE_ROWS};
 use crate::simd::x86::prefetch::blocks_ahead;
 use std::arch::x86_64::*;
+use std::mem::MaybeUninit;
 
 // Q5_K's d, dmin and scales sit where Q4_K's do: the helpers above read them there.
 const _: () = assert!(
@@ -14,13 +19,23 @@ const _: () = assert!(
         && q4_k::OFFSET_SCALES == OFFSET_SCALES
 );
 
-encodings!("Q5_K", 1);
+encodings!("Q5_K", 1, shared tile_shared);
 
 /// `R` rows by `T` tokens; only inlined into the encodings' kernels (see [`encodings`]).
 #[inline(always)]
 unsafe fn dot<E: PairSum, const R: usize, const T: usize>(
     w: &[u8],
     a: [&[u8]; T],
+) -> [[f32; T]; R] {
+    dot_with::<E, R, T>(w, a, None)
+}
+
+/// [`dot`], with block `i`'s activation group sums from `sums[i]` where given (as Q4_K's).
+#[inline(always)]
+unsafe fn dot_with<E: PairSum, const R: usize, const T: usize>(
+    w: &[u8],
+    a: [&[u8]; T],
+    sums: Option<&[[__m128i; T]]>,
 ) -> [[f32; T]; R] {
     let row = w.len() / R;
     let m4 = _mm256_set1_epi8(0x0F);
@@ -56,10 +71,26 @@ unsafe fn dot<E: PairSum, const R: usize, const T: usize>(
                 add_scaled_pair::<E, T>(&mut sumi[r], lo, hi, sm[r], j, &qa);
             }
         }
-        let bs: [__m128i; T] = std::array::from_fn(|t| bsums32(ab[t]));
+        let bs: [__m128i; T] = match sums {
+            Some(sums) => sums[i],
+            None => std::array::from_fn(|t| bsums32(ab[t])),
+        };
         for r in 0..R {
             add_block_with_mins(&mut acc[r], wb[r], sm[r], &da, &bs, &sumi[r]);
         }
     }
     std::array::from_fn(|r| std::array::from_fn(|t| hsum256(acc[r][t])))
+}
+
+/// The prefill tile of an encoding `E`, as Q4_K's `tile_shared`.
+#[inline(always)]
+unsafe fn tile_shared<E: PairSum>(w: &[u8], a: [&[u8]; TILE]) -> [[f32; TILE]; TILE_ROWS] {
+    let row = w.len() / TILE_ROWS;
+    let mut table: SumsTable = [const { MaybeUninit::uninit() }; SHARED_SUMS_BLOCKS];
+    let sums = block_sums(a, row / BYTES, &mut table);
+    let mut out = [[0f32; TILE]; TILE_ROWS];
+    for (r, o) in out.iter_mut().enumerate() {
+        *o = dot_with::<E, 1, TILE>(&w[r * row..(r + 1) * row], a, sums)[0];
+    }
+    out
 }
