@@ -3,7 +3,7 @@
 
 use super::common::*;
 use crate::formats::q4_k::{BYTES, OFFSET_D, OFFSET_DMIN, OFFSET_QS, OFFSET_SCALES};
-use crate::kernel_table::{TILE, TILE_ROWS};
+use crate::kernel_table::TILE;
 use crate::simd::x86::prefetch::group_after_next;
 use std::arch::x86_64::*;
 use std::mem::MaybeUninit;
@@ -169,20 +169,35 @@ pub(super) unsafe fn block_sums<'t>(
     Some(std::slice::from_raw_parts(table.as_ptr().cast(), nb))
 }
 
-/// The prefill tile of an encoding `E` (see [`encodings`]): [`TILE_ROWS`] rows, back to back
-/// in `w`, with [`TILE`] tokens, one row at a time (a row's accumulators, sums and unpacked
-/// quants fill the registers; two rows at once spilled), the activations' group sums made once
-/// for the rows ([`block_sums`]) instead of once per row: the same integers, so bit for bit
-/// [`dot`]'s results. (Plain loops, no closures: a closure is compiled without the kernel's
-/// target features, and one too large to inline ran the intrinsics as calls.)
-#[inline(always)]
-unsafe fn tile_shared<E: PairSum>(w: &[u8], a: [&[u8]; TILE]) -> [[f32; TILE]; TILE_ROWS] {
-    let row = w.len() / TILE_ROWS;
-    let mut table: SumsTable = [const { MaybeUninit::uninit() }; SHARED_SUMS_BLOCKS];
-    let sums = block_sums(a, row / BYTES, &mut table);
-    let mut out = [[0f32; TILE]; TILE_ROWS];
-    for (r, o) in out.iter_mut().enumerate() {
-        *o = dot_with::<E, 1, TILE>(&w[r * row..(r + 1) * row], a, sums)[0];
-    }
-    out
+/// Defines `tile_shared::<E>`, the prefill tile of an encoding `E` (see [`encodings`]) for the
+/// module's format (its `BYTES` and `dot_with`, Q4_K's or Q5_K's): `TILE_ROWS` rows, back to
+/// back in `w`, with [`TILE`] tokens, one row at a time (a row's accumulators, sums and
+/// unpacked quants fill the registers; two rows at once spilled), the activations' group sums
+/// made once for the rows ([`block_sums`]) instead of once per row: the same integers, so bit
+/// for bit `dot`'s results. A macro, not a function taking the row kernel: a closure or a
+/// function pointer is compiled without the kernel's target features, and the closure version,
+/// left uninlined, ran every intrinsic as a call.
+macro_rules! shared_sums_tile {
+    () => {
+        #[inline(always)]
+        unsafe fn tile_shared<E: PairSum>(
+            w: &[u8],
+            a: [&[u8]; $crate::kernel_table::TILE],
+        ) -> [[f32; $crate::kernel_table::TILE]; $crate::kernel_table::TILE_ROWS] {
+            use $crate::kernel_table::{TILE, TILE_ROWS};
+            use $crate::simd::x86::kquant::q4k::{block_sums, SumsTable, SHARED_SUMS_BLOCKS};
+            let row = w.len() / TILE_ROWS;
+            let mut table: SumsTable =
+                [const { std::mem::MaybeUninit::uninit() }; SHARED_SUMS_BLOCKS];
+            let sums = block_sums(a, row / BYTES, &mut table);
+            let mut out = [[0f32; TILE]; TILE_ROWS];
+            for (r, o) in out.iter_mut().enumerate() {
+                *o = dot_with::<E, 1, TILE>(&w[r * row..(r + 1) * row], a, sums)[0];
+            }
+            out
+        }
+    };
 }
+pub(super) use shared_sums_tile;
+
+shared_sums_tile!();

@@ -1,16 +1,11 @@
 //! Q5_K x Q8_K: Q4_K's kernel with the fifth bit of each quant or-ed in from `qh`.
 
 use super::common::*;
-use super::q4k::{
-    add_block_with_mins, add_scaled_pair, block_sums, bsums32, scales_mins, SumsTable,
-    SHARED_SUMS_BLOCKS,
-};
+use super::q4k::{add_block_with_mins, add_scaled_pair, bsums32, scales_mins, shared_sums_tile};
 use crate::formats::q4_k;
 use crate::formats::q5_k::{BYTES, OFFSET_D, OFFSET_DMIN, OFFSET_QH, OFFSET_QS, OFFSET_SCALES};
-use crate::kernel_table::{TILE, TILE_ROWS};
 use crate::simd::x86::prefetch::blocks_ahead;
 use std::arch::x86_64::*;
-use std::mem::MaybeUninit;
 
 // Q5_K's d, dmin and scales sit where Q4_K's do: the helpers above read them there.
 const _: () = assert!(
@@ -82,15 +77,4 @@ unsafe fn dot_with<E: PairSum, const R: usize, const T: usize>(
     std::array::from_fn(|r| std::array::from_fn(|t| hsum256(acc[r][t])))
 }
 
-/// The prefill tile of an encoding `E`, as Q4_K's `tile_shared`.
-#[inline(always)]
-unsafe fn tile_shared<E: PairSum>(w: &[u8], a: [&[u8]; TILE]) -> [[f32; TILE]; TILE_ROWS] {
-    let row = w.len() / TILE_ROWS;
-    let mut table: SumsTable = [const { MaybeUninit::uninit() }; SHARED_SUMS_BLOCKS];
-    let sums = block_sums(a, row / BYTES, &mut table);
-    let mut out = [[0f32; TILE]; TILE_ROWS];
-    for (r, o) in out.iter_mut().enumerate() {
-        *o = dot_with::<E, 1, TILE>(&w[r * row..(r + 1) * row], a, sums)[0];
-    }
-    out
-}
+shared_sums_tile!();
