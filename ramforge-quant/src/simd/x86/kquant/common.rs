@@ -166,11 +166,62 @@ pub(in crate::simd::x86) unsafe fn add_scaled_chunk<E: PairSum, const T: usize>(
     }
 }
 
+/// Rotates each i32 of `v` by 16 bits: its two i16 change places.
+static SWAP16_CTRL: [u8; 32] = {
+    let mut t = [0u8; 32];
+    let mut b = 0;
+    while b < 32 {
+        t[b] = ((b % 16) ^ 2) as u8;
+        b += 1;
+    }
+    t
+};
+
+/// Two 32-byte chunks `x` and `y` of unsigned quants (or of the activations they meet), each
+/// one scale group (or one per 128-bit lane), rearranged so that the `maddubs` of the
+/// rearranged quants with the rearranged activations, added as i16, hold in every even i16
+/// the 4 products of `x`'s positions 4k..4k+3 and in every odd i16 those of `y`'s: one `madd`
+/// with the two groups' scales in alternate i16 then gives every i32 lane the same integer as
+/// the two `madd`s of `x`'s and `y`'s products, with half their multiplies. (The first holds
+/// `x`'s even and `y`'s odd i16, the second the rest with its i16 pairs swapped into place.)
+/// The i16 sums stay below 2^15 for quants up to 63 against Q8_K's `[-128, 127]`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(in crate::simd::x86) unsafe fn fold(x: __m256i, y: __m256i) -> [__m256i; 2] {
+    let rest = _mm256_blend_epi16::<0xAA>(y, x);
+    [
+        _mm256_blend_epi16::<0xAA>(x, y),
+        _mm256_shuffle_epi8(rest, load256(SWAP16_CTRL.as_ptr())),
+    ]
+}
+
+/// `sumi[t] += madd(sc, maddubs(q[0], qa[t][0]) + maddubs(q[1], qa[t][1]))`: two scale
+/// groups' products, `q` and each `qa[t]` [`fold`]ed, `sc` the groups' scales in alternate i16.
+#[inline(always)]
+pub(in crate::simd::x86) unsafe fn add_folded<const T: usize>(
+    sumi: &mut [__m256i; T],
+    q: [__m256i; 2],
+    sc: __m256i,
+    qa: &[[__m256i; 2]; T],
+) {
+    for t in 0..T {
+        let p = _mm256_add_epi16(
+            _mm256_maddubs_epi16(q[0], qa[t][0]),
+            _mm256_maddubs_epi16(q[1], qa[t][1]),
+        );
+        sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(sc, p));
+    }
+}
+
 /// How a kernel adds `madd(a, b)` (the i16 lanes multiplied in pairs, each pair summed into an
 /// i32 lane) to an accumulator: two instructions on AVX2, one `vpdpwssd` with AVX-VNNI or
 /// AVX512-VNNI. Both wrap the same way, so every encoding gives the same integers and each
 /// kernel returns bit for bit what its AVX2 form does.
 pub(in crate::simd::x86) trait PairSum {
+    /// Whether the prefill tiles fold two scale groups' `maddubs` products into one `madd`
+    /// ([`fold`]): on AVX2, where `madd` is a multiply of its own (AMD's Zen 1 has a single
+    /// vector integer multiply pipe), not where it fuses with the add into `vpdpwssd`.
+    const FOLD: bool = false;
     /// `acc + madd(a, b)`.
     unsafe fn madd_add(acc: __m256i, a: __m256i, b: __m256i) -> __m256i;
 }
@@ -187,6 +238,7 @@ pub(in crate::simd::x86) struct VexPairs;
 pub(in crate::simd::x86) struct EvexPairs;
 
 impl PairSum for Avx2Pairs {
+    const FOLD: bool = true;
     #[inline(always)]
     unsafe fn madd_add(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
         _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))

@@ -63,6 +63,25 @@ pub(super) unsafe fn add_scaled_pair<E: PairSum, const T: usize>(
     }
 }
 
+/// Chunk pair `j` of a Q4_K/Q5_K block into `sumi`: against this block's [`fold`]ed
+/// activations `folded` where given (the prefill tiles that fold), else
+/// [`add_scaled_pair`] against `qa`.
+#[inline(always)]
+pub(super) unsafe fn add_pair<E: PairSum, const T: usize>(
+    sumi: &mut [__m256i; T],
+    lo: __m256i,
+    hi: __m256i,
+    sm: __m256i,
+    j: usize,
+    qa: &[[__m256i; 2]; T],
+    folded: Option<&Folded<T>>,
+) {
+    match folded {
+        Some(f) => add_folded::<T>(sumi, fold(lo, hi), pair_scales(sm, j), &f[j]),
+        None => add_scaled_pair::<E, T>(sumi, lo, hi, sm, j, qa),
+    }
+}
+
 /// A Q4_K/Q5_K block (at `wb`: f16 `d`, f16 `dmin` (Q5_K's at the same offsets), scales and mins `sm`) into its row's f32
 /// lanes: `acc[t] += d * da[t] * sumi[t] - dmin * da[t] * (mins . bsums[t])`.
 #[inline]
@@ -96,16 +115,18 @@ unsafe fn dot<E: PairSum, const R: usize, const T: usize>(
     w: &[u8],
     a: [&[u8]; T],
 ) -> [[f32; T]; R] {
-    dot_with::<E, R, T>(w, a, None)
+    dot_with::<E, R, T>(w, a, None, None)
 }
 
 /// [`dot`], with block `i`'s activation group sums ([`bsums32`] of each token's Q8_K block)
-/// taken from `sums[i]` where given (made once for several rows: [`block_sums`]).
+/// taken from `sums[i]` and its activations [`fold`]ed from `folded[i]` where given (made once
+/// for several rows: [`block_sums`], [`fold_activations`]).
 #[inline(always)]
 unsafe fn dot_with<E: PairSum, const R: usize, const T: usize>(
     w: &[u8],
     a: [&[u8]; T],
     sums: Option<&[[__m128i; T]]>,
+    folded: Option<&[Folded<T>]>,
 ) -> [[f32; T]; R] {
     let row = w.len() / R;
     let m4 = _mm256_set1_epi8(0x0F);
@@ -118,16 +139,20 @@ unsafe fn dot_with<E: PairSum, const R: usize, const T: usize>(
             group_after_next::<_MM_HINT_T0>(w, i, row / BYTES);
         }
         let mut sumi = [[_mm256_setzero_si256(); T]; R];
+        let folded = if E::FOLD { folded.map(|f| &f[i]) } else { None };
         for j in 0..4 {
-            let qa: [[__m256i; 2]; T] = std::array::from_fn(|t| {
-                let p = ab[t].add(Q8K_QS + 64 * j);
-                [load256(p), load256(p.add(32))]
-            });
+            let qa: [[__m256i; 2]; T] = match folded {
+                Some(_) => [[_mm256_setzero_si256(); 2]; T],
+                None => std::array::from_fn(|t| {
+                    let p = ab[t].add(Q8K_QS + 64 * j);
+                    [load256(p), load256(p.add(32))]
+                }),
+            };
             for r in 0..R {
                 let q = load256(wb[r].add(OFFSET_QS + 32 * j));
                 let lo = _mm256_and_si256(q, m4);
                 let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
-                add_scaled_pair::<E, T>(&mut sumi[r], lo, hi, sm[r], j, &qa);
+                add_pair::<E, T>(&mut sumi[r], lo, hi, sm[r], j, &qa, folded);
             }
         }
         let bs: [__m128i; T] = match sums {
@@ -139,6 +164,59 @@ unsafe fn dot_with<E: PairSum, const R: usize, const T: usize>(
         }
     }
     std::array::from_fn(|r| std::array::from_fn(|t| hsum256(acc[r][t])))
+}
+
+/// Scales `2j` and `2j + 1` of `sm` (see [`scales_mins`]) in alternate i16 of both lanes: the
+/// `madd` operand of chunk pair `j` [`fold`]ed.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn pair_scales(sm: __m256i, j: usize) -> __m256i {
+    let sc = _mm256_permute2x128_si256::<0x00>(sm, sm);
+    // Scales 2j and 2j + 1 are i32 number j of each lane.
+    match j {
+        0 => _mm256_shuffle_epi32::<0x00>(sc),
+        1 => _mm256_shuffle_epi32::<0x55>(sc),
+        2 => _mm256_shuffle_epi32::<0xAA>(sc),
+        _ => _mm256_shuffle_epi32::<0xFF>(sc),
+    }
+}
+
+/// A Q8_K block's activations for `T` tokens, [`fold`]ed per chunk pair: `[j][t]`, chunk pair
+/// `j` (elements 64j..64j+64) of token `t`.
+pub(super) type Folded<const T: usize> = [[[__m256i; 2]; T]; 4];
+
+/// Blocks per row up to which [`fold_activations`] folds a tile's activations once for its
+/// rows (40 KiB of stack: rows of up to 10240 elements); longer rows take the unfolded path,
+/// which gives the same integers.
+pub(super) const FOLDED_BLOCKS: usize = 40;
+
+/// Space for [`fold_activations`]' table.
+pub(super) type FoldTable = [MaybeUninit<Folded<TILE>>; FOLDED_BLOCKS];
+
+/// The first `nb` Q8_K blocks of each of the [`TILE`] token rows `a`, [`fold`]ed, written into
+/// `table` and returned, for several weight rows to share; `None` past [`FOLDED_BLOCKS`] or
+/// where the encoding does not fold.
+#[inline(always)]
+pub(super) unsafe fn fold_activations<'t, E: PairSum>(
+    a: [&[u8]; TILE],
+    nb: usize,
+    table: &'t mut FoldTable,
+) -> Option<&'t [Folded<TILE>]> {
+    if !E::FOLD || nb > FOLDED_BLOCKS {
+        return None;
+    }
+    for (i, entry) in table.iter_mut().enumerate().take(nb) {
+        let mut block = [[[_mm256_setzero_si256(); 2]; TILE]; 4];
+        for (j, pair) in block.iter_mut().enumerate() {
+            for (t, qa) in pair.iter_mut().enumerate() {
+                let p = a[t].as_ptr().add(i * Q8K_BYTES + Q8K_QS + 64 * j);
+                *qa = fold(load256(p), load256(p.add(32)));
+            }
+        }
+        entry.write(block);
+    }
+    // SAFETY: the first `nb` entries were written just above.
+    Some(std::slice::from_raw_parts(table.as_ptr().cast(), nb))
 }
 
 /// Blocks per row up to which [`block_sums`] tabulates the activation group sums (8 KiB of
@@ -185,14 +263,20 @@ macro_rules! shared_sums_tile {
             a: [&[u8]; $crate::kernel_table::TILE],
         ) -> [[f32; $crate::kernel_table::TILE]; $crate::kernel_table::TILE_ROWS] {
             use $crate::kernel_table::{TILE, TILE_ROWS};
-            use $crate::simd::x86::kquant::q4k::{block_sums, SumsTable, SHARED_SUMS_BLOCKS};
+            use $crate::simd::x86::kquant::q4k::{
+                block_sums, fold_activations, FoldTable, SumsTable, FOLDED_BLOCKS,
+                SHARED_SUMS_BLOCKS,
+            };
             let row = w.len() / TILE_ROWS;
             let mut table: SumsTable =
                 [const { std::mem::MaybeUninit::uninit() }; SHARED_SUMS_BLOCKS];
             let sums = block_sums(a, row / BYTES, &mut table);
+            let mut fold_table: FoldTable =
+                [const { std::mem::MaybeUninit::uninit() }; FOLDED_BLOCKS];
+            let folded = fold_activations::<E>(a, row / BYTES, &mut fold_table);
             let mut out = [[0f32; TILE]; TILE_ROWS];
             for (r, o) in out.iter_mut().enumerate() {
-                *o = dot_with::<E, 1, TILE>(&w[r * row..(r + 1) * row], a, sums)[0];
+                *o = dot_with::<E, 1, TILE>(&w[r * row..(r + 1) * row], a, sums, folded)[0];
             }
             out
         }

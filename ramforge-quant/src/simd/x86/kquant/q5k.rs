@@ -1,7 +1,7 @@
 //! Q5_K x Q8_K: Q4_K's kernel with the fifth bit of each quant or-ed in from `qh`.
 
 use super::common::*;
-use super::q4k::{add_block_with_mins, add_scaled_pair, bsums32, scales_mins, shared_sums_tile};
+use super::q4k::{add_block_with_mins, add_pair, bsums32, scales_mins, shared_sums_tile, Folded};
 use crate::formats::q4_k;
 use crate::formats::q5_k::{BYTES, OFFSET_D, OFFSET_DMIN, OFFSET_QH, OFFSET_QS, OFFSET_SCALES};
 use crate::simd::x86::prefetch::blocks_ahead;
@@ -22,15 +22,17 @@ unsafe fn dot<E: PairSum, const R: usize, const T: usize>(
     w: &[u8],
     a: [&[u8]; T],
 ) -> [[f32; T]; R] {
-    dot_with::<E, R, T>(w, a, None)
+    dot_with::<E, R, T>(w, a, None, None)
 }
 
-/// [`dot`], with block `i`'s activation group sums from `sums[i]` where given (as Q4_K's).
+/// [`dot`], with block `i`'s activation group sums from `sums[i]` and its activations folded
+/// from `folded[i]` where given (as Q4_K's).
 #[inline(always)]
 unsafe fn dot_with<E: PairSum, const R: usize, const T: usize>(
     w: &[u8],
     a: [&[u8]; T],
     sums: Option<&[[__m128i; T]]>,
+    folded: Option<&[Folded<T>]>,
 ) -> [[f32; T]; R] {
     let row = w.len() / R;
     let m4 = _mm256_set1_epi8(0x0F);
@@ -47,11 +49,15 @@ unsafe fn dot_with<E: PairSum, const R: usize, const T: usize>(
         // `high` is qh shifted right by 2j (per 16-bit word: bits 0, 1 of each byte stay its own).
         let mut high: [__m256i; R] = std::array::from_fn(|r| load256(wb[r].add(OFFSET_QH)));
         let mut sumi = [[_mm256_setzero_si256(); T]; R];
+        let folded = if E::FOLD { folded.map(|f| &f[i]) } else { None };
         for j in 0..4 {
-            let qa: [[__m256i; 2]; T] = std::array::from_fn(|t| {
-                let p = ab[t].add(Q8K_QS + 64 * j);
-                [load256(p), load256(p.add(32))]
-            });
+            let qa: [[__m256i; 2]; T] = match folded {
+                Some(_) => [[_mm256_setzero_si256(); 2]; T],
+                None => std::array::from_fn(|t| {
+                    let p = ab[t].add(Q8K_QS + 64 * j);
+                    [load256(p), load256(p.add(32))]
+                }),
+            };
             for r in 0..R {
                 let q = load256(wb[r].add(OFFSET_QS + 32 * j));
                 let lo = _mm256_or_si256(
@@ -63,7 +69,7 @@ unsafe fn dot_with<E: PairSum, const R: usize, const T: usize>(
                     _mm256_and_si256(_mm256_slli_epi16::<3>(high[r]), bit4),
                 );
                 high[r] = _mm256_srli_epi16::<2>(high[r]);
-                add_scaled_pair::<E, T>(&mut sumi[r], lo, hi, sm[r], j, &qa);
+                add_pair::<E, T>(&mut sumi[r], lo, hi, sm[r], j, &qa, folded);
             }
         }
         let bs: [__m128i; T] = match sums {

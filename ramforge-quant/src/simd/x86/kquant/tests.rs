@@ -352,6 +352,31 @@ fn vec_dot_of_extreme_quants_matches_the_reference() {
     }
 }
 
+#[test]
+fn tiles_of_extreme_quants_equal_their_vec_dot() {
+    // The largest integer sums (every quant and scale at its largest, activations of -128 and
+    // 127): the folded tiles add two groups' `maddubs` pairs as i16 before their `madd`.
+    for f in &FORMATS {
+        let k = avx2(f.ty);
+        for fill in [0xFFu8, 0x00, 0x80, 0x7F] {
+            let rows: Vec<Vec<u8>> = (0..TILE_ROWS).map(|_| filled_row(f, 3, fill)).collect();
+            let acts = [-128i8, 127, -127, -128].map(|q| q8k_row(3, 1.0, &move |_| q));
+            let out = tile_rows_of(k, &rows, std::array::from_fn(|t| &acts[t][..]));
+            for (r, w) in rows.iter().enumerate() {
+                for (t, a) in acts.iter().enumerate() {
+                    assert_eq!(
+                        out[r][t],
+                        vec_dot_of(k)(w, a),
+                        "{} bytes {fill:#x} token {t}",
+                        f.ty
+                    );
+                    assert_dot_matches(f, w, a, &format!("bytes {fill:#x}, token {t}"));
+                }
+            }
+        }
+    }
+}
+
 /// `k`'s prefill tile on `TILE_ROWS` equally long rows: the one-row kernel once per row, or
 /// the multi-row kernel on the rows back to back. `out[r][t]`: row r, token t.
 fn tile_rows_of(k: &Kernels, rows: &[Vec<u8>], a: [&[u8]; TILE]) -> Vec<[f32; TILE]> {
@@ -368,8 +393,10 @@ fn tiles_equal_their_vec_dot() {
     let mut rng = Rng(5);
     for f in &FORMATS {
         let k = avx2(f.ty);
-        // Past `SHARED_SUMS_BLOCKS` the Q4_K/Q5_K tile makes each row's block sums itself.
-        for blocks in [1, 5, super::q4k::SHARED_SUMS_BLOCKS + 2] {
+        // Past `FOLDED_BLOCKS` the Q4_K/Q5_K tile takes the unfolded path, past
+        // `SHARED_SUMS_BLOCKS` it makes each row's block sums itself.
+        let folded = super::q4k::FOLDED_BLOCKS;
+        for blocks in [1, 5, folded, folded + 1, super::q4k::SHARED_SUMS_BLOCKS + 2] {
             let rows: Vec<Vec<u8>> = (0..TILE_ROWS)
                 .map(|_| {
                     if blocks == 1 {
