@@ -63,6 +63,23 @@ pub(super) unsafe fn add_scaled_pair<E: PairSum, const T: usize>(
     }
 }
 
+/// Every token's activations of chunk pair `j` (elements 64j..64j+64) of Q8_K blocks `ab`, as
+/// [`add_pair`] takes them: loaded, or zero (and unused) where the block's are `folded`.
+#[inline(always)]
+pub(super) unsafe fn pair_activations<const T: usize>(
+    ab: &[*const u8; T],
+    j: usize,
+    folded: bool,
+) -> [[__m256i; 2]; T] {
+    if folded {
+        return [[_mm256_setzero_si256(); 2]; T];
+    }
+    std::array::from_fn(|t| {
+        let p = ab[t].add(Q8K_QS + 64 * j);
+        [load256(p), load256(p.add(32))]
+    })
+}
+
 /// Chunk pair `j` of a Q4_K/Q5_K block into `sumi`: against this block's [`fold`]ed
 /// activations `folded` where given (the prefill tiles that fold), else
 /// [`add_scaled_pair`] against `qa`.
@@ -141,13 +158,7 @@ unsafe fn dot_with<E: PairSum, const R: usize, const T: usize>(
         let mut sumi = [[_mm256_setzero_si256(); T]; R];
         let folded = if E::FOLD { folded.map(|f| &f[i]) } else { None };
         for j in 0..4 {
-            let qa: [[__m256i; 2]; T] = match folded {
-                Some(_) => [[_mm256_setzero_si256(); 2]; T],
-                None => std::array::from_fn(|t| {
-                    let p = ab[t].add(Q8K_QS + 64 * j);
-                    [load256(p), load256(p.add(32))]
-                }),
-            };
+            let qa = pair_activations(&ab, j, folded.is_some());
             for r in 0..R {
                 let q = load256(wb[r].add(OFFSET_QS + 32 * j));
                 let lo = _mm256_and_si256(q, m4);

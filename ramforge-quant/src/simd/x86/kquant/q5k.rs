@@ -1,7 +1,9 @@
 //! Q5_K x Q8_K: Q4_K's kernel with the fifth bit of each quant or-ed in from `qh`.
 
 use super::common::*;
-use super::q4k::{add_block_with_mins, add_pair, bsums32, scales_mins, shared_sums_tile, Folded};
+use super::q4k::{
+    add_block_with_mins, add_pair, bsums32, pair_activations, scales_mins, shared_sums_tile, Folded,
+};
 use crate::formats::q4_k;
 use crate::formats::q5_k::{BYTES, OFFSET_D, OFFSET_DMIN, OFFSET_QH, OFFSET_QS, OFFSET_SCALES};
 use crate::simd::x86::prefetch::blocks_ahead;
@@ -51,13 +53,7 @@ unsafe fn dot_with<E: PairSum, const R: usize, const T: usize>(
         let mut sumi = [[_mm256_setzero_si256(); T]; R];
         let folded = if E::FOLD { folded.map(|f| &f[i]) } else { None };
         for j in 0..4 {
-            let qa: [[__m256i; 2]; T] = match folded {
-                Some(_) => [[_mm256_setzero_si256(); 2]; T],
-                None => std::array::from_fn(|t| {
-                    let p = ab[t].add(Q8K_QS + 64 * j);
-                    [load256(p), load256(p.add(32))]
-                }),
-            };
+            let qa = pair_activations(&ab, j, folded.is_some());
             for r in 0..R {
                 let q = load256(wb[r].add(OFFSET_QS + 32 * j));
                 let lo = _mm256_or_si256(
