@@ -41,30 +41,8 @@ pub(super) unsafe fn bsums32(ab: *const u8) -> __m128i {
     )
 }
 
-/// Chunk pair `j` (elements 64j..64j+64) of a Q4_K/Q5_K block, its low and high quants as
-/// unsigned bytes, against every token's activations `qa[t]`, each half scaled by its group
-/// scale from `sm` (see [`scales_mins`]).
-#[inline(always)]
-pub(super) unsafe fn add_scaled_pair<E: PairSum, const T: usize>(
-    sumi: &mut [__m256i; T],
-    lo: __m256i,
-    hi: __m256i,
-    sm: __m256i,
-    j: usize,
-    qa: &[[__m256i; 2]; T],
-) {
-    let sc = _mm256_permute2x128_si256::<0x00>(sm, sm);
-    let s_lo = bcast16(sc, 2 * j);
-    let s_hi = bcast16(sc, 2 * j + 1);
-    for t in 0..T {
-        let p_lo = _mm256_maddubs_epi16(lo, qa[t][0]);
-        let p_hi = _mm256_maddubs_epi16(hi, qa[t][1]);
-        sumi[t] = E::madd_add(E::madd_add(sumi[t], s_lo, p_lo), s_hi, p_hi);
-    }
-}
-
 /// Every token's activations of chunk pair `j` (elements 64j..64j+64) of Q8_K blocks `ab`, as
-/// [`add_pair`] takes them: loaded, or zero (and unused) where the block's are `folded`.
+/// [`add_scaled_pair`] takes them: loaded, or zero (and unused) where the block's are `folded`.
 #[inline(always)]
 pub(super) unsafe fn pair_activations<const T: usize>(
     ab: &[*const u8; T],
@@ -80,11 +58,12 @@ pub(super) unsafe fn pair_activations<const T: usize>(
     })
 }
 
-/// Chunk pair `j` of a Q4_K/Q5_K block into `sumi`: against this block's [`fold`]ed
-/// activations `folded` where given (the prefill tiles that fold), else
-/// [`add_scaled_pair`] against `qa`.
+/// Chunk pair `j` (elements 64j..64j+64) of a Q4_K/Q5_K block, its low and high quants as
+/// unsigned bytes, into `sumi`, each half scaled by its group scale from `sm` (see
+/// [`scales_mins`]): against this block's [`fold`]ed activations `folded` where given (the
+/// prefill tiles that fold), else against every token's activations `qa[t]`.
 #[inline(always)]
-pub(super) unsafe fn add_pair<E: PairSum, const T: usize>(
+pub(super) unsafe fn add_scaled_pair<E: PairSum, const T: usize>(
     sumi: &mut [__m256i; T],
     lo: __m256i,
     hi: __m256i,
@@ -93,9 +72,17 @@ pub(super) unsafe fn add_pair<E: PairSum, const T: usize>(
     qa: &[[__m256i; 2]; T],
     folded: Option<&Folded<T>>,
 ) {
-    match folded {
-        Some(f) => add_folded::<T>(sumi, fold(lo, hi), pair_scales(sm, j), &f[j]),
-        None => add_scaled_pair::<E, T>(sumi, lo, hi, sm, j, qa),
+    let sc = _mm256_permute2x128_si256::<0x00>(sm, sm);
+    if let Some(f) = folded {
+        add_folded::<T>(sumi, fold(lo, hi), pair_scales(sc, j), &f[j]);
+        return;
+    }
+    let s_lo = bcast16(sc, 2 * j);
+    let s_hi = bcast16(sc, 2 * j + 1);
+    for t in 0..T {
+        let p_lo = _mm256_maddubs_epi16(lo, qa[t][0]);
+        let p_hi = _mm256_maddubs_epi16(hi, qa[t][1]);
+        sumi[t] = E::madd_add(E::madd_add(sumi[t], s_lo, p_lo), s_hi, p_hi);
     }
 }
 
@@ -163,7 +150,7 @@ unsafe fn dot_with<E: PairSum, const R: usize, const T: usize>(
                 let q = load256(wb[r].add(OFFSET_QS + 32 * j));
                 let lo = _mm256_and_si256(q, m4);
                 let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
-                add_pair::<E, T>(&mut sumi[r], lo, hi, sm[r], j, &qa, folded);
+                add_scaled_pair::<E, T>(&mut sumi[r], lo, hi, sm[r], j, &qa, folded);
             }
         }
         let bs: [__m128i; T] = match sums {
@@ -177,12 +164,11 @@ unsafe fn dot_with<E: PairSum, const R: usize, const T: usize>(
     std::array::from_fn(|r| std::array::from_fn(|t| hsum256(acc[r][t])))
 }
 
-/// Scales `2j` and `2j + 1` of `sm` (see [`scales_mins`]) in alternate i16 of both lanes: the
-/// `madd` operand of chunk pair `j` [`fold`]ed.
+/// Scales `2j` and `2j + 1` of `sc` (the 8 group scales of [`scales_mins`] in both lanes) in
+/// alternate i16 of both lanes: the `madd` operand of chunk pair `j` [`fold`]ed.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn pair_scales(sm: __m256i, j: usize) -> __m256i {
-    let sc = _mm256_permute2x128_si256::<0x00>(sm, sm);
+unsafe fn pair_scales(sc: __m256i, j: usize) -> __m256i {
     // Scales 2j and 2j + 1 are i32 number j of each lane.
     match j {
         0 => _mm256_shuffle_epi32::<0x00>(sc),

@@ -2,7 +2,8 @@
 
 use super::common::*;
 use super::q4k::{
-    add_block_with_mins, add_pair, bsums32, pair_activations, scales_mins, shared_sums_tile, Folded,
+    add_block_with_mins, add_scaled_pair, bsums32, pair_activations, scales_mins, shared_sums_tile,
+    Folded,
 };
 use crate::formats::q4_k;
 use crate::formats::q5_k::{BYTES, OFFSET_D, OFFSET_DMIN, OFFSET_QH, OFFSET_QS, OFFSET_SCALES};
@@ -65,7 +66,7 @@ unsafe fn dot_with<E: PairSum, const R: usize, const T: usize>(
                     _mm256_and_si256(_mm256_slli_epi16::<3>(high[r]), bit4),
                 );
                 high[r] = _mm256_srli_epi16::<2>(high[r]);
-                add_pair::<E, T>(&mut sumi[r], lo, hi, sm[r], j, &qa, folded);
+                add_scaled_pair::<E, T>(&mut sumi[r], lo, hi, sm[r], j, &qa, folded);
             }
         }
         let bs: [__m128i; T] = match sums {
