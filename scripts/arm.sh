@@ -39,9 +39,12 @@ cargo test -p ramforge-quant --lib --profile cross --target $linux
 
 echo "== arm: greedy generation under qemu against the x86-64 reference kernels"
 cargo build -q --profile cross -p ramforge-tools --bin ramforge-tools --target $linux
-cargo build -q --profile cross -p ramforge-tools --bin ramforge-tools
+# The x86-64 side is the binary of the workspace's test build, which scripts/test.sh's test step
+# has just made (so this is a no-op there; `cargo build -p ramforge-tools` would resolve other
+# features and build it again): with RAMFORGE_ISA=scalar its optimization level does not matter.
+cargo test -q --workspace --no-run
 arm_bin="target/$linux/cross/ramforge-tools"
-x86_bin="target/cross/ramforge-tools"
+x86_bin="target/debug/ramforge-tools"
 generate() { # generate MODEL BINARY [RUNNER...]: "ISA TOKEN,TOKEN,..." of a short greedy run
   local model=$1 bin=$2; shift 2
   "$@" "$bin" run -q --json -n 16 -p "The capital of France is" "$model" \

@@ -47,6 +47,12 @@ export RAMFORGE_MODELS="$models"
 fuzz_target_dir="${RAMFORGE_FUZZ_TARGET_DIR:-$root/fuzz/target}"
 # Builds of different sanitizers do not share a directory (each would rebuild the other's).
 [ "$sanitizer" = address ] || fuzz_target_dir="$fuzz_target_dir-$sanitizer"
+# cargo-fuzz builds each crate as one codegen unit (its fastest fuzzing code), which leaves one
+# of CI's two cores idle through the long compiles; the short pass (CI's smoke test) takes 16,
+# a faster build for fewer executions a second. RAMFORGE_FUZZ_CODEGEN_UNITS overrides either.
+units="${RAMFORGE_FUZZ_CODEGEN_UNITS:-}"
+[ -n "$units" ] || { [ "$mode" = long ] || units=16; }
+build_args=(-s "$sanitizer" --target-dir "$fuzz_target_dir${units:+-cgu$units}" ${units:+--codegen-units "$units"})
 export RUSTC_BOOTSTRAP=1
 # chat_template renders in a forked child under an address-space limit; a failed allocation
 # there must abort the child quietly, not run AddressSanitizer's report (whose libFuzzer
@@ -96,11 +102,11 @@ for t in "${targets[@]}"; do
     # namespace_cycle); minijinja frees values by reference counting. On Linux every other
     # render runs in a forked child whose memory goes with it, so LeakSanitizer is off here.
     if [ "$t" = chat_template ]; then extra=(-detect_leaks=0); asan="$asan:detect_leaks=0"; fi
-    (cd fuzz && cargo fuzz build "$t" -s "$sanitizer" --target-dir "$fuzz_target_dir")
+    (cd fuzz && cargo fuzz build "$t" "${build_args[@]}")
     start=$(date +%s)
     # The short pass (CI) keeps libFuzzer's progress lines out of the log unless the target
     # fails (then its last 60 lines): the summary lines below say what ran.
-    (cd fuzz && ASAN_OPTIONS="$asan" cargo fuzz run "$t" -s "$sanitizer" --target-dir "$fuzz_target_dir" "corpus/$t" -- \
+    (cd fuzz && ASAN_OPTIONS="$asan" cargo fuzz run "$t" "${build_args[@]}" "corpus/$t" -- \
         "${limit[@]}" -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 "${extra[@]}") 2>&1 \
         | if [ "$mode" = long ]; then tee "$log"; else cat > "$log"; fi || rc=$?
     took=$(( $(date +%s) - start ))

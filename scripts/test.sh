@@ -94,7 +94,8 @@ export -f need_chromium
 # long CI log still say what failed.
 test_log="$(mktemp)"
 export test_log
-run_tests() { set -o pipefail; cargo test --workspace --no-fail-fast 2>&1 | tee "$test_log"; }
+# Not `cargo test` itself: scripts/test_binaries.sh runs the same binaries two at a time.
+run_tests() { set -o pipefail; bash scripts/test_binaries.sh 2>&1 | tee "$test_log"; }
 export -f run_tests
 test_failures() { # the "---- name stdout ----" blocks and cargo's "error: ... failed" lines, at most 80 lines
   awk '/^---- .* stdout ----$/ {on=1} /^failures:$/ {on=0} on; /^error: .*(failed|Exit)/' "$test_log" | head -80
