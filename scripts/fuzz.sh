@@ -51,7 +51,7 @@ fuzz_target_dir="${RAMFORGE_FUZZ_TARGET_DIR:-$root/fuzz/target}"
 # of CI's two cores idle through the long compiles; the short pass (CI's smoke test) takes 16,
 # a faster build for fewer executions a second. RAMFORGE_FUZZ_CODEGEN_UNITS overrides either.
 units="${RAMFORGE_FUZZ_CODEGEN_UNITS:-}"
-[ -n "$units" ] || { [ "$mode" = long ] || units=16; }
+if [ -z "$units" ] && [ "$mode" = short ]; then units=16; fi
 build_args=(-s "$sanitizer" --target-dir "$fuzz_target_dir${units:+-cgu$units}" ${units:+--codegen-units "$units"})
 export RUSTC_BOOTSTRAP=1
 # chat_template renders in a forked child under an address-space limit; a failed allocation

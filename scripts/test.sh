@@ -97,7 +97,7 @@ export test_log
 # Not `cargo test` itself: scripts/test_binaries.sh runs the same binaries two at a time.
 run_tests() { set -o pipefail; bash scripts/test_binaries.sh 2>&1 | tee "$test_log"; }
 export -f run_tests
-test_failures() { # the "---- name stdout ----" blocks and cargo's "error: ... failed" lines, at most 80 lines
+test_failures() { # the "---- name stdout ----" blocks and the "error: ... failed" lines, at most 80 lines
   awk '/^---- .* stdout ----$/ {on=1} /^failures:$/ {on=0} on; /^error: .*(failed|Exit)/' "$test_log" | head -80
 }
 
