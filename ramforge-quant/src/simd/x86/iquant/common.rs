@@ -3,7 +3,7 @@
 
 pub(super) use crate::simd::x86::kquant::common::{
     act_blocks, encodings, entry_points, f16_at, hsum256, load128, load256, u32_at, weight_blocks,
-    PairSum, Q8K_BYTES, Q8K_QS,
+    PairSum, Q8K_BSUMS, Q8K_BYTES, Q8K_QS,
 };
 use crate::simd::x86::prefetch::group_after_next;
 use std::arch::x86_64::*;
@@ -19,6 +19,20 @@ pub(super) trait Codebook {
     /// (the ternary formats): [`dot`] then multiplies them with the activations directly
     /// and takes the activations' sums off once per block.
     const DIGITS: bool = false;
+    /// Whether `chunk`'s quants are at most 32 in magnitude (IQ1's), so that four of them
+    /// times activations offset to unsigned bytes (at most 255) sum within an i16: the
+    /// unpacked rows then hold chunk pairs folded ([`fold_pair`]) for fewer multiplies.
+    const FOLD: bool = false;
+    /// Bytes of one block as [`unpack`] writes it: the factor (f32), then the 256 digits of
+    /// a [`Self::DIGITS`] format, or the correction lanes and the chunks (folded in pairs
+    /// where [`Self::FOLD`]).
+    const UNPACKED_BYTES: usize = if Self::DIGITS {
+        UNPACKED_CORRECTION + 256
+    } else if Self::FOLD {
+        UNPACKED_CHUNKS + 4 * FOLDED_PAIR_BYTES
+    } else {
+        UNPACKED_CHUNKS + 8 * 64
+    };
     /// What the block's chunks are built from, gathered once per block with vector
     /// operations: grid and sign indices whose bits are split across fields, scales. A
     /// chunk then loads its indices instead of shifting and masking each one in scalar
@@ -33,7 +47,7 @@ pub(super) trait Codebook {
     /// Chunk `c` (elements `32c .. 32c + 32`) of block `wb`, `p` its prepared form: its 32
     /// quants as signed bytes in element order (at most 62 in magnitude), and its integer
     /// scales as i16 (every i16 of the low lane for elements `32c .. 32c + 16`, of the high
-    /// lane for the rest).
+    /// lane for the rest: [`fold_pair`] relies on the two i16 of each i32 being equal).
     unsafe fn chunk(wb: *const u8, p: &Self::Prepared, c: usize) -> (__m256i, __m256i);
 }
 
@@ -98,24 +112,22 @@ pub(super) unsafe fn dot<F: Codebook, E: PairSum, const R: usize, const T: usize
     std::array::from_fn(|r| std::array::from_fn(|t| hsum256(acc[r][t])))
 }
 
-/// One block's integer sums for a [`Codebook::DIGITS`] format, per (row, token) the same
-/// i32 lanes as the signed route of [`dot`] (lane k: elements `4k .. 4k + 4` of every chunk):
-/// `maddubs(digit, x)` summed in i16 (at most 8 * 2 * 2 * 128 per lane), the activations'
-/// pair sums (`maddubs(1, x)`, shared by the rows) taken off, one `madd` into i32.
+/// One block's integer sums for a [`Codebook::DIGITS`] format, per (row, token): `maddubs(digit,
+/// x)` summed in i16 over the block (lane j: elements `2j, 2j + 1` of every chunk, at most
+/// 8 * 2 * 2 * 128), the activations' 16-element sums (Q8_K's `bsums`, lane j: elements
+/// `16j .. 16j + 16`, at most 16 * 128) taken off in i16, one `madd` into i32. The lanes
+/// differ from the signed route's; their sum, the block's integer, is the same.
 #[inline(always)]
 unsafe fn digit_sums<F: Codebook, const R: usize, const T: usize>(
     wb: &[*const u8; R],
     prepared: &[F::Prepared; R],
     ab: &[*const u8; T],
 ) -> [[__m256i; T]; R] {
-    let ones = _mm256_set1_epi8(1);
     let mut sum16 = [[_mm256_setzero_si256(); T]; R];
-    let mut xsum = [_mm256_setzero_si256(); T];
     for c in 0..8 {
         let mut x = [_mm256_setzero_si256(); T];
         for t in 0..T {
             x[t] = load256(ab[t].add(Q8K_QS + 32 * c));
-            xsum[t] = _mm256_add_epi16(xsum[t], _mm256_maddubs_epi16(ones, x[t]));
         }
         for r in 0..R {
             let (d, _) = F::chunk(wb[r], &prepared[r], c);
@@ -124,96 +136,177 @@ unsafe fn digit_sums<F: Codebook, const R: usize, const T: usize>(
             }
         }
     }
+    digit_block_sums(sum16, ab)
+}
+
+/// [`digit_sums`]' last step: the activations' `bsums` off each (row, token)'s i16 sums, then
+/// into i32 lanes.
+#[inline(always)]
+unsafe fn digit_block_sums<const R: usize, const T: usize>(
+    mut sum16: [[__m256i; T]; R],
+    ab: &[*const u8; T],
+) -> [[__m256i; T]; R] {
     let unit = _mm256_set1_epi16(1);
-    for row in &mut sum16 {
-        for (s, x) in row.iter_mut().zip(xsum) {
-            *s = _mm256_madd_epi16(_mm256_sub_epi16(*s, x), unit);
+    for t in 0..T {
+        let bsums = load256(ab[t].add(Q8K_BSUMS));
+        for row in &mut sum16 {
+            row[t] = _mm256_madd_epi16(_mm256_sub_epi16(row[t], bsums), unit);
         }
     }
     sum16
 }
 
-/// Bytes of one block of a [`Codebook`] as [`unpack`] writes it: the block's factor (f32),
-/// its correction `128 * sum q * sc` per i32 lane (see [`unpacked_dot`]), then per chunk the
-/// 32 quants and the 16 i16 scales that `chunk` returns.
-pub(super) const UNPACKED_BYTES: usize = UNPACKED_CHUNKS + 8 * 64;
-/// Where an unpacked block's correction lanes start.
+/// Where an unpacked block's correction lanes start, after its factor (a digit format's
+/// digits start there instead).
 const UNPACKED_CORRECTION: usize = 4;
 /// Where an unpacked block's chunks start.
 const UNPACKED_CHUNKS: usize = UNPACKED_CORRECTION + 32;
+/// Bytes of a chunk pair as [`unpack`] folds it: two vectors of quants, one of scales.
+const FOLDED_PAIR_BYTES: usize = 96;
 
-/// Row `w` of `F` unpacked into `out` ([`UNPACKED_BYTES`] per block), so that a prefill
-/// batch pays the grid lookups once per row instead of once per tile of tokens.
+/// Two chunks `v`, `v1` (quants or activations as bytes, or scales as i16) as two vectors
+/// whose i16 lanes alternate between them: dword m of the first holds byte pair 2m of `v` and
+/// of `v1`, of the second byte pair 2m + 1 of each. Two `maddubs` of folded activations and
+/// quants, added as i16, give i16 lane 2m the four products of elements `4m .. 4m + 4` of
+/// the first chunk, lane 2m + 1 those of the second; one `madd` with the folded scales (the
+/// first vector of the scales folded) gives each i32 lane the integer that the two chunks'
+/// `madd`s gave it (the two i16 scales of an i32 lane are equal).
+#[inline(always)]
+unsafe fn fold_pair(v: __m256i, v1: __m256i) -> (__m256i, __m256i) {
+    (
+        _mm256_blend_epi16::<0xAA>(v, _mm256_slli_epi32::<16>(v1)),
+        _mm256_blend_epi16::<0xAA>(_mm256_srli_epi32::<16>(v), v1),
+    )
+}
+
+/// Row `w` of `F` unpacked into `out` ([`Codebook::UNPACKED_BYTES`] per block), so that a
+/// prefill batch pays the grid lookups once per row instead of once per tile of tokens: the
+/// block's factor (f32), then a [`Codebook::DIGITS`] format's digits as `chunk` gives them;
+/// any other's correction `128 * sum q * sc` per i32 lane (see [`unpacked_dot`]) and per
+/// chunk the 32 quants and 16 i16 scales `chunk` returns, or where [`Codebook::FOLD`] per
+/// chunk pair its quants and scales folded by [`fold_pair`].
 ///
 /// # Safety
 /// The CPU has AVX2, FMA and F16C; `w` is whole blocks of `F` and `out` is
-/// `w.len() / F::BYTES * UNPACKED_BYTES` bytes.
+/// `w.len() / F::BYTES * F::UNPACKED_BYTES` bytes.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn unpack<F: Codebook>(w: &[u8], out: &mut [u8]) {
     for (wb, ub) in w
         .chunks_exact(F::BYTES)
-        .zip(out.chunks_exact_mut(UNPACKED_BYTES))
+        .zip(out.chunks_exact_mut(F::UNPACKED_BYTES))
     {
         ub[..4].copy_from_slice(&F::factor(wb.as_ptr()).to_le_bytes());
-        let mut correction = _mm256_setzero_si256();
         let prepared = F::prepare(wb.as_ptr());
+        let chunk = |c| F::chunk(wb.as_ptr(), &prepared, c);
+        let base = ub.as_mut_ptr();
+        let store = |at: usize, v: __m256i| {
+            debug_assert!(at + 32 <= F::UNPACKED_BYTES);
+            _mm256_storeu_si256(base.add(at).cast::<__m256i>(), v)
+        };
+        if F::DIGITS {
+            for c in 0..8 {
+                store(UNPACKED_CORRECTION + 32 * c, chunk(c).0);
+            }
+            continue;
+        }
+        let mut correction = _mm256_setzero_si256();
         for c in 0..8 {
-            let (q, sc) = F::chunk(wb.as_ptr(), &prepared, c);
-            let (q, sc) = if F::DIGITS {
-                (
-                    _mm256_sub_epi8(q, _mm256_set1_epi8(1)),
-                    _mm256_set1_epi16(1),
-                )
-            } else {
-                (q, sc)
-            };
+            let (q, sc) = chunk(c);
             let pairs = _mm256_maddubs_epi16(_mm256_set1_epi8(-128), q);
             correction = _mm256_add_epi32(correction, _mm256_madd_epi16(pairs, sc));
-            let p = ub.as_mut_ptr().add(UNPACKED_CHUNKS + 64 * c);
-            _mm256_storeu_si256(p.cast::<__m256i>(), q);
-            _mm256_storeu_si256(p.add(32).cast::<__m256i>(), sc);
+            if !F::FOLD {
+                store(UNPACKED_CHUNKS + 64 * c, q);
+                store(UNPACKED_CHUNKS + 64 * c + 32, sc);
+            }
         }
-        let p = ub.as_mut_ptr().add(UNPACKED_CORRECTION);
-        _mm256_storeu_si256(p.cast::<__m256i>(), correction);
+        store(UNPACKED_CORRECTION, correction);
+        if F::FOLD {
+            for pair in 0..4 {
+                let ((q, sc), (q1, sc1)) = (chunk(2 * pair), chunk(2 * pair + 1));
+                let ((qa, qb), (sc, _)) = (fold_pair(q, q1), fold_pair(sc, sc1));
+                let at = UNPACKED_CHUNKS + FOLDED_PAIR_BYTES * pair;
+                store(at, qa);
+                store(at + 32, qb);
+                store(at + 64, sc);
+            }
+        }
     }
 }
 
 /// `R` rows unpacked by [`unpack`] (back to back in `w`) dotted with `T` Q8_K activation
-/// rows: bit for bit what [`dot`] returns on the packed rows, by another route to the same
-/// integer lanes. The activations offset to unsigned bytes (`x + 128`, once per token and
-/// chunk for all rows) multiply the signed quants directly (`maddubs`: pairs at most
-/// 2 * 255 * 62, no saturation), `madd` + `add` (`E`) the scales as in [`dot`], and the
-/// block's stored `128 * sum q * sc` per lane comes off before the same float step. Only
+/// rows: bit for bit what [`dot`] returns on the packed rows. Digits run as in
+/// [`digit_sums`]. Otherwise, by another route to the same i32 lanes: the activations
+/// offset to unsigned bytes (`x + 128`, once per token and chunk for all rows) multiply the
+/// signed quants directly (`maddubs`: pairs at most 2 * 255 * 62, no saturation), `madd` +
+/// `add` (`E`) the scales as in [`dot`], and the block's stored `128 * sum q * sc` per lane
+/// comes off before the same float step. Where [`Codebook::FOLD`], the activations are
+/// folded as the quants were ([`fold_pair`]) and two `maddubs` add as i16 (at most
+/// 4 * 255 * 32) before one `madd`: three integer multiplies per 64 elements instead of
+/// four, the one vector multiplier being what bounds this loop on CPUs such as Zen 1. Only
 /// inlined into the encodings' kernels (see [`encodings`]).
 #[inline(always)]
-pub(super) unsafe fn unpacked_dot<E: PairSum, const R: usize, const T: usize>(
+pub(super) unsafe fn unpacked_dot<F: Codebook, E: PairSum, const R: usize, const T: usize>(
     w: &[u8],
     a: [&[u8]; T],
 ) -> [[f32; T]; R] {
     let row = w.len() / R;
-    let nb = row / UNPACKED_BYTES;
+    let nb = row / F::UNPACKED_BYTES;
     let offset = _mm256_set1_epi8(-128);
     let mut acc = [[_mm256_setzero_ps(); T]; R];
     for i in 0..nb {
-        let wb = weight_blocks::<R>(w, row, UNPACKED_BYTES, i);
+        let wb = weight_blocks::<R>(w, row, F::UNPACKED_BYTES, i);
         let (ab, da) = act_blocks(&a, i);
         let mut sumi = [[_mm256_setzero_si256(); T]; R];
-        for c in 0..8 {
-            let mut x = [_mm256_setzero_si256(); T];
-            for t in 0..T {
-                x[t] = _mm256_xor_si256(load256(ab[t].add(Q8K_QS + 32 * c)), offset);
+        if F::DIGITS {
+            for c in 0..8 {
+                let x: [__m256i; T] = std::array::from_fn(|t| load256(ab[t].add(Q8K_QS + 32 * c)));
+                for r in 0..R {
+                    let d = load256(wb[r].add(UNPACKED_CORRECTION + 32 * c));
+                    for t in 0..T {
+                        let p = _mm256_maddubs_epi16(d, x[t]);
+                        sumi[r][t] = _mm256_add_epi16(sumi[r][t], p);
+                    }
+                }
             }
-            for r in 0..R {
-                let p = wb[r].add(UNPACKED_CHUNKS + 64 * c);
-                let (q, sc) = (load256(p), load256(p.add(32)));
+            sumi = digit_block_sums(sumi, &ab);
+        } else if F::FOLD {
+            // Token by token, so that the accumulators and one token's folded activations
+            // stay in registers (the weights are reloaded from L1 per token).
+            for pair in 0..4 {
                 for t in 0..T {
-                    sumi[r][t] = E::madd_add(sumi[r][t], _mm256_maddubs_epi16(x[t], q), sc);
+                    let at = ab[t].add(Q8K_QS + 64 * pair);
+                    let (x0, x1) = (load256(at), load256(at.add(32)));
+                    let (xa, xb) =
+                        fold_pair(_mm256_xor_si256(x0, offset), _mm256_xor_si256(x1, offset));
+                    for r in 0..R {
+                        let p = wb[r].add(UNPACKED_CHUNKS + FOLDED_PAIR_BYTES * pair);
+                        let s = _mm256_add_epi16(
+                            _mm256_maddubs_epi16(xa, load256(p)),
+                            _mm256_maddubs_epi16(xb, load256(p.add(32))),
+                        );
+                        sumi[r][t] = E::madd_add(sumi[r][t], s, load256(p.add(64)));
+                    }
+                }
+            }
+        } else {
+            for c in 0..8 {
+                for t in 0..T {
+                    let x = _mm256_xor_si256(load256(ab[t].add(Q8K_QS + 32 * c)), offset);
+                    for r in 0..R {
+                        let p = wb[r].add(UNPACKED_CHUNKS + 64 * c);
+                        let q = _mm256_maddubs_epi16(x, load256(p));
+                        sumi[r][t] = E::madd_add(sumi[r][t], q, load256(p.add(32)));
+                    }
                 }
             }
         }
         for r in 0..R {
             let f = f32::from_le_bytes(wb[r].cast::<[u8; 4]>().read_unaligned());
-            let correction = load256(wb[r].add(UNPACKED_CORRECTION));
+            let correction = if F::DIGITS {
+                _mm256_setzero_si256()
+            } else {
+                load256(wb[r].add(UNPACKED_CORRECTION))
+            };
             for t in 0..T {
                 acc[r][t] = _mm256_fmadd_ps(
                     _mm256_set1_ps(f * da[t]),
@@ -393,12 +486,11 @@ pub(super) unsafe fn u64_at(p: *const u8) -> u64 {
 macro_rules! codebook_entry_points {
     ($name:literal, $format:ident, $codebook:ty, $group:literal $(, vex $vex_group:literal)?) => {
         use crate::formats::$format::BYTES;
-        use crate::simd::x86::iquant::common::{
-            encodings, entry_points, PairSum, Q8K_BYTES, UNPACKED_BYTES,
-        };
+        use crate::simd::x86::iquant::common::{encodings, entry_points, Codebook, PairSum, Q8K_BYTES};
 
-        const _: () =
-            assert!(<$codebook as crate::simd::x86::iquant::common::Codebook>::BYTES == BYTES);
+        const _: () = assert!(<$codebook as Codebook>::BYTES == BYTES);
+        /// Bytes of a block unpacked for the prefill tile.
+        const UNPACKED_BYTES: usize = <$codebook as Codebook>::UNPACKED_BYTES;
 
         encodings!($name, $group $(, vex $vex_group)?, unpacked unpacked_dot);
 
@@ -408,7 +500,7 @@ macro_rules! codebook_entry_points {
             w: &[u8],
             a: [&[u8]; T],
         ) -> [[f32; T]; R] {
-            crate::simd::x86::iquant::common::unpacked_dot::<E, R, T>(w, a)
+            crate::simd::x86::iquant::common::unpacked_dot::<$codebook, E, R, T>(w, a)
         }
 
         /// A row of this format unpacked for the prefill tile (`Tile::Unpacked`).

@@ -56,6 +56,7 @@ unsafe fn spread_u16<const H: i64>(v: __m256i) -> __m256i {
 pub(super) struct Iq1S;
 impl Codebook for Iq1S {
     const BYTES: usize = formats::iq1_s::BYTES;
+    const FOLD: bool = true;
     type Prepared = Iq1Prepared;
     #[inline(always)]
     unsafe fn prepare(wb: *const u8) -> Iq1Prepared {
@@ -102,6 +103,7 @@ impl Codebook for Iq1S {
 pub(super) struct Iq1M;
 impl Codebook for Iq1M {
     const BYTES: usize = formats::iq1_m::BYTES;
+    const FOLD: bool = true;
     type Prepared = Iq1Prepared;
     #[inline(always)]
     unsafe fn prepare(wb: *const u8) -> Iq1Prepared {

@@ -2,7 +2,7 @@
 //! `q + 1` (`Codebook::DIGITS`). TQ2_0 stores them in bit pairs; TQ1_0 five base-3 digits per
 //! byte as a fixed-point fraction of 3^5, digit n read as `(byte * 3^n mod 256) * 3 >> 8`
 //! (`spec_support::trit`), the products by powers of 3 made once per block with byte adds and
-//! the `* 3 >> 8` with byte averages.
+//! the `* 3 >> 8` with two byte comparisons.
 
 use super::common::*;
 use crate::formats;
@@ -99,17 +99,21 @@ impl Codebook for Tq1 {
     }
     #[inline(always)]
     unsafe fn chunk(_wb: *const u8, p: &Tq1Prepared, c: usize) -> (__m256i, __m256i) {
-        // `p * 3 >> 8` per byte as `(p + p / 2) / 128`: with `x = p - 1` (saturating),
-        // `avg(x, avg(x, 0))` is `(p + floor(p / 2)) / 2`, each rounding up cancelled.
-        let x = _mm256_subs_epu8(p.0[c], _mm256_set1_epi8(1));
-        let t = _mm256_avg_epu8(x, _mm256_avg_epu8(x, _mm256_setzero_si256()));
-        let q = _mm256_and_si256(_mm256_srli_epi16::<6>(t), _mm256_set1_epi8(3));
+        // `p * 3 >> 8` per byte is 0 up to 85, 1 up to 170, 2 above: two comparisons (signed,
+        // on `p - 128`), each -1 where true, subtracted from 0. No shifts: Zen 1 has one
+        // vector shift pipe.
+        let v = _mm256_xor_si256(p.0[c], _mm256_set1_epi8(-128));
+        let above_85 = _mm256_cmpgt_epi8(v, _mm256_set1_epi8((85 ^ 0x80) as u8 as i8));
+        let above_170 = _mm256_cmpgt_epi8(v, _mm256_set1_epi8((170 ^ 0x80) as u8 as i8));
+        let q = _mm256_sub_epi8(_mm256_sub_epi8(_mm256_setzero_si256(), above_85), above_170);
         (q, _mm256_set1_epi16(1))
     }
 }
 
+// One row a decode call: a row's prepared form is eight vectors, which for more rows at once
+// no longer fit the registers.
 pub(super) mod tq1_0 {
-    super::super::common::codebook_entry_points!("TQ1_0", tq1_0, super::Tq1, 4);
+    super::super::common::codebook_entry_points!("TQ1_0", tq1_0, super::Tq1, 1);
 }
 
 pub(super) mod tq2_0 {
