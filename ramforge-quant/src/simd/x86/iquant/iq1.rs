@@ -26,6 +26,19 @@ static GRID8_DELTA: [u64; 4096] = {
     out
 };
 const _: () = assert!(formats::iq1_s::GRID.len() == formats::iq1_m::GRID.len());
+// `Codebook::FOLD`'s bound: every quant of the table at most 32 in magnitude.
+const _: () = {
+    let mut i = 0;
+    while i < GRID8_DELTA.len() {
+        let mut l = 0;
+        while l < 8 {
+            let q = (GRID8_DELTA[i] >> (8 * l)) as u8 as i8;
+            assert!(-32 <= q && q <= 32);
+            l += 1;
+        }
+        i += 1;
+    }
+};
 
 /// A block's 32 grid indices (the delta's sign as bit 11, see [`GRID8_DELTA`]) and its
 /// scales: per chunk (IQ1_S) or per 16 elements (IQ1_M).
