@@ -12,8 +12,9 @@
 //! activation of -128 still multiplies exactly), `madd`s the scales and takes one float
 //! multiply-add per block. The ternary formats give unsigned digits instead
 //! (`Codebook::DIGITS`), multiplied with the activations directly and summed as i16 over
-//! the block, the activations' sums (Q8_K's `bsums`) taken off once per block. The integer sums are exact; the float factor per block
-//! (`d` times the format's constant, times the activation scale) rounds differently from
+//! the block, the activations' sums (Q8_K's `bsums`) taken off once per block. The integer
+//! sums are exact; the float factor per block (`d` times the format's constant, times the
+//! activation scale) rounds differently from
 //! the reference's per-group scales, so results match it to f32 summation tolerance. As in
 //! [`super::kquant`], one `dot::<R, T>` serves `vec_dot`, the prefill tile and the decode
 //! `rows` kernel, which agree bit for bit. The prefill tile is `Tile::Unpacked`: the driver

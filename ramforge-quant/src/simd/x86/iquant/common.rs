@@ -2,8 +2,8 @@
 //! bit spreads its formats build their quants from.
 
 pub(super) use crate::simd::x86::kquant::common::{
-    act_blocks, encodings, entry_points, f16_at, hsum256, load128, load256, u32_at, weight_blocks,
-    PairSum, Q8K_BSUMS, Q8K_BYTES, Q8K_QS,
+    act_blocks, encodings, entry_points, f16_at, fold, hsum256, load128, load256, u32_at,
+    weight_blocks, PairSum, Q8K_BSUMS, Q8K_BYTES, Q8K_QS,
 };
 use crate::simd::x86::prefetch::group_after_next;
 use std::arch::x86_64::*;
@@ -21,7 +21,7 @@ pub(super) trait Codebook {
     const DIGITS: bool = false;
     /// Whether `chunk`'s quants are at most 32 in magnitude (IQ1's), so that four of them
     /// times activations offset to unsigned bytes (at most 255) sum within an i16: the
-    /// unpacked rows then hold chunk pairs folded ([`fold_pair`]) for fewer multiplies.
+    /// unpacked rows then hold chunk pairs folded ([`fold`]) for fewer multiplies.
     const FOLD: bool = false;
     /// Bytes of one block as [`unpack`] writes it: the factor (f32), then the 256 digits of
     /// a [`Self::DIGITS`] format, or the correction lanes and the chunks (folded in pairs
@@ -47,7 +47,7 @@ pub(super) trait Codebook {
     /// Chunk `c` (elements `32c .. 32c + 32`) of block `wb`, `p` its prepared form: its 32
     /// quants as signed bytes in element order (at most 62 in magnitude), and its integer
     /// scales as i16 (every i16 of the low lane for elements `32c .. 32c + 16`, of the high
-    /// lane for the rest: [`fold_pair`] relies on the two i16 of each i32 being equal).
+    /// lane for the rest: [`fold`]ing a pair relies on the two i16 of each i32 being equal).
     unsafe fn chunk(wb: *const u8, p: &Self::Prepared, c: usize) -> (__m256i, __m256i);
 }
 
@@ -164,27 +164,12 @@ const UNPACKED_CHUNKS: usize = UNPACKED_CORRECTION + 32;
 /// Bytes of a chunk pair as [`unpack`] folds it: two vectors of quants, one of scales.
 const FOLDED_PAIR_BYTES: usize = 96;
 
-/// Two chunks `v`, `v1` (quants or activations as bytes, or scales as i16) as two vectors
-/// whose i16 lanes alternate between them: dword m of the first holds byte pair 2m of `v` and
-/// of `v1`, of the second byte pair 2m + 1 of each. Two `maddubs` of folded activations and
-/// quants, added as i16, give i16 lane 2m the four products of elements `4m .. 4m + 4` of
-/// the first chunk, lane 2m + 1 those of the second; one `madd` with the folded scales (the
-/// first vector of the scales folded) gives each i32 lane the integer that the two chunks'
-/// `madd`s gave it (the two i16 scales of an i32 lane are equal).
-#[inline(always)]
-unsafe fn fold_pair(v: __m256i, v1: __m256i) -> (__m256i, __m256i) {
-    (
-        _mm256_blend_epi16::<0xAA>(v, _mm256_slli_epi32::<16>(v1)),
-        _mm256_blend_epi16::<0xAA>(_mm256_srli_epi32::<16>(v), v1),
-    )
-}
-
 /// Row `w` of `F` unpacked into `out` ([`Codebook::UNPACKED_BYTES`] per block), so that a
 /// prefill batch pays the grid lookups once per row instead of once per tile of tokens: the
 /// block's factor (f32), then a [`Codebook::DIGITS`] format's digits as `chunk` gives them;
 /// any other's correction `128 * sum q * sc` per i32 lane (see [`unpacked_dot`]) and per
 /// chunk the 32 quants and 16 i16 scales `chunk` returns, or where [`Codebook::FOLD`] per
-/// chunk pair its quants and scales folded by [`fold_pair`].
+/// chunk pair its quants folded by [`fold`] and its scales in alternate i16.
 ///
 /// # Safety
 /// The CPU has AVX2, FMA and F16C; `w` is whole blocks of `F` and `out` is
@@ -210,26 +195,28 @@ pub(super) unsafe fn unpack<F: Codebook>(w: &[u8], out: &mut [u8]) {
             continue;
         }
         let mut correction = _mm256_setzero_si256();
-        for c in 0..8 {
-            let (q, sc) = chunk(c);
-            let pairs = _mm256_maddubs_epi16(_mm256_set1_epi8(-128), q);
-            correction = _mm256_add_epi32(correction, _mm256_madd_epi16(pairs, sc));
-            if !F::FOLD {
-                store(UNPACKED_CHUNKS + 64 * c, q);
-                store(UNPACKED_CHUNKS + 64 * c + 32, sc);
+        for pair in 0..4 {
+            let chunks = [chunk(2 * pair), chunk(2 * pair + 1)];
+            for (q, sc) in chunks {
+                let pairs = _mm256_maddubs_epi16(_mm256_set1_epi8(-128), q);
+                correction = _mm256_add_epi32(correction, _mm256_madd_epi16(pairs, sc));
             }
-        }
-        store(UNPACKED_CORRECTION, correction);
-        if F::FOLD {
-            for pair in 0..4 {
-                let ((q, sc), (q1, sc1)) = (chunk(2 * pair), chunk(2 * pair + 1));
-                let ((qa, qb), (sc, _)) = (fold_pair(q, q1), fold_pair(sc, sc1));
+            let [(q, sc), (q1, sc1)] = chunks;
+            if F::FOLD {
+                let [qa, qb] = fold(q, q1);
                 let at = UNPACKED_CHUNKS + FOLDED_PAIR_BYTES * pair;
                 store(at, qa);
                 store(at + 32, qb);
-                store(at + 64, sc);
+                // Each chunk's two i16 per i32 are equal: alternate i16 pick one of each.
+                store(at + 64, _mm256_blend_epi16::<0xAA>(sc, sc1));
+            } else {
+                for (k, (q, sc)) in [(q, sc), (q1, sc1)].into_iter().enumerate() {
+                    store(UNPACKED_CHUNKS + 64 * (2 * pair + k), q);
+                    store(UNPACKED_CHUNKS + 64 * (2 * pair + k) + 32, sc);
+                }
             }
         }
+        store(UNPACKED_CORRECTION, correction);
     }
 }
 
@@ -240,7 +227,7 @@ pub(super) unsafe fn unpack<F: Codebook>(w: &[u8], out: &mut [u8]) {
 /// signed quants directly (`maddubs`: pairs at most 2 * 255 * 62, no saturation), `madd` +
 /// `add` (`E`) the scales as in [`dot`], and the block's stored `128 * sum q * sc` per lane
 /// comes off before the same float step. Where [`Codebook::FOLD`], the activations are
-/// folded as the quants were ([`fold_pair`]) and two `maddubs` add as i16 (at most
+/// folded as the quants were ([`fold`]) and two `maddubs` add as i16 (at most
 /// 4 * 255 * 32) before one `madd`: three integer multiplies per 64 elements instead of
 /// four, the one vector multiplier being what bounds this loop on CPUs such as Zen 1. Only
 /// inlined into the encodings' kernels (see [`encodings`]).
@@ -276,8 +263,7 @@ pub(super) unsafe fn unpacked_dot<F: Codebook, E: PairSum, const R: usize, const
                 for t in 0..T {
                     let at = ab[t].add(Q8K_QS + 64 * pair);
                     let (x0, x1) = (load256(at), load256(at.add(32)));
-                    let (xa, xb) =
-                        fold_pair(_mm256_xor_si256(x0, offset), _mm256_xor_si256(x1, offset));
+                    let [xa, xb] = fold(_mm256_xor_si256(x0, offset), _mm256_xor_si256(x1, offset));
                     for r in 0..R {
                         let p = wb[r].add(UNPACKED_CHUNKS + FOLDED_PAIR_BYTES * pair);
                         let s = _mm256_add_epi16(
