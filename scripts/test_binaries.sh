@@ -8,9 +8,8 @@
 # other core waits. Here cargo builds them all (`--no-run`), then RAMFORGE_TEST_JOBS of them
 # (default 2) run at once, the slowest first, each from its package's folder with the
 # CARGO_MANIFEST_DIR `cargo test` gives it (trybuild reads it); each binary's output is printed
-# whole when it ends, with
-# libtest's own lines (so the failure summary of scripts/test.sh still finds them). The doc
-# tests follow, through cargo. Exits 1 if any binary failed.
+# whole when it ends, with libtest's own lines (so the failure summary of scripts/test.sh still
+# finds them). The doc tests follow, through cargo. Exits 1 if any binary failed.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
