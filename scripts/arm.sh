@@ -18,7 +18,7 @@ models="${RAMFORGE_MODELS:-$root/models}"
 gen_models=("$models/SmolLM2-135M-Instruct.Q4_1.gguf" "$models/gemma-3-270m-q4_k_m.gguf")
 linux=aarch64-unknown-linux-gnu
 
-echo "== arm: toolchains"
+echo "== arm: toolchains (at ${SECONDS} s)"
 installed="$(rustup target list --installed)"
 for t in $linux aarch64-apple-darwin x86_64-apple-darwin; do
   grep -qx "$t" <<<"$installed" || rustup target add "$t"
@@ -30,14 +30,14 @@ if ! command -v qemu-aarch64 >/dev/null || ! command -v aarch64-linux-gnu-gcc >/
   apt-get install -y -qq --no-install-recommends qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross >/dev/null
 fi
 
-echo "== arm: clippy aarch64-apple-darwin, check x86_64-apple-darwin"
+echo "== arm: clippy aarch64-apple-darwin, check x86_64-apple-darwin (at ${SECONDS} s)"
 cargo clippy --workspace --all-targets --target aarch64-apple-darwin --no-default-features -- -D warnings
 cargo check --workspace --lib --bins --target x86_64-apple-darwin --no-default-features
 
-echo "== arm: ramforge-quant unit tests on $linux under qemu"
+echo "== arm: ramforge-quant unit tests on $linux under qemu (at ${SECONDS} s)"
 cargo test -p ramforge-quant --lib --profile cross --target $linux
 
-echo "== arm: greedy generation under qemu against the x86-64 reference kernels"
+echo "== arm: greedy generation under qemu against the x86-64 reference kernels (at ${SECONDS} s)"
 cargo build -q --profile cross -p ramforge-tools --bin ramforge-tools --target $linux
 # The x86-64 side is the binary of the workspace's test build, which scripts/test.sh's test step
 # has just made (so this is a no-op there; `cargo build -p ramforge-tools` would resolve other
@@ -67,4 +67,4 @@ for model in "${gen_models[@]}"; do
     [ "${got#* }" = "${reference#* }" ] || { echo "error: aarch64 tokens differ from the x86-64 reference's" >&2; exit 1; }
   done
 done
-echo "== arm: ok"
+echo "== arm: ok (at ${SECONDS} s)"

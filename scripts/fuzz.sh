@@ -2,7 +2,8 @@
 # Fuzzing of the untrusted-input paths with cargo-fuzz (libFuzzer): the GGUF reader, the
 # tokenizer, chat templates, model loading, the expert history and server requests.
 #
-#   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET ...]   short pass (CI), 60 s per target by default
+#   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET ...]   short pass (CI), 60 s per target by default,
+#                                                       $RAMFORGE_FUZZ_JOBS targets at once (default 2)
 #   scripts/fuzz.sh --long [TARGET ...]                 each target to $RAMFORGE_FUZZ_RUNS executions
 #                                                       (default 10000000)
 #
@@ -71,9 +72,17 @@ for m in SmolLM2-135M-Instruct.Q4_1.gguf gemma-3-270m-q4_k_m.gguf qwen2ish-Q8_0.
 done
 cargo run -q -p ramforge-gguf --example fuzz_corpus -- fuzz/corpus/gguf_parse "${seeds[@]}"
 
-failed=0
-summary=()
-for t in "${targets[@]}"; do
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+
+echo "== build"
+for t in "${targets[@]}"; do (cd fuzz && cargo fuzz build "$t" "${build_args[@]}"); done
+
+fuzz_one() { # TARGET: one target's pass; its summary line also goes to $work/TARGET.line
+    local t=$1
+    local state done_execs done_secs segments before log rc asan start took execs cov crashes
+    local interrupted line
+    local -a limit extra
     # A long campaign's state: executions, seconds and segments so far.
     state="fuzz/long/$t"
     done_execs=0 done_secs=0 segments=0
@@ -83,8 +92,8 @@ for t in "${targets[@]}"; do
         if [ "$done_execs" -ge "$runs" ]; then
             line="$t: campaign done, executions $done_execs in $done_secs s ($segments segments)"
             echo "== $line"
-            summary+=("$line")
-            continue
+            echo "$line" > "$work/$t.line"
+            return 0
         fi
         limit=(-runs="$((runs - done_execs))")
     else
@@ -102,7 +111,6 @@ for t in "${targets[@]}"; do
     # namespace_cycle); minijinja frees values by reference counting. On Linux every other
     # render runs in a forked child whose memory goes with it, so LeakSanitizer is off here.
     if [ "$t" = chat_template ]; then extra=(-detect_leaks=0); asan="$asan:detect_leaks=0"; fi
-    (cd fuzz && cargo fuzz build "$t" "${build_args[@]}")
     start=$(date +%s)
     # The short pass (CI) keeps libFuzzer's progress lines out of the log unless the target
     # fails (then its last 60 lines): the summary lines below say what ran.
@@ -128,9 +136,26 @@ for t in "${targets[@]}"; do
         [ "$interrupted" -eq 1 ] && line="$line, interrupted"
     fi
     echo "== $line"
-    summary+=("$line")
-    if [ "$rc" -ne 0 ] || [ "$crashes" -ne 0 ]; then failed=1; fi
-done
+    echo "$line" > "$work/$t.line"
+    [ "$rc" -eq 0 ] && [ "$crashes" -eq 0 ]
+}
+
+# The short pass runs RAMFORGE_FUZZ_JOBS targets at once (default 2: CI's two cores), each
+# target's output printed whole when it ends; a long campaign runs one target at a time.
+jobs="${RAMFORGE_FUZZ_JOBS:-2}"
+[ "$mode" = long ] && jobs=1
+failed=0
+if [ "$jobs" -le 1 ]; then
+    for t in "${targets[@]}"; do fuzz_one "$t" || failed=1; done
+else
+    for t in "${targets[@]}"; do
+        while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
+        { if fuzz_one "$t" >"$work/$t.out" 2>&1; then echo 0; else echo 1; fi >"$work/$t.rc"
+          cat "$work/$t.out"; } &
+    done
+    wait
+    for t in "${targets[@]}"; do [ "$(cat "$work/$t.rc" 2>/dev/null)" = 0 ] || failed=1; done
+fi
 echo "== summary ($(date -u '+%Y-%m-%d %H:%M UTC'))"
-printf '   %s\n' "${summary[@]}"
+for t in "${targets[@]}"; do echo "   $(cat "$work/$t.line" 2>/dev/null || echo "$t: no summary (the pass did not finish)")"; done
 exit "$failed"
