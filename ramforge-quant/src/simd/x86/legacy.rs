@@ -7,9 +7,10 @@
 //! weight rows, one token; decode). They agree bit for bit, so decode results do not depend
 //! on how rows are grouped, and differ from the reference by f32 summation order only.
 //! The prefill `Tile` kernel is, for the formats with a min (Q4_1, Q5_1, which must equal
-//! the reference bit for bit), the one-row [`dots::tile`] (bit for bit `vec_dot`); for the
-//! others a `TILE_ROWS` x `TILE` kernel ([`gemm`]) that sums the same exact terms in
-//! another order (f32 summation order only). The float dots use FMA (also f32 summation
+//! the reference bit for bit), bit for bit `vec_dot`: Q4_1's a `TILE_ROWS` x `TILE` kernel
+//! ([`gemm::tile_chunked_min`]), Q5_1's the one-row [`dots::tile`]; for the others a
+//! `TILE_ROWS` x `TILE` kernel ([`gemm`]) that sums the same exact terms in another order
+//! (f32 summation order only). The float dots use FMA (also f32 summation
 //! order only). Dequantizing reuses the reference except for F16.
 //!
 //! With AVX-VNNI, or AVX512-VNNI, every block format has the same kernels with the integer
@@ -76,12 +77,12 @@ macro_rules! entry_points {
     };
 }
 
-/// The formats registered with `tile one_row` below: their tile is, per token, bit for bit
-/// their `vec_dot` (the per-token products of batched decoding may use it).
+/// The formats whose tile is, per token, bit for bit their `vec_dot` (the per-token products
+/// of batched decoding may use it): Q4_1 (`tile_chunked_min`) and Q5_1 (`tile one_row`).
 pub(super) const EXACT_TILES: [crate::GgmlType; 2] = [crate::GgmlType::Q4_1, crate::GgmlType::Q5_1];
 
 entry_points!(q4_0, Q4_0, tile tile_chunked);
-entry_points!(q4_1, Q4_1, tile one_row);
+entry_points!(q4_1, Q4_1, tile tile_chunked_min);
 entry_points!(q5_0, Q5_0, tile tile_unsigned);
 entry_points!(q5_1, Q5_1, tile one_row);
 entry_points!(q8_0, Q8_0, tile tile_signed);
@@ -133,10 +134,10 @@ macro_rules! vnni_entry_points {
 
 /// Module `$table` with the VNNI table of encoding `vnni::$enc` (`$table::kernels`): the entry
 /// points of every 32-element block format over [`dots`]' drivers `[$vec_dot, $rows,
-/// $one_row]` compiled for that encoding, and its multi-row tiles `vnni::$biased` (the formats
-/// without a min but Q4_0) and `vnni::$chunked` (Q4_0).
+/// $one_row]` compiled for that encoding, and its multi-row tiles `vnni::$biased` (Q5_0),
+/// `vnni::$chunked` (Q4_0) and `vnni::$signed` (the 8-bit and table formats).
 macro_rules! vnni_table {
-    ($table:ident: $enc:ident [$vec_dot:ident, $rows:ident, $one_row:ident], $biased:ident, $chunked:ident) => {
+    ($table:ident: $enc:ident [$vec_dot:ident, $rows:ident, $one_row:ident], $biased:ident, $chunked:ident, $signed:ident) => {
         mod $table {
             use super::{
                 blocks, dots, fast_kernels, quantize_q8_0, quantize_q8_1, vnni, Tile, ROWS, TILE,
@@ -147,10 +148,10 @@ macro_rules! vnni_table {
             vnni_entry_points!($enc [$vec_dot, $rows, $one_row] q4_1, Q4_1, tile one_row);
             vnni_entry_points!($enc [$vec_dot, $rows, $one_row] q5_0, Q5_0, tile $biased);
             vnni_entry_points!($enc [$vec_dot, $rows, $one_row] q5_1, Q5_1, tile one_row);
-            vnni_entry_points!($enc [$vec_dot, $rows, $one_row] q8_0, Q8_0, tile $biased);
-            vnni_entry_points!($enc [$vec_dot, $rows, $one_row] q8_1, Q8_1, tile $biased);
-            vnni_entry_points!($enc [$vec_dot, $rows, $one_row] iq4_nl, Iq4Nl, tile $biased);
-            vnni_entry_points!($enc [$vec_dot, $rows, $one_row] mxfp4, Mxfp4, tile $biased);
+            vnni_entry_points!($enc [$vec_dot, $rows, $one_row] q8_0, Q8_0, tile $signed);
+            vnni_entry_points!($enc [$vec_dot, $rows, $one_row] q8_1, Q8_1, tile $signed);
+            vnni_entry_points!($enc [$vec_dot, $rows, $one_row] iq4_nl, Iq4Nl, tile $signed);
+            vnni_entry_points!($enc [$vec_dot, $rows, $one_row] mxfp4, Mxfp4, tile $signed);
 
             fast_kernels! {
                 q4_0: block(q4_0);
@@ -244,8 +245,8 @@ fast_kernels! {
 // `Evex` ones only through `vnni512_kernels`, for `Isa::Avx512Vnni` when it is available
 // (AVX2, FMA, F16C, AVX512-VNNI and AVX512VL). The bodies read only within the slices they
 // are given.
-vnni_table!(vex: Vex [vec_dot_vnni, rows_vnni, tile_vnni], tile_biased_vex, tile_chunked_vex);
-vnni_table!(evex: Evex [vec_dot, rows, tile], tile_biased_evex, tile_chunked_evex);
+vnni_table!(vex: Vex [vec_dot_vnni, rows_vnni, tile_vnni], tile_biased_vex, tile_chunked_vex, tile_signed_vex);
+vnni_table!(evex: Evex [vec_dot, rows, tile], tile_biased_evex, tile_chunked_evex, tile_signed_evex);
 
 /// The AVX-VNNI kernels for `ty`, if written.
 pub(super) fn vnni_kernels(ty: crate::GgmlType) -> Option<&'static crate::kernel_table::Kernels> {

@@ -60,12 +60,12 @@ unsafe fn dot<E: PairSum, const R: usize, const T: usize>(
             // nibbles its group's elements 0..16, the high nibbles 16..32: the activations are
             // split the same way (`x[t][0]` for the low nibbles, `x[t][1]` the high), and their
             // magnitudes (`mag`) multiply the levels carrying the activations' signs.
+            // Loaded by 16-byte halves: a lane-crossing permute is dear on Zen 1.
             let x: [[__m256i; 2]; T] = std::array::from_fn(|t| {
-                let a0 = load256(ab[t].add(Q8K_QS + 64 * p));
-                let a1 = load256(ab[t].add(Q8K_QS + 64 * p + 32));
+                let a = ab[t].add(Q8K_QS + 64 * p);
                 [
-                    _mm256_permute2x128_si256::<0x20>(a0, a1),
-                    _mm256_permute2x128_si256::<0x31>(a0, a1),
+                    _mm256_loadu2_m128i(a.add(32).cast(), a.cast()),
+                    _mm256_loadu2_m128i(a.add(48).cast(), a.add(16).cast()),
                 ]
             });
             let mag: [[__m256i; 2]; T] =

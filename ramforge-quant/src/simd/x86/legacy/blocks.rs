@@ -20,7 +20,7 @@
 //! Activation quants are at most 127 in magnitude (the quantizers never produce -128); the
 //! sign trick and the i16 bounds below rely on it, as ggml's kernels do.
 
-use super::common::{e8m0_half_x8, f16x8, read_u32};
+use super::common::{e8m0_half_x8, f16x8, nibbles, read_u32};
 use crate::formats::{iq4_nl, mxfp4, q4_0, q4_1, q5_0, q5_1, q8_0, q8_1};
 use crate::GgmlType;
 use std::arch::x86_64::*;
@@ -260,11 +260,28 @@ nibble_format!(Q5_1, q5_1, min true, bias 0, wide true, halves q5);
 // 8-bit formats
 // ---------------------------------------------------------------------------------------
 
-/// An 8-bit format: 32 signed quants per block. A weight quant may be -128: the sign trick
-/// takes `|q|` with `sign_epi8(q, q)`, which leaves -128 as the byte 0x80, read by `maddubs`
-/// as the unsigned 128.
+/// An 8-bit format: 32 signed quants per block. The sign trick puts the magnitudes on one
+/// side of `maddubs` and the signs on the other. Activation quants are at most 127 in
+/// magnitude; a weight quant may be -128 unless [`Bytes::NO_MINUS_128`], and `-q` does not
+/// fit a byte, so such weights take the magnitudes (`sign_epi8(q, q)` leaves -128 as the
+/// byte 0x80, which `maddubs` reads as the unsigned 128).
 pub(super) trait Bytes: Weights {
+    /// Whether no quant can be -128 (the levels of a table).
+    const NO_MINUS_128: bool;
+    /// Block `b`'s quants as signed bytes, in element order (element j in byte j).
     unsafe fn quants(b: *const u8) -> __m256i;
+}
+
+/// Whether no level of a table is -128.
+const fn lacks_minus_128(levels: &[i8]) -> bool {
+    let mut i = 0;
+    while i < levels.len() {
+        if levels[i] == i8::MIN {
+            return false;
+        }
+        i += 1;
+    }
+    true
 }
 
 /// Reduces eight vectors of 8 i32 partial sums (one vector per lane) to one i32 per lane.
@@ -283,8 +300,10 @@ pub(super) unsafe fn tree32(p: [__m256i; LANES]) -> __m256i {
     )
 }
 
-/// [`Weights::isums`] of a [`Bytes`] format: the sign trick (`|q|` times `a` with q's sign),
-/// whose pair sums are at most 2 * 128 * 127 (no `maddubs` saturation), widened per lane.
+/// [`Weights::isums`] of a [`Bytes`] format: the sign trick, whose pair sums are at most
+/// 2 * 128 * 127 (no `maddubs` saturation), widened per lane. The activations carry the
+/// magnitudes where the weights allow ([`Bytes::NO_MINUS_128`]): in the decode kernel every
+/// lane has the same activations, so `|a|` is taken once for all eight rows.
 #[inline(always)]
 unsafe fn byte_isums<F: Bytes>(w: [*const u8; LANES], a: [*const u8; LANES]) -> (__m256i, __m256i) {
     // A plain loop: intrinsics inside a closure (`array::from_fn`) may be left out of line.
@@ -292,7 +311,11 @@ unsafe fn byte_isums<F: Bytes>(w: [*const u8; LANES], a: [*const u8; LANES]) -> 
     for k in 0..LANES {
         let q = F::quants(w[k]);
         let aq = _mm256_loadu_si256(a[k].add(F::ACT.qs).cast());
-        let pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(aq, q));
+        let pairs = if F::NO_MINUS_128 {
+            _mm256_maddubs_epi16(_mm256_sign_epi8(aq, aq), _mm256_sign_epi8(q, aq))
+        } else {
+            _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(aq, q))
+        };
         p[k] = _mm256_madd_epi16(pairs, ones_epi16());
     }
     (tree32(p), _mm256_setzero_si256())
@@ -319,6 +342,7 @@ impl<const BYTES: usize, const D: usize, const QS: usize> Weights for Q8<BYTES, 
     }
 }
 impl<const BYTES: usize, const D: usize, const QS: usize> Bytes for Q8<BYTES, D, QS> {
+    const NO_MINUS_128: bool = false;
     #[inline(always)]
     unsafe fn quants(b: *const u8) -> __m256i {
         _mm256_loadu_si256(b.add(QS).cast())
@@ -346,14 +370,11 @@ macro_rules! nibble_levels {
             }
         }
         impl Bytes for $name {
+            const NO_MINUS_128: bool = lacks_minus_128(&$m::KVALUES);
             #[inline(always)]
             unsafe fn quants(b: *const u8) -> __m256i {
                 let levels = _mm_loadu_si128($m::KVALUES.as_ptr().cast());
-                // The 16 nibble bytes in both halves, the high half shifted down by 4.
-                let both = _mm256_broadcastsi128_si256(_mm_loadu_si128(b.add($m::OFFSET_QS).cast()));
-                let both = _mm256_srlv_epi64(both, _mm256_setr_epi64x(0, 0, 4, 4));
-                let idx = _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
-                _mm256_shuffle_epi8(_mm256_set_m128i(levels, levels), idx)
+                _mm256_shuffle_epi8(_mm256_set_m128i(levels, levels), nibbles(b.add($m::OFFSET_QS)))
             }
         }
     };

@@ -17,6 +17,19 @@ pub(super) unsafe fn read_u32(p: *const u8) -> u32 {
     u32::from_le(p.cast::<u32>().read_unaligned())
 }
 
+/// The 16 bytes of nibbles at `p` as 32 bytes in element order: the low nibbles (elements
+/// 0..16), then the high ones. Shifted as a 128-bit half rather than by a 256-bit variable
+/// shift, which costs more on CPUs with one vector shift unit (benches/README.md).
+#[inline(always)]
+pub(super) unsafe fn nibbles(p: *const u8) -> __m256i {
+    let v = _mm_loadu_si128(p.cast());
+    let m = _mm_set1_epi8(0x0F);
+    _mm256_set_m128i(
+        _mm_and_si128(_mm_srli_epi16::<4>(v), m),
+        _mm_and_si128(v, m),
+    )
+}
+
 /// One f16 (as bits) widened exactly to f32 with F16C.
 #[inline(always)]
 pub(super) unsafe fn f16_to_f32(bits: u16) -> f32 {

@@ -12,35 +12,21 @@
 //!   one fma per (row, block) then serve all four tokens.
 //! - [`tile_chunked`] (Q4_0): the same, but with the four tokens side by side inside each
 //!   product (8-element weight chunks broadcast against the tokens' chunks), so no `hadd`.
-//! - [`tile_signed`] (Q8_0, Q8_1, IQ4_NL: quants up to 128 in magnitude, whose sums leave
-//!   i16): sign-trick `maddubs` per (row, token), widened to i32 by `madd`, then the four
-//!   tokens reduced by an i32 `hadd` tree into the same lane layout.
+//! - [`tile_signed`] (Q8_0, Q8_1, IQ4_NL, MXFP4: quants up to 128 in magnitude, whose sums
+//!   leave i16): [`tile_chunked`]'s layout, sign-trick `maddubs` widened to i32 by `madd`.
 //!
-//! Rounding: per row, lane t (and t + 4) accumulates `fma(isum, dw * da_t, acc)` over the
-//! blocks in order, with `isum` the exact integer dot of half the block and `dw * da_t`
+//! Rounding: per row, each token's two lanes (t and t + 4; 2t and 2t + 1 in the chunked
+//! layout) accumulate `fma(isum, dw * da_t, acc)` over the blocks in order, with `isum` the
+//! exact integer dot of half the block's products and `dw * da_t`
 //! exact in f32 (11-bit by 11-bit significands); the two lanes of a token are added at the
 //! end. The same exact terms as `vec_dot`'s, summed in another order: results differ from
-//! it by f32 rounding only. (An `hadd` tree measured faster here than `madd` plus unpacks.)
+//! it by f32 rounding only. (For Q5_0 an `hadd` tree measured faster than `madd` plus unpacks.)
 
 use super::blocks::{Bytes, Weights, LANES};
-use super::common::{read_u16, read_u32};
-use crate::formats::{q4_0, q5_0};
+use super::common::{f16x8, nibbles, read_u16, read_u32};
+use crate::formats::{q4_0, q4_1, q5_0};
 use crate::kernel_table::{TILE, TILE_ROWS};
 use std::arch::x86_64::*;
-
-/// A format without a min whose quants widen to 32 signed bytes (the value is `d * q`).
-pub(super) trait Signed: Weights {
-    /// Block `b`'s quants as signed bytes, in element order (element j in byte j).
-    unsafe fn signed(b: *const u8) -> __m256i;
-}
-
-/// 16 bytes of nibbles at `p` in element order: low nibbles (elements 0..16), then high.
-#[inline(always)]
-unsafe fn nibbles(p: *const u8) -> __m256i {
-    let both = _mm256_broadcastsi128_si256(_mm_loadu_si128(p.cast()));
-    let shifted = _mm256_srlv_epi64(both, _mm256_setr_epi64x(0, 0, 4, 4));
-    _mm256_and_si256(shifted, _mm256_set1_epi8(0x0F))
-}
 
 /// A 4- or 5-bit format without a min: unsigned quants, the value `d * (q - BIAS)`.
 pub(super) trait Unsigned: Weights {
@@ -75,65 +61,52 @@ impl Unsigned for super::blocks::Q5_0 {
     }
 }
 
-impl<const BYTES: usize, const D: usize, const QS: usize> Signed
-    for super::blocks::Q8<BYTES, D, QS>
-{
-    #[inline(always)]
-    unsafe fn signed(b: *const u8) -> __m256i {
-        <Self as Bytes>::quants(b)
-    }
-}
-
-impl Signed for super::blocks::Iq4Nl {
-    #[inline(always)]
-    unsafe fn signed(b: *const u8) -> __m256i {
-        <Self as Bytes>::quants(b)
-    }
-}
-
-impl Signed for super::blocks::Mxfp4 {
-    #[inline(always)]
-    unsafe fn signed(b: *const u8) -> __m256i {
-        <Self as Bytes>::quants(b)
-    }
-}
-
 /// [`TILE_ROWS`] weight rows (back to back in `w`) dotted with [`TILE`] activation rows:
-/// `out[r][t]` is row r with token t. Each (row, token) block dot is widened to i32 by
-/// `madd` (its sums may leave i16), then the four tokens' are reduced together as in
-/// [`reduce_tokens`] (lane t: token t's first 16 elements, lane t + 4: its last 16).
+/// `out[r][t]` is row r with token t, lanes 2t and 2t + 1 of a row's accumulator. The four
+/// tokens sit side by side in every product, as in [`tile_chunked`]: each 8-element chunk of
+/// a weight block is broadcast against the tokens' chunks ([`by_chunk`]), so no `hadd` tree
+/// reduces the tokens. The sign trick puts the magnitudes on the activations (taken once per
+/// block for every row) and their signs on the weights, which is exact for every weight
+/// quant but -128; a Q8 block holding one takes the weights' magnitudes instead.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn tile_signed<F: Signed>(
-    w: &[u8],
-    a: [&[u8]; TILE],
-) -> [[f32; TILE]; TILE_ROWS] {
+pub(super) unsafe fn tile_signed<F: Bytes>(w: &[u8], a: [&[u8]; TILE]) -> [[f32; TILE]; TILE_ROWS] {
     let ones = _mm256_set1_epi16(1);
     let acc = accumulate::<F, _>(
         w,
         a,
         |ap, b| {
-            (
-                token_quants::<F>(ap, b),
-                token_scales(ap, b * F::ACT.bytes + F::ACT.d),
-            )
+            let x = by_chunk::<F>(ap, b);
+            // |x| as bytes: -128 stays 0x80, which `maddubs` reads as 128.
+            let mag = x.map(|v| _mm256_sign_epi8(v, v));
+            ((x, mag), pair_scales(ap, b * F::ACT.bytes + F::ACT.d))
         },
-        |x, wb| {
-            let q = F::signed(wb);
-            // |q| (-128 stays the byte 0x80, which `maddubs` reads as 128).
-            let mag = _mm256_sign_epi8(q, q);
-            let mut p = [_mm256_setzero_si256(); TILE];
-            for t in 0..TILE {
-                // Pair sums of |q| * (x with q's sign): at most 2 * 128 * 127, no
-                // saturation (activation quants are at most 127 in magnitude).
-                let pairs = _mm256_maddubs_epi16(mag, _mm256_sign_epi8(x[t], q));
-                p[t] = _mm256_madd_epi16(pairs, ones);
+        |(x, xmag), wb| {
+            let q = F::quants(wb);
+            let mut chunks = [0i64; 4];
+            _mm256_storeu_si256(chunks.as_mut_ptr().cast(), q);
+            let mut sum = _mm256_setzero_si256();
+            let minus_128 = _mm256_cmpeq_epi8(q, _mm256_set1_epi8(i8::MIN));
+            if F::NO_MINUS_128 || _mm256_testz_si256(minus_128, minus_128) != 0 {
+                for c in 0..4 {
+                    // Pair sums of |x| * (q with x's sign): at most 2 * 128 * 127.
+                    let qc = _mm256_set1_epi64x(chunks[c]);
+                    let pairs = _mm256_maddubs_epi16(xmag[c], _mm256_sign_epi8(qc, x[c]));
+                    sum = _mm256_add_epi32(sum, _mm256_madd_epi16(pairs, ones));
+                }
+            } else {
+                // -q would not fit a byte: |q| * (x with q's sign), x at most 127 in magnitude.
+                let mut mags = [0i64; 4];
+                _mm256_storeu_si256(mags.as_mut_ptr().cast(), _mm256_sign_epi8(q, q));
+                for c in 0..4 {
+                    let (qc, mc) = (_mm256_set1_epi64x(chunks[c]), _mm256_set1_epi64x(mags[c]));
+                    let pairs = _mm256_maddubs_epi16(mc, _mm256_sign_epi8(x[c], qc));
+                    sum = _mm256_add_epi32(sum, _mm256_madd_epi16(pairs, ones));
+                }
             }
-            let h01 = _mm256_hadd_epi32(p[0], p[1]);
-            let h23 = _mm256_hadd_epi32(p[2], p[3]);
-            _mm256_hadd_epi32(h01, h23)
+            sum
         },
     );
-    fold_halves(acc)
+    fold_pairs(acc)
 }
 
 /// The block loop the tile kernels share, over the blocks of [`TILE_ROWS`] weight rows (back
@@ -279,36 +252,59 @@ pub(super) trait Chunked: Unsigned {
     unsafe fn chunks(b: *const u8) -> [__m256i; 4];
 }
 
+/// The four 8-element chunks of a Q4_0 / Q4_1 block whose 16 nibble bytes are at `qs`
+/// (elements 0..16 the low nibbles, 16..32 the high ones), each broadcast to the four lanes.
+#[inline(always)]
+unsafe fn q4_chunks(qs: *const u8) -> [__m256i; 4] {
+    let m = _mm256_set1_epi8(0x0F);
+    let first = _mm256_set1_epi64x(qs.cast::<i64>().read_unaligned());
+    let second = _mm256_set1_epi64x(qs.add(8).cast::<i64>().read_unaligned());
+    [
+        _mm256_and_si256(first, m),
+        _mm256_and_si256(second, m),
+        _mm256_and_si256(_mm256_srli_epi16::<4>(first), m),
+        _mm256_and_si256(_mm256_srli_epi16::<4>(second), m),
+    ]
+}
+
 impl Chunked for super::blocks::Q4_0 {
     #[inline(always)]
     unsafe fn chunks(b: *const u8) -> [__m256i; 4] {
-        // Elements 0..16 are the low nibbles of the 16 bytes at 2, 16..32 the high ones.
-        let m = _mm256_set1_epi8(0x0F);
-        let qs = b.add(q4_0::OFFSET_QS);
-        let first = _mm256_set1_epi64x(qs.cast::<i64>().read_unaligned());
-        let second = _mm256_set1_epi64x(qs.add(8).cast::<i64>().read_unaligned());
-        [
-            _mm256_and_si256(first, m),
-            _mm256_and_si256(second, m),
-            _mm256_and_si256(_mm256_srli_epi16::<4>(first), m),
-            _mm256_and_si256(_mm256_srli_epi16::<4>(second), m),
-        ]
+        q4_chunks(b.add(q4_0::OFFSET_QS))
     }
 }
 
-/// Four tokens' activation quants of one block regrouped by chunk: vector c holds elements
-/// 8c .. 8c + 8 of token 0, then of tokens 1, 2 and 3 (a 4 x 4 transpose of 64-bit words).
+impl Unsigned for super::blocks::Q4_1 {
+    const BIAS: i8 = 0;
+    #[inline(always)]
+    unsafe fn unsigned(b: *const u8) -> __m256i {
+        nibbles(b.add(q4_1::OFFSET_QS))
+    }
+}
+
+impl Chunked for super::blocks::Q4_1 {
+    #[inline(always)]
+    unsafe fn chunks(b: *const u8) -> [__m256i; 4] {
+        q4_chunks(b.add(q4_1::OFFSET_QS))
+    }
+}
+
+/// Four tokens' activation quants of block `b` regrouped by chunk: vector c holds elements
+/// 8c .. 8c + 8 of token 0, then of tokens 1, 2 and 3 (a 4 x 4 transpose of 64-bit words),
+/// from 16-byte loads and in-lane unpacks (a lane-crossing permute is dear on Zen 1).
 #[inline(always)]
-pub(super) unsafe fn by_chunk(x: [__m256i; TILE]) -> [__m256i; 4] {
-    let l01 = _mm256_unpacklo_epi64(x[0], x[1]);
-    let h01 = _mm256_unpackhi_epi64(x[0], x[1]);
-    let l23 = _mm256_unpacklo_epi64(x[2], x[3]);
-    let h23 = _mm256_unpackhi_epi64(x[2], x[3]);
+pub(super) unsafe fn by_chunk<F: Weights>(ap: [*const u8; TILE], b: usize) -> [__m256i; 4] {
+    let q = ap.map(|p| p.add(b * F::ACT.bytes + F::ACT.qs));
+    // Lane 0 from token 0 (or 1), lane 1 from token 2 (or 3); `h` picks the 16-byte half.
+    let pair = |t: usize, h: usize| {
+        _mm256_loadu2_m128i(q[t + 2].add(16 * h).cast(), q[t].add(16 * h).cast())
+    };
+    let (e0, o0, e1, o1) = (pair(0, 0), pair(1, 0), pair(0, 1), pair(1, 1));
     [
-        _mm256_permute2x128_si256::<0x20>(l01, l23),
-        _mm256_permute2x128_si256::<0x20>(h01, h23),
-        _mm256_permute2x128_si256::<0x31>(l01, l23),
-        _mm256_permute2x128_si256::<0x31>(h01, h23),
+        _mm256_unpacklo_epi64(e0, o0),
+        _mm256_unpackhi_epi64(e0, o0),
+        _mm256_unpacklo_epi64(e1, o1),
+        _mm256_unpackhi_epi64(e1, o1),
     ]
 }
 
@@ -343,7 +339,7 @@ pub(super) unsafe fn tile_chunked<F: Chunked>(
         w,
         a,
         |ap, b| {
-            let x = by_chunk(token_quants::<F>(ap, b));
+            let x = by_chunk::<F>(ap, b);
             let offset = chunk_dots([bias; 4], &x, ones);
             ((x, offset), pair_scales(ap, b * F::ACT.bytes + F::ACT.d))
         },
@@ -360,6 +356,70 @@ pub(super) unsafe fn fold_pairs(acc: [__m256; TILE_ROWS]) -> [[f32; TILE]; TILE_
         let lanes = std::mem::transmute::<__m256, [f32; LANES]>(acc[r]);
         for t in 0..TILE {
             out[r][t] = lanes[2 * t] + lanes[2 * t + 1];
+        }
+    }
+    out
+}
+
+/// [`tile_chunked`] for a format with a min (Q4_1), bit for bit its `vec_dot` per row and
+/// token: each block's whole integer dot sits in both of a token's lanes (2t, 2t + 1), and
+/// every lane takes the drivers' rounded steps with a min, `acc + da * (dw * isum + mw *
+/// asum)`, no fma (see `dots`), with `asum` the exact sum of the token's activation quants
+/// (shared by all rows).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn tile_chunked_min<F: Chunked>(
+    w: &[u8],
+    a: [&[u8]; TILE],
+) -> [[f32; TILE]; TILE_ROWS] {
+    let min_at = F::MIN_AT.expect("a format with a min");
+    let ones = _mm256_set1_epi16(1);
+    let ones8 = _mm256_set1_epi8(1);
+    // Lanes 2t and 2t + 1 both hold the sum of the pair.
+    let whole = |v: __m256i| _mm256_add_epi32(v, _mm256_shuffle_epi32::<0b10_11_00_01>(v));
+    let row = w.len() / TILE_ROWS;
+    let nb = a
+        .iter()
+        .fold(row / F::BYTES, |n, r| n.min(r.len() / F::ACT.bytes));
+    let wp: [*const u8; TILE_ROWS] = std::array::from_fn(|r| w.as_ptr().add(r * row));
+    let ap = a.map(|r| r.as_ptr());
+    let mut acc = [_mm256_setzero_ps(); TILE_ROWS];
+    // The weight scales and mins of the current group of (up to) eight blocks.
+    let mut dw = [[0f32; LANES]; TILE_ROWS];
+    let mut mw = [[0f32; LANES]; TILE_ROWS];
+    let mut i = 0;
+    while i < nb {
+        let n = (nb - i).min(LANES);
+        for r in 0..TILE_ROWS {
+            // Lanes past `n` repeat the last block.
+            let mut blocks = [wp[r]; LANES];
+            for (k, p) in blocks.iter_mut().enumerate() {
+                *p = wp[r].add((i + k.min(n - 1)) * F::BYTES);
+            }
+            _mm256_storeu_ps(dw[r].as_mut_ptr(), F::scales(blocks));
+            _mm256_storeu_ps(mw[r].as_mut_ptr(), f16x8(blocks, min_at));
+        }
+        for (k, b) in (i..i + n).enumerate() {
+            let x = by_chunk::<F>(ap, b);
+            let asum = _mm256_cvtepi32_ps(whole(chunk_dots([ones8; 4], &x, ones)));
+            let da = pair_scales(ap, b * F::ACT.bytes + F::ACT.d);
+            for r in 0..TILE_ROWS {
+                let isum = _mm256_cvtepi32_ps(whole(chunk_dots(
+                    F::chunks(wp[r].add(b * F::BYTES)),
+                    &x,
+                    ones,
+                )));
+                let scaled = _mm256_mul_ps(_mm256_broadcast_ss(&dw[r][k]), isum);
+                let min = _mm256_mul_ps(_mm256_broadcast_ss(&mw[r][k]), asum);
+                acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(da, _mm256_add_ps(scaled, min)));
+            }
+        }
+        i += n;
+    }
+    let mut out = [[0f32; TILE]; TILE_ROWS];
+    for r in 0..TILE_ROWS {
+        let lanes = std::mem::transmute::<__m256, [f32; LANES]>(acc[r]);
+        for t in 0..TILE {
+            out[r][t] = lanes[2 * t];
         }
     }
     out

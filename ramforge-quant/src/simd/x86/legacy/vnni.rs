@@ -165,8 +165,7 @@ unsafe fn bias_start<E: Encoding>(x: &[__m256i; 4], bias: u8) -> __m256i {
     _mm256_sub_epi32(_mm256_setzero_si256(), s)
 }
 
-/// [`super::gemm::tile_signed`] (Q8_0, Q8_1, IQ4_NL) and [`super::gemm::tile_unsigned`]
-/// (Q5_0) on AVX-VNNI: lane t of a row's block sum is the exact dot of the block's first 16
+/// [`super::gemm::tile_unsigned`] (Q5_0) on AVX-VNNI: lane t of a row's block sum is the exact dot of the block's first 16
 /// elements with token t's, lane t + 4 of its last 16, as there; each weight i32 word is
 /// broadcast across its half (`pshufd`) against the four tokens' words side by side.
 #[inline(always)]
@@ -205,7 +204,7 @@ unsafe fn tile_chunked<F: Chunked, E: Encoding>(
         w,
         a,
         |ap, b| {
-            let x = by_chunk(token_quants::<F>(ap, b));
+            let x = by_chunk::<F>(ap, b);
             let start = bias_start::<E>(&x, F::BIAS as u8);
             ((x, start), pair_scales(ap, b * F::ACT.bytes + F::ACT.d))
         },
@@ -221,10 +220,39 @@ unsafe fn tile_chunked<F: Chunked, E: Encoding>(
     fold_pairs(acc)
 }
 
+/// [`super::gemm::tile_signed`] (Q8_0, Q8_1, IQ4_NL, MXFP4) on AVX-VNNI: the biased weight
+/// quants in 8-element chunks, each broadcast against the four tokens' chunks, lanes 2t and
+/// 2t + 1 token t's (the same split of each block as there).
+#[inline(always)]
+unsafe fn tile_signed<F: Biased, E: Encoding>(
+    w: &[u8],
+    a: [&[u8]; TILE],
+) -> [[f32; TILE]; TILE_ROWS] {
+    let acc = accumulate::<F, _>(
+        w,
+        a,
+        |ap, b| {
+            let x = by_chunk::<F>(ap, b);
+            let start = bias_start::<E>(&x, F::BIAS);
+            ((x, start), pair_scales(ap, b * F::ACT.bytes + F::ACT.d))
+        },
+        |(x, start), wb| {
+            let mut chunks = [0i64; 4];
+            _mm256_storeu_si256(chunks.as_mut_ptr().cast(), F::biased(wb));
+            let mut s = *start;
+            for c in 0..4 {
+                s = E::dpbusd(s, _mm256_set1_epi64x(chunks[c]), x[c]);
+            }
+            s
+        },
+    );
+    fold_pairs(acc)
+}
+
 /// The multi-row tiles compiled for each encoding's target features: `$biased` is
-/// [`tile_biased`], `$chunked` [`tile_chunked`].
+/// [`tile_biased`], `$chunked` [`tile_chunked`], `$signed` [`tile_signed`].
 macro_rules! tiles {
-    ($features:literal, $encoding:ty, $biased:ident, $chunked:ident) => {
+    ($features:literal, $encoding:ty, $biased:ident, $chunked:ident, $signed:ident) => {
         #[target_feature(enable = $features)]
         pub(super) unsafe fn $biased<F: Biased>(
             w: &[u8],
@@ -240,6 +268,14 @@ macro_rules! tiles {
         ) -> [[f32; TILE]; TILE_ROWS] {
             tile_chunked::<F, $encoding>(w, a)
         }
+
+        #[target_feature(enable = $features)]
+        pub(super) unsafe fn $signed<F: Biased>(
+            w: &[u8],
+            a: [&[u8]; TILE],
+        ) -> [[f32; TILE]; TILE_ROWS] {
+            tile_signed::<F, $encoding>(w, a)
+        }
     };
 }
 
@@ -247,9 +283,16 @@ tiles!(
     "avx2,fma,f16c,avxvnni",
     Vex,
     tile_biased_vex,
-    tile_chunked_vex
+    tile_chunked_vex,
+    tile_signed_vex
 );
-tiles!("avx2,fma,f16c", Evex, tile_biased_evex, tile_chunked_evex);
+tiles!(
+    "avx2,fma,f16c",
+    Evex,
+    tile_biased_evex,
+    tile_chunked_evex,
+    tile_signed_evex
+);
 
 /// A format's integer sums done with `vpdpbusd` (the same values as its [`Weights::isums`]).
 pub(super) trait VnniSums: Weights {
