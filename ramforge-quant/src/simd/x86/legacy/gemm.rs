@@ -1,9 +1,9 @@
-//! The prefill kernels of the 32-element formats without a min: [`TILE_ROWS`] weight rows
-//! times [`TILE`] tokens per call, so that what depends on one side only is done once for
-//! the other (a weight block is unpacked once for all tokens, an activation block loaded
-//! and its scale converted once for all rows), with no horizontal float sum until the end.
+//! The prefill kernels of the 32-element formats: [`TILE_ROWS`] weight rows times [`TILE`]
+//! tokens per call, so that what depends on one side only is done once for the other (a
+//! weight block is unpacked once for all tokens, an activation block loaded and its scale
+//! converted once for all rows), with no horizontal float sum until the end.
 //!
-//! Two shapes of the integer work:
+//! The shapes of the integer work:
 //! - [`tile_unsigned`] (Q5_0): the quants stay unsigned (`maddubs` needs no sign trick) and
 //!   the four tokens' i16 pair sums of a (row, block) are reduced together by an `hadd` tree
 //!   into one vector, lane t the exact dot of the block's first 16 elements with token t's,
@@ -14,10 +14,11 @@
 //!   product (8-element weight chunks broadcast against the tokens' chunks), so no `hadd`.
 //! - [`tile_signed`] (Q8_0, Q8_1, IQ4_NL, MXFP4: quants up to 128 in magnitude, whose sums
 //!   leave i16): [`tile_chunked`]'s layout, sign-trick `maddubs` widened to i32 by `madd`.
+//! - [`tile_chunked_min`] (Q4_1): [`tile_chunked`]'s layout with a min, bit for bit `vec_dot`.
 //!
-//! Rounding: per row, each token's two lanes (t and t + 4; 2t and 2t + 1 in the chunked
-//! layout) accumulate `fma(isum, dw * da_t, acc)` over the blocks in order, with `isum` the
-//! exact integer dot of half the block's products and `dw * da_t`
+//! Rounding, but for [`tile_chunked_min`]: per row, each token's two lanes (t and t + 4; 2t
+//! and 2t + 1 in the chunked layout) accumulate `fma(isum, dw * da_t, acc)` over the blocks
+//! in order, with `isum` the exact integer dot of half the block's products and `dw * da_t`
 //! exact in f32 (11-bit by 11-bit significands); the two lanes of a token are added at the
 //! end. The same exact terms as `vec_dot`'s, summed in another order: results differ from
 //! it by f32 rounding only. (For Q5_0 an `hadd` tree measured faster than `madd` plus unpacks.)
@@ -132,18 +133,10 @@ pub(super) unsafe fn accumulate<F: Weights, S>(
     }
     let ap = a.map(|r| r.as_ptr());
     let mut acc = [_mm256_setzero_ps(); TILE_ROWS];
-    // The weight scales of the current group of (up to) eight blocks.
-    let mut dw = [[0f32; LANES]; TILE_ROWS];
     let mut i = 0;
     while i < nb {
         let n = (nb - i).min(LANES);
-        for r in 0..TILE_ROWS {
-            // Lanes past `n` repeat the last block.
-            let blocks: [*const u8; LANES] =
-                std::array::from_fn(|k| wp[r].add((i + k.min(n - 1)) * F::BYTES));
-            let v = F::scales(blocks);
-            _mm256_storeu_ps(dw[r].as_mut_ptr(), v);
-        }
+        let dw = group_values::<F>(&wp, i, n, |b| F::scales(b));
         for (k, b) in (i..i + n).enumerate() {
             let (shared, da) = tokens(ap, b);
             for r in 0..TILE_ROWS {
@@ -155,6 +148,26 @@ pub(super) unsafe fn accumulate<F: Weights, S>(
         i += n;
     }
     acc
+}
+
+/// Per row, `values` (eight f32 from eight blocks' pointers: the scales, or Q4_1's mins) of
+/// blocks `i .. i + n` (`n` at most eight; lanes past `n` repeat the last block).
+#[inline(always)]
+unsafe fn group_values<F: Weights>(
+    wp: &[*const u8; TILE_ROWS],
+    i: usize,
+    n: usize,
+    values: impl Fn([*const u8; LANES]) -> __m256,
+) -> [[f32; LANES]; TILE_ROWS] {
+    let mut out = [[0f32; LANES]; TILE_ROWS];
+    for r in 0..TILE_ROWS {
+        let mut blocks = [wp[r]; LANES];
+        for (k, p) in blocks.iter_mut().enumerate() {
+            *p = wp[r].add((i + k.min(n - 1)) * F::BYTES);
+        }
+        _mm256_storeu_ps(out[r].as_mut_ptr(), values(blocks));
+    }
+    out
 }
 
 /// The four tokens' activation quants of block `b`.
@@ -383,21 +396,11 @@ pub(super) unsafe fn tile_chunked_min<F: Chunked>(
     let wp: [*const u8; TILE_ROWS] = std::array::from_fn(|r| w.as_ptr().add(r * row));
     let ap = a.map(|r| r.as_ptr());
     let mut acc = [_mm256_setzero_ps(); TILE_ROWS];
-    // The weight scales and mins of the current group of (up to) eight blocks.
-    let mut dw = [[0f32; LANES]; TILE_ROWS];
-    let mut mw = [[0f32; LANES]; TILE_ROWS];
     let mut i = 0;
     while i < nb {
         let n = (nb - i).min(LANES);
-        for r in 0..TILE_ROWS {
-            // Lanes past `n` repeat the last block.
-            let mut blocks = [wp[r]; LANES];
-            for (k, p) in blocks.iter_mut().enumerate() {
-                *p = wp[r].add((i + k.min(n - 1)) * F::BYTES);
-            }
-            _mm256_storeu_ps(dw[r].as_mut_ptr(), F::scales(blocks));
-            _mm256_storeu_ps(mw[r].as_mut_ptr(), f16x8(blocks, min_at));
-        }
+        let dw = group_values::<F>(&wp, i, n, |b| F::scales(b));
+        let mw = group_values::<F>(&wp, i, n, |b| f16x8(b, min_at));
         for (k, b) in (i..i + n).enumerate() {
             let x = by_chunk::<F>(ap, b);
             let asum = _mm256_cvtepi32_ps(whole(chunk_dots([ones8; 4], &x, ones)));
