@@ -43,11 +43,12 @@ cargo build -q --profile cross -p ramforge-tools --bin ramforge-tools --target $
 # has just made (so this is a no-op there; `cargo build -p ramforge-tools` would resolve other
 # features and build it again): with RAMFORGE_ISA=scalar its optimization level does not matter.
 cargo test -q --workspace --no-run
+echo "== arm: the runs (at ${SECONDS} s)"
 arm_bin="target/$linux/cross/ramforge-tools"
 x86_bin="target/debug/ramforge-tools"
 generate() { # generate MODEL BINARY [RUNNER...]: "ISA TOKEN,TOKEN,..." of a short greedy run
   local model=$1 bin=$2; shift 2
-  "$@" "$bin" run -q --json -n 16 -p "The capital of France is" "$model" \
+  "$@" "$bin" run -q --json -n 8 -p "The capital of France is" "$model" \
     | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["isa"], ",".join(map(str, d["tokens"])))'
 }
 qemu=(qemu-aarch64 -L /usr/aarch64-linux-gnu)
