@@ -83,24 +83,20 @@ pub(super) unsafe fn tile_signed<F: Bytes>(w: &[u8], a: [&[u8]; TILE]) -> [[f32;
         },
         |(x, xmag), wb| {
             let q = F::quants(wb);
-            let mut chunks = [0i64; 4];
-            _mm256_storeu_si256(chunks.as_mut_ptr().cast(), q);
+            let qc = broadcast_chunks(q);
             let mut sum = _mm256_setzero_si256();
             let minus_128 = _mm256_cmpeq_epi8(q, _mm256_set1_epi8(i8::MIN));
             if F::NO_MINUS_128 || _mm256_testz_si256(minus_128, minus_128) != 0 {
                 for c in 0..4 {
                     // Pair sums of |x| * (q with x's sign): at most 2 * 128 * 127.
-                    let qc = _mm256_set1_epi64x(chunks[c]);
-                    let pairs = _mm256_maddubs_epi16(xmag[c], _mm256_sign_epi8(qc, x[c]));
+                    let pairs = _mm256_maddubs_epi16(xmag[c], _mm256_sign_epi8(qc[c], x[c]));
                     sum = _mm256_add_epi32(sum, _mm256_madd_epi16(pairs, ones));
                 }
             } else {
                 // -q would not fit a byte: |q| * (x with q's sign), x at most 127 in magnitude.
-                let mut mags = [0i64; 4];
-                _mm256_storeu_si256(mags.as_mut_ptr().cast(), _mm256_sign_epi8(q, q));
+                let mc = broadcast_chunks(_mm256_sign_epi8(q, q));
                 for c in 0..4 {
-                    let (qc, mc) = (_mm256_set1_epi64x(chunks[c]), _mm256_set1_epi64x(mags[c]));
-                    let pairs = _mm256_maddubs_epi16(mc, _mm256_sign_epi8(x[c], qc));
+                    let pairs = _mm256_maddubs_epi16(mc[c], _mm256_sign_epi8(x[c], qc[c]));
                     sum = _mm256_add_epi32(sum, _mm256_madd_epi16(pairs, ones));
                 }
             }
@@ -259,10 +255,26 @@ pub(super) unsafe fn tile_unsigned<F: Unsigned>(
     fold_halves(acc)
 }
 
-/// A [`Unsigned`] format whose block splits cheaply into four chunks of 8 elements, each
-/// broadcast to the four 64-bit lanes (chunk c: elements 8c .. 8c + 8), for [`tile_chunked`].
-pub(super) trait Chunked: Unsigned {
+/// A format whose block splits cheaply into four chunks of 8 elements, each broadcast to the
+/// four 64-bit lanes (chunk c: elements 8c .. 8c + 8), for [`tile_chunked`] (with
+/// [`Unsigned`]) and [`tile_chunked_min`].
+pub(super) trait Chunked: Weights {
     unsafe fn chunks(b: *const u8) -> [__m256i; 4];
+}
+
+/// The four 8-byte chunks of `v`, each broadcast to the four 64-bit lanes (through memory:
+/// a lane-crossing permute is dear on Zen 1).
+#[inline(always)]
+pub(super) unsafe fn broadcast_chunks(v: __m256i) -> [__m256i; 4] {
+    let mut words = [0i64; 4];
+    _mm256_storeu_si256(words.as_mut_ptr().cast(), v);
+    // No closure (`map`): a closure's body may be compiled without the caller's target features.
+    [
+        _mm256_set1_epi64x(words[0]),
+        _mm256_set1_epi64x(words[1]),
+        _mm256_set1_epi64x(words[2]),
+        _mm256_set1_epi64x(words[3]),
+    ]
 }
 
 /// The four 8-element chunks of a Q4_0 / Q4_1 block whose 16 nibble bytes are at `qs`
@@ -284,14 +296,6 @@ impl Chunked for super::blocks::Q4_0 {
     #[inline(always)]
     unsafe fn chunks(b: *const u8) -> [__m256i; 4] {
         q4_chunks(b.add(q4_0::OFFSET_QS))
-    }
-}
-
-impl Unsigned for super::blocks::Q4_1 {
-    const BIAS: i8 = 0;
-    #[inline(always)]
-    unsafe fn unsigned(b: *const u8) -> __m256i {
-        nibbles(b.add(q4_1::OFFSET_QS))
     }
 }
 
@@ -342,7 +346,7 @@ unsafe fn chunk_dots(w: [__m256i; 4], x: &[__m256i; 4], ones: __m256i) -> __m256
 /// once (measured 7% faster for Q4_0; Q5_0's fifth bits make its chunks dearer, so it keeps
 /// [`tile_unsigned`]). Lanes 2t and 2t + 1 of a row's accumulator are token t.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn tile_chunked<F: Chunked>(
+pub(super) unsafe fn tile_chunked<F: Chunked + Unsigned>(
     w: &[u8],
     a: [&[u8]; TILE],
 ) -> [[f32; TILE]; TILE_ROWS] {

@@ -24,8 +24,8 @@
 
 use super::blocks::{tree32, Iq4Nl, Mxfp4, Nibbles, Weights, LANES, Q8};
 use super::gemm::{
-    accumulate, by_chunk, fold_halves, fold_pairs, pair_scales, token_quants, token_scales,
-    Chunked, Unsigned,
+    accumulate, broadcast_chunks, by_chunk, fold_halves, fold_pairs, pair_scales, token_quants,
+    token_scales, Chunked, Unsigned,
 };
 use crate::formats::{iq4_nl, mxfp4};
 use crate::kernel_table::{TILE, TILE_ROWS};
@@ -196,28 +196,11 @@ unsafe fn tile_biased<F: Biased, E: Encoding>(
 /// [`super::gemm::tile_chunked`] (Q4_0) on AVX-VNNI: the same 8-element chunks broadcast
 /// against the four tokens' chunks, lanes 2t and 2t + 1 token t's.
 #[inline(always)]
-unsafe fn tile_chunked<F: Chunked, E: Encoding>(
+unsafe fn tile_chunked<F: Chunked + Unsigned, E: Encoding>(
     w: &[u8],
     a: [&[u8]; TILE],
 ) -> [[f32; TILE]; TILE_ROWS] {
-    let acc = accumulate::<F, _>(
-        w,
-        a,
-        |ap, b| {
-            let x = by_chunk::<F>(ap, b);
-            let start = bias_start::<E>(&x, F::BIAS as u8);
-            ((x, start), pair_scales(ap, b * F::ACT.bytes + F::ACT.d))
-        },
-        |(x, start), wb| {
-            let c = F::chunks(wb);
-            let mut s = *start;
-            for k in 0..4 {
-                s = E::dpbusd(s, c[k], x[k]);
-            }
-            s
-        },
-    );
-    fold_pairs(acc)
+    chunk_tile::<F, E>(w, a, F::BIAS as u8, |wb| F::chunks(wb))
 }
 
 /// [`super::gemm::tile_signed`] (Q8_0, Q8_1, IQ4_NL, MXFP4) on AVX-VNNI: the biased weight
@@ -228,20 +211,32 @@ unsafe fn tile_signed<F: Biased, E: Encoding>(
     w: &[u8],
     a: [&[u8]; TILE],
 ) -> [[f32; TILE]; TILE_ROWS] {
+    chunk_tile::<F, E>(w, a, F::BIAS, |wb| broadcast_chunks(F::biased(wb)))
+}
+
+/// The chunked tiles' block loop: `chunks(block)` gives a weight block's four 8-element
+/// chunks, each broadcast, as unsigned bytes that are the quants plus `bias`; each is
+/// dotted with the four tokens' chunks ([`by_chunk`]) from `-bias` times their sums.
+#[inline(always)]
+unsafe fn chunk_tile<F: Weights, E: Encoding>(
+    w: &[u8],
+    a: [&[u8]; TILE],
+    bias: u8,
+    chunks: impl Fn(*const u8) -> [__m256i; 4],
+) -> [[f32; TILE]; TILE_ROWS] {
     let acc = accumulate::<F, _>(
         w,
         a,
         |ap, b| {
             let x = by_chunk::<F>(ap, b);
-            let start = bias_start::<E>(&x, F::BIAS);
+            let start = bias_start::<E>(&x, bias);
             ((x, start), pair_scales(ap, b * F::ACT.bytes + F::ACT.d))
         },
         |(x, start), wb| {
-            let mut chunks = [0i64; 4];
-            _mm256_storeu_si256(chunks.as_mut_ptr().cast(), F::biased(wb));
+            let c = chunks(wb);
             let mut s = *start;
-            for c in 0..4 {
-                s = E::dpbusd(s, _mm256_set1_epi64x(chunks[c]), x[c]);
+            for k in 0..4 {
+                s = E::dpbusd(s, c[k], x[k]);
             }
             s
         },
@@ -262,7 +257,7 @@ macro_rules! tiles {
         }
 
         #[target_feature(enable = $features)]
-        pub(super) unsafe fn $chunked<F: Chunked>(
+        pub(super) unsafe fn $chunked<F: Chunked + Unsigned>(
             w: &[u8],
             a: [&[u8]; TILE],
         ) -> [[f32; TILE]; TILE_ROWS] {
