@@ -4,7 +4,9 @@
 //! `WorkerPool`, else rayon's current pool).
 
 use crate::dispatch::kernels;
-use crate::kernel_table::{Dot, Kernels, Rows, Tile, Unpack, ROWS, TILE, TILE_ROWS, UNPACKED_ROWS};
+use crate::kernel_table::{
+    Arrange, Dot, Kernels, Rows, Tile, Unpack, ROWS, TILE, TILE_ROWS, UNPACKED_ROWS,
+};
 use crate::lengths::{check_bytes, check_elements, row_bytes};
 use crate::parallel;
 use crate::{GgmlType, QuantError};
@@ -91,6 +93,9 @@ struct Prepared<'a> {
     /// Weight rows per work item.
     chunk_rows: usize,
     acts: Acts<'a>,
+    /// The activations as the tile's [`Unpack::arrange`] wrote them, where it has one and
+    /// the batch runs unpacked tiles.
+    arranged: Option<&'a [u8]>,
     y: OutPtr,
     /// Each token's dots as for `n = 1` (the rows kernel and the dot, or a tile that equals
     /// the dot bit for bit), so a token's results do not depend on the others in the batch.
@@ -114,7 +119,8 @@ fn act_type(dot: Dot) -> Option<GgmlType> {
 }
 
 /// Scratch bytes [`matmul_many`] needs to quantize `n` tokens of `cols` activations once for
-/// every distinct activation type among `types`.
+/// every distinct activation type among `types` (and, for a batch that unpacks, once more
+/// for each type some tile reads [`Unpack::arrange`]d).
 pub(crate) fn activation_scratch_bytes(
     types: &[GgmlType],
     cols: usize,
@@ -123,28 +129,70 @@ pub(crate) fn activation_scratch_bytes(
     let mut most = 0usize;
     // matmul_many runs long lists in groups, each quantizing into the same scratch.
     for group in types.chunks(MAX_PRODUCTS) {
-        let mut acts: [Option<GgmlType>; MAX_PRODUCTS] = [None; MAX_PRODUCTS];
-        let mut total = 0usize;
-        for (i, &ty) in group.iter().enumerate() {
-            let Some(act) = act_type(kernels(ty)?.dot) else {
-                continue;
-            };
-            if acts.contains(&Some(act)) {
-                continue;
-            }
-            acts[i] = Some(act);
-            let bytes = row_bytes(act, cols)?
-                .checked_mul(n)
-                .ok_or(QuantError::ByteLength {
-                    ty: act,
-                    expected: usize::MAX,
-                    got: 0,
-                })?;
-            total = total.saturating_add(bytes);
+        let mut ks: [Option<&Kernels>; MAX_PRODUCTS] = [None; MAX_PRODUCTS];
+        for (slot, &ty) in ks.iter_mut().zip(group) {
+            *slot = Some(kernels(ty)?);
         }
-        most = most.max(total);
+        most = most.max(group_scratch_bytes(group, &ks, cols, n)?);
     }
     Ok(most)
+}
+
+/// [`activation_scratch_bytes`] of one group of products whose kernels are `ks[i]`.
+fn group_scratch_bytes(
+    group: &[GgmlType],
+    ks: &[Option<&Kernels>; MAX_PRODUCTS],
+    cols: usize,
+    n: usize,
+) -> Result<usize, QuantError> {
+    let mut acts: [Option<GgmlType>; MAX_PRODUCTS] = [None; MAX_PRODUCTS];
+    let mut total = 0usize;
+    for (i, &ty) in group.iter().enumerate() {
+        let k = ks[i].ok_or(QuantError::Unsupported { ty })?;
+        let Some(act) = act_type(k.dot) else {
+            continue;
+        };
+        if acts.contains(&Some(act)) {
+            continue;
+        }
+        acts[i] = Some(act);
+        let bytes = row_bytes(act, cols)?
+            .checked_mul(n)
+            .ok_or(QuantError::ByteLength {
+                ty: act,
+                expected: usize::MAX,
+                got: 0,
+            })?;
+        let copies = if arrange_for(group, ks, act, n).is_some() {
+            2
+        } else {
+            1
+        };
+        total = total.saturating_add(bytes.saturating_mul(copies));
+    }
+    Ok(total)
+}
+
+/// The [`Unpack::arrange`] that some product of `group` (kernels `ks[i]`) with activation type
+/// `act` reads its activations through, where a batch of `n` tokens runs unpacked tiles. One
+/// arrangement per activation type: every tile that arranges an activation type's rows reads
+/// them the same way.
+fn arrange_for(
+    group: &[GgmlType],
+    ks: &[Option<&Kernels>; MAX_PRODUCTS],
+    act: GgmlType,
+    n: usize,
+) -> Option<Arrange> {
+    if n < UNPACKED_MIN_TOKENS {
+        return None;
+    }
+    (0..group.len()).find_map(|i| {
+        let k = ks[i]?;
+        match k.tile {
+            Some(Tile::Unpacked(u)) if act_type(k.dot) == Some(act) => u.arrange,
+            _ => None,
+        }
+    })
 }
 
 thread_local! {
@@ -290,30 +338,42 @@ fn run_group(
         return Ok(());
     }
 
-    // Quantize the activations once per distinct activation type.
-    let mut acts_of: [Option<(GgmlType, usize, usize)>; MAX_PRODUCTS] = [None; MAX_PRODUCTS];
+    // Quantize the activations once per distinct activation type (and arrange them once
+    // more where a tile reads them arranged).
+    let mut tys = [GgmlType::F32; MAX_PRODUCTS];
+    for (slot, p) in tys.iter_mut().zip(products.iter()) {
+        *slot = p.ty;
+    }
+    let tys = &tys[..products.len()];
+    type Quantized = (GgmlType, usize, usize, Option<usize>);
+    let mut acts_of: [Option<Quantized>; MAX_PRODUCTS] = [None; MAX_PRODUCTS];
     let mut used = 0usize;
     for (i, p) in products.iter().enumerate() {
         let k = ks[i].ok_or(QuantError::Unsupported { ty: p.ty })?;
         let Some(act) = act_type(k.dot) else {
             continue;
         };
-        if acts_of.iter().flatten().any(|(a, _, _)| *a == act) {
+        if acts_of.iter().flatten().any(|(a, ..)| *a == act) {
             continue;
         }
         let act_row = row_bytes(act, cols)?;
         let bytes = act_row * n;
-        let end = used.checked_add(bytes).filter(|&e| e <= scratch.len());
+        let arrange = arrange_for(tys, ks, act, n).filter(|_| !per_token);
+        let copies = if arrange.is_some() { 2 } else { 1 };
+        let end = used
+            .checked_add(bytes * copies)
+            .filter(|&e| e <= scratch.len());
         let Some(end) = end else {
             return Err(QuantError::ByteLength {
                 ty: act,
-                expected: used.saturating_add(bytes),
+                expected: used.saturating_add(bytes * copies),
                 got: scratch.len(),
             });
         };
         let quantize = kernels(act)?.quantize;
-        let region = &mut scratch[used..end];
-        if n >= 8 && bytes >= PARALLEL_MIN_BYTES / 4 {
+        let (region, rest) = scratch[used..end].split_at_mut(bytes);
+        let parallel_rows = n >= 8 && bytes >= PARALLEL_MIN_BYTES / 4;
+        if parallel_rows {
             parallel::for_each_chunk_mut(region, act_row, |t, dst| {
                 quantize(&x[t * cols..(t + 1) * cols], dst)
             });
@@ -322,7 +382,22 @@ fn run_group(
                 quantize(src, dst);
             }
         }
-        acts_of[i] = Some((act, used, act_row));
+        if let Some(arrange) = arrange {
+            let region: &[u8] = region;
+            if parallel_rows {
+                parallel::for_each_chunk_mut(rest, act_row, |t, dst| {
+                    arrange(&region[t * act_row..(t + 1) * act_row], dst)
+                });
+            } else {
+                for (dst, src) in rest
+                    .chunks_exact_mut(act_row)
+                    .zip(region.chunks_exact(act_row))
+                {
+                    arrange(src, dst);
+                }
+            }
+        }
+        acts_of[i] = Some((act, used, act_row, arrange.map(|_| used + bytes)));
         used = end;
     }
     let scratch: &[u8] = scratch;
@@ -331,16 +406,20 @@ fn run_group(
     let mut total_bytes = 0usize;
     for (i, p) in products.iter_mut().enumerate() {
         let k = ks[i].ok_or(QuantError::Unsupported { ty: p.ty })?;
-        let acts = match act_type(k.dot) {
-            None => Acts::Float(x),
+        let (acts, arranged) = match act_type(k.dot) {
+            None => (Acts::Float(x), None),
             Some(act) => {
-                let (_, off, act_row) = acts_of
+                let (_, off, act_row, arranged) = acts_of
                     .iter()
                     .flatten()
-                    .find(|(a, _, _)| *a == act)
+                    .find(|(a, ..)| *a == act)
                     .copied()
                     .expect("every activation type was quantized above");
-                Acts::Quant(&scratch[off..off + act_row * n], act_row)
+                let len = act_row * n;
+                (
+                    Acts::Quant(&scratch[off..off + len], act_row),
+                    arranged.map(|a| &scratch[a..a + len]),
+                )
             }
         };
         if p.rows == 0 {
@@ -361,6 +440,7 @@ fn run_group(
                 k.rows.is_some() || k.tile.is_some_and(is_multi_row),
             ),
             acts,
+            arranged,
             y: OutPtr(p.y.as_mut_ptr()),
             per_token,
             exact_tile: per_token && crate::simd::tile_is_exact(crate::isa::active(), p.ty),
@@ -538,7 +618,8 @@ fn run_item(p: &Prepared<'_>, cols: usize, n: usize, item: usize) {
 /// Rows `rows` of one product through its [`Tile::Unpacked`] kernel: as many rows as fit
 /// [`UNPACKED_BYTES`] unpacked at a time, then every token over them, [`TILE`] tokens and
 /// [`UNPACKED_ROWS`] rows a call (a group's last row, if it fills no call, with a copy of
-/// itself), a last tile short of tokens with its last token repeated.
+/// itself), a last tile short of tokens with its last token repeated; the activations as
+/// the kernel's [`Unpack::arrange`] wrote them where it has one.
 fn run_unpacked(
     p: &Prepared<'_>,
     u: Unpack,
@@ -569,10 +650,16 @@ fn run_unpacked(
                 held.copy_within((k - 1) * urow..k * urow, k * urow);
             }
             // A last, short tile repeats its last token; only the real tokens are written.
+            let acts = match u.arrange {
+                Some(_) => p
+                    .arranged
+                    .expect("activations arranged for an arranging tile"),
+                None => buf,
+            };
             for t in (0..n).step_by(TILE) {
                 let a = std::array::from_fn(|k| {
                     let tk = (t + k).min(n - 1);
-                    &buf[tk * act_row..(tk + 1) * act_row]
+                    &acts[tk * act_row..(tk + 1) * act_row]
                 });
                 let tokens = TILE.min(n - t);
                 for (c, ur) in held.chunks_exact(UNPACKED_ROWS * urow).enumerate() {
@@ -735,14 +822,23 @@ mod tests {
                                 u[..formats::$m::BYTES].copy_from_slice(b);
                             }
                         },
+                        // Every activation byte inverted, and back in `tile`: a driver
+                        // that skipped or misplaced the arranged rows gives wrong sums.
+                        arrange: Some(|a, out| {
+                            for (o, &b) in out.iter_mut().zip(a) {
+                                *o = !b;
+                            }
+                        }),
                         tile: |u, a| {
+                            let a: [Vec<u8>; TILE] =
+                                std::array::from_fn(|k| a[k].iter().map(|b| !b).collect());
                             let w: Vec<u8> = u
                                 .chunks_exact(formats::$m::BYTES + PAD)
                                 .flat_map(|b| b[..formats::$m::BYTES].iter().copied())
                                 .collect();
                             let rb = w.len() / UNPACKED_ROWS;
                             std::array::from_fn(|r| {
-                                std::array::from_fn(|k| formats::$m::vec_dot(&w[r * rb..(r + 1) * rb], a[k]))
+                                std::array::from_fn(|k| formats::$m::vec_dot(&w[r * rb..(r + 1) * rb], &a[k]))
                             })
                         },
                     })),)*
@@ -792,8 +888,8 @@ mod tests {
         n: usize,
     ) -> Vec<f32> {
         let mut y = vec![f32::NAN; rows * n];
-        let mut scratch = vec![0u8; activation_scratch_bytes(&[ty], cols, n).unwrap()];
         let ks = [Some(k), None, None, None];
+        let mut scratch = vec![0u8; group_scratch_bytes(&[ty], &ks, cols, n).unwrap()];
         let mut p = [Product {
             ty,
             weights: w,
@@ -949,7 +1045,7 @@ mod tests {
             (GgmlType::Q5_0, 64),
         ];
         let tys: Vec<GgmlType> = types.iter().map(|t| t.0).collect();
-        for n in [1, 6] {
+        for n in [1, 6, 9] {
             let x = random(n * cols, 9);
             let ws: Vec<Vec<u8>> = types
                 .iter()

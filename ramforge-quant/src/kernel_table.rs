@@ -49,15 +49,21 @@ pub(crate) enum Tile {
 /// A format's rows in an unpacked form its [`Tile::Unpacked`] kernel reads: `unpack` writes
 /// `block_bytes` per weight block of `packed_block_bytes`; `tile` dots [`UNPACKED_ROWS`]
 /// unpacked rows (back to back) with [`TILE`] tokens, `out[r][t]`, bit for bit what the
-/// format's `Dot` returns on the packed rows.
+/// format's `Dot` returns on the packed rows. Where `arrange` is given, the tile reads each
+/// token's activation row as it writes it (same length; made once per token for a work
+/// item's rows), not as quantized.
 #[derive(Clone, Copy)]
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) struct Unpack {
     pub packed_block_bytes: usize,
     pub block_bytes: usize,
     pub unpack: fn(&[u8], &mut [u8]),
+    pub arrange: Option<Arrange>,
     pub tile: UnpackedTile,
 }
+
+/// An [`Unpack`]'s activation row rewrite: the quantized row in, the tile's form out.
+pub(crate) type Arrange = fn(&[u8], &mut [u8]);
 
 /// An [`Unpack`] tile kernel: `out[r][t]` is unpacked row r with token t.
 pub(crate) type UnpackedTile = fn(&[u8], [&[u8]; TILE]) -> [[f32; TILE]; UNPACKED_ROWS];

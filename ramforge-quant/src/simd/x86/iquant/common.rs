@@ -477,6 +477,8 @@ macro_rules! codebook_entry_points {
         const _: () = assert!(<$codebook as Codebook>::BYTES == BYTES);
         /// Bytes of a block unpacked for the prefill tile.
         const UNPACKED_BYTES: usize = <$codebook as Codebook>::UNPACKED_BYTES;
+        /// The tile reads the activations as quantized.
+        const ARRANGE: Option<crate::kernel_table::Arrange> = None;
 
         encodings!($name, $group $(, vex $vex_group)?, unpacked unpacked_dot);
 

@@ -195,33 +195,11 @@ pub(in crate::simd::x86) unsafe fn fold(x: __m256i, y: __m256i) -> [__m256i; 2] 
     ]
 }
 
-/// `sumi[t] += madd(sc, maddubs(q[0], qa[t][0]) + maddubs(q[1], qa[t][1]))`: two scale
-/// groups' products, `q` and each `qa[t]` [`fold`]ed, `sc` the groups' scales in alternate i16.
-#[inline(always)]
-pub(in crate::simd::x86) unsafe fn add_folded<const T: usize>(
-    sumi: &mut [__m256i; T],
-    q: [__m256i; 2],
-    sc: __m256i,
-    qa: &[[__m256i; 2]; T],
-) {
-    for t in 0..T {
-        let p = _mm256_add_epi16(
-            _mm256_maddubs_epi16(q[0], qa[t][0]),
-            _mm256_maddubs_epi16(q[1], qa[t][1]),
-        );
-        sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(sc, p));
-    }
-}
-
 /// How a kernel adds `madd(a, b)` (the i16 lanes multiplied in pairs, each pair summed into an
 /// i32 lane) to an accumulator: two instructions on AVX2, one `vpdpwssd` with AVX-VNNI or
 /// AVX512-VNNI. Both wrap the same way, so every encoding gives the same integers and each
 /// kernel returns bit for bit what its AVX2 form does.
 pub(in crate::simd::x86) trait PairSum {
-    /// Whether the prefill tiles fold two scale groups' `maddubs` products into one `madd`
-    /// ([`fold`]): on AVX2, where `madd` is a multiply of its own (AMD's Zen 1 has a single
-    /// vector integer multiply pipe), not where it fuses with the add into `vpdpwssd`.
-    const FOLD: bool = false;
     /// `acc + madd(a, b)`.
     unsafe fn madd_add(acc: __m256i, a: __m256i, b: __m256i) -> __m256i;
 }
@@ -238,7 +216,6 @@ pub(in crate::simd::x86) struct VexPairs;
 pub(in crate::simd::x86) struct EvexPairs;
 
 impl PairSum for Avx2Pairs {
-    const FOLD: bool = true;
     #[inline(always)]
     unsafe fn madd_add(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
         _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
@@ -458,6 +435,7 @@ macro_rules! entry_points {
                 packed_block_bytes: BYTES,
                 block_bytes: UNPACKED_BYTES,
                 unpack: super::unpack,
+                arrange: super::ARRANGE,
                 tile: unpacked_tile,
             });
     };

@@ -1,14 +1,16 @@
 //! Q4_K x Q8_K: per 32-element group, `maddubs` of the unsigned nibbles with the int8
-//! activations, `madd` with the group's 6-bit scale; the mins come from Q8_K's bsums.
+//! activations, `madd` with the group's 6-bit scale; the mins come from Q8_K's bsums. Each
+//! block's integer dot and mins term are reduced to one integer each before the float step
+//! ([`add_block_sums`]), so the prefill tile, which reads rows unpacked into another element
+//! order ([`unpack`], [`arrange`]: four groups' products added as i16 before one `madd`),
+//! gives the same bits as the decode kernels on the packed blocks. Q5_K shares all of it.
 
 use super::common::*;
 use crate::formats::q4_k::{BYTES, OFFSET_D, OFFSET_DMIN, OFFSET_QS, OFFSET_SCALES};
-use crate::kernel_table::TILE;
 use crate::simd::x86::prefetch::group_after_next;
 use std::arch::x86_64::*;
-use std::mem::MaybeUninit;
 
-encodings!("Q4_K", 2, vex 8, shared tile_shared);
+encodings!("Q4_K", 1, vex 8, unpacked unpacked_dot);
 
 /// The 8 group scales (low lane) and 8 group mins (high lane) as i16.
 #[inline]
@@ -42,16 +44,12 @@ pub(super) unsafe fn bsums32(ab: *const u8) -> __m128i {
 }
 
 /// Every token's activations of chunk pair `j` (elements 64j..64j+64) of Q8_K blocks `ab`, as
-/// [`add_scaled_pair`] takes them: loaded, or zero (and unused) where the block's are `folded`.
+/// [`add_scaled_pair`] takes them.
 #[inline(always)]
 pub(super) unsafe fn pair_activations<const T: usize>(
     ab: &[*const u8; T],
     j: usize,
-    folded: bool,
 ) -> [[__m256i; 2]; T] {
-    if folded {
-        return [[_mm256_setzero_si256(); 2]; T];
-    }
     std::array::from_fn(|t| {
         let p = ab[t].add(Q8K_QS + 64 * j);
         [load256(p), load256(p.add(32))]
@@ -60,8 +58,7 @@ pub(super) unsafe fn pair_activations<const T: usize>(
 
 /// Chunk pair `j` (elements 64j..64j+64) of a Q4_K/Q5_K block, its low and high quants as
 /// unsigned bytes, into `sumi`, each half scaled by its group scale from `sm` (see
-/// [`scales_mins`]): against this block's [`fold`]ed activations `folded` where given (the
-/// prefill tiles that fold), else against every token's activations `qa[t]`.
+/// [`scales_mins`]), against every token's activations `qa[t]`.
 #[inline(always)]
 pub(super) unsafe fn add_scaled_pair<E: PairSum, const T: usize>(
     sumi: &mut [__m256i; T],
@@ -70,13 +67,8 @@ pub(super) unsafe fn add_scaled_pair<E: PairSum, const T: usize>(
     sm: __m256i,
     j: usize,
     qa: &[[__m256i; 2]; T],
-    folded: Option<&Folded<T>>,
 ) {
     let sc = _mm256_permute2x128_si256::<0x00>(sm, sm);
-    if let Some(f) = folded {
-        add_folded::<T>(sumi, fold(lo, hi), pair_scales(sc, j), &f[j]);
-        return;
-    }
     let s_lo = bcast16(sc, 2 * j);
     let s_hi = bcast16(sc, 2 * j + 1);
     for t in 0..T {
@@ -86,31 +78,95 @@ pub(super) unsafe fn add_scaled_pair<E: PairSum, const T: usize>(
     }
 }
 
-/// A Q4_K/Q5_K block (at `wb`: f16 `d`, f16 `dmin` (Q5_K's at the same offsets), scales and mins `sm`) into its row's f32
-/// lanes: `acc[t] += d * da[t] * sumi[t] - dmin * da[t] * (mins . bsums[t])`.
+/// A Q4_K/Q5_K block's two integers into its row's accumulator (lane `t`: token `t`, up to
+/// 4): `acc = fma(d * da, isum, acc)`, then `acc = fnma(dmin * da, msum, acc)`, where `isum`
+/// (lane `t`) is the block's whole scaled integer dot with token `t` and `msum` its mins dotted
+/// with the token's group sums. One pair of integers per block, however a kernel's lanes
+/// split them, so kernels over different layouts of the weights (the packed blocks, the
+/// prefill tile's [`unpack`]ed ones) give the same bits.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn add_block_sums(
+    acc: &mut __m128,
+    d: f32,
+    dmin: f32,
+    da: __m128,
+    isum: __m128i,
+    msum: __m128i,
+) {
+    let sum = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(d), da), _mm_cvtepi32_ps(isum), *acc);
+    *acc = _mm_fnmadd_ps(
+        _mm_mul_ps(_mm_set1_ps(dmin), da),
+        _mm_cvtepi32_ps(msum),
+        sum,
+    );
+}
+
+/// Lane `t`: the sum of the lanes of `v[t]` (`T` at most 4).
+#[inline(always)]
+pub(super) unsafe fn lane_sums<const T: usize>(v: &[__m256i; T]) -> __m128i {
+    let halves: [__m128i; T] = std::array::from_fn(|t| {
+        _mm_add_epi32(
+            _mm256_castsi256_si128(v[t]),
+            _mm256_extracti128_si256::<1>(v[t]),
+        )
+    });
+    lane_sums128(&halves)
+}
+
+/// Lane `t`: the sum of the lanes of `v[t]` (`T` at most 4).
+#[inline(always)]
+pub(super) unsafe fn lane_sums128<const T: usize>(v: &[__m128i; T]) -> __m128i {
+    const { assert!(T >= 1 && T <= 4) };
+    if T == 1 {
+        let x = _mm_add_epi32(v[0], _mm_shuffle_epi32::<0x4E>(v[0]));
+        return _mm_add_epi32(x, _mm_shuffle_epi32::<0xB1>(x));
+    }
+    let at = |t: usize| if t < T { v[t] } else { _mm_setzero_si128() };
+    _mm_hadd_epi32(_mm_hadd_epi32(at(0), at(1)), _mm_hadd_epi32(at(2), at(3)))
+}
+
+/// Every token's Q8_K scale `da` of a block in lane `t`.
+#[inline(always)]
+pub(super) unsafe fn da_lanes<const T: usize>(da: &[f32; T]) -> __m128 {
+    let at = |t: usize| if t < T { da[t] } else { 0.0 };
+    _mm_setr_ps(at(0), at(1), at(2), at(3))
+}
+
+/// The `T` lanes of each row's accumulator.
+#[inline(always)]
+pub(super) unsafe fn row_results<const R: usize, const T: usize>(
+    acc: &[__m128; R],
+) -> [[f32; T]; R] {
+    std::array::from_fn(|r| {
+        let mut lanes = [0f32; 4];
+        _mm_storeu_ps(lanes.as_mut_ptr(), acc[r]);
+        std::array::from_fn(|t| lanes[t])
+    })
+}
+
+/// A packed Q4_K/Q5_K block (at `wb`: f16 `d` and `dmin` (Q5_K's at the same offsets),
+/// scales and mins `sm`) into its row's accumulator ([`add_block_sums`]).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn add_block_with_mins<const T: usize>(
-    acc: &mut [__m256; T],
+    acc: &mut __m128,
     wb: *const u8,
     sm: __m256i,
     da: &[f32; T],
     bs: &[__m128i; T],
     sumi: &[__m256i; T],
 ) {
-    let d = f16_at(wb.add(OFFSET_D));
-    let dmin = f16_at(wb.add(OFFSET_DMIN));
     let mins = _mm256_extracti128_si256::<1>(sm);
-    for t in 0..T {
-        // The mins' 4 sums ride in the low half of the accumulator.
-        let m = _mm256_zextsi128_si256(_mm_madd_epi16(mins, bs[t]));
-        let sum = _mm256_fmadd_ps(
-            _mm256_set1_ps(d * da[t]),
-            _mm256_cvtepi32_ps(sumi[t]),
-            acc[t],
-        );
-        acc[t] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * da[t]), _mm256_cvtepi32_ps(m), sum);
-    }
+    let m: [__m128i; T] = std::array::from_fn(|t| _mm_madd_epi16(mins, bs[t]));
+    add_block_sums(
+        acc,
+        f16_at(wb.add(OFFSET_D)),
+        f16_at(wb.add(OFFSET_DMIN)),
+        da_lanes(da),
+        lane_sums(sumi),
+        lane_sums128(&m),
+    );
 }
 
 /// `R` rows by `T` tokens; only inlined into the encodings' kernels (see [`encodings`]).
@@ -119,166 +175,213 @@ unsafe fn dot<E: PairSum, const R: usize, const T: usize>(
     w: &[u8],
     a: [&[u8]; T],
 ) -> [[f32; T]; R] {
-    dot_with::<E, R, T>(w, a, None, None)
-}
-
-/// [`dot`], with block `i`'s activation group sums ([`bsums32`] of each token's Q8_K block)
-/// taken from `sums[i]` and its activations [`fold`]ed from `folded[i]` where given (made once
-/// for several rows: [`block_sums`], [`fold_activations`]).
-#[inline(always)]
-unsafe fn dot_with<E: PairSum, const R: usize, const T: usize>(
-    w: &[u8],
-    a: [&[u8]; T],
-    sums: Option<&[[__m128i; T]]>,
-    folded: Option<&[Folded<T>]>,
-) -> [[f32; T]; R] {
     let row = w.len() / R;
     let m4 = _mm256_set1_epi8(0x0F);
-    let mut acc = [[_mm256_setzero_ps(); T]; R];
+    let mut acc = [_mm_setzero_ps(); R];
     for i in 0..row / BYTES {
         let wb = weight_blocks::<R>(w, row, BYTES, i);
         let (ab, da) = act_blocks(&a, i);
         let sm: [__m256i; R] = std::array::from_fn(|r| scales_mins(wb[r].add(OFFSET_SCALES)));
         if R > 1 {
             group_after_next::<_MM_HINT_T0>(w, i, row / BYTES);
+        } else if T == 1 {
+            crate::simd::x86::prefetch::blocks_ahead(&wb, BYTES);
         }
         let mut sumi = [[_mm256_setzero_si256(); T]; R];
-        let folded = if E::FOLD { folded.map(|f| &f[i]) } else { None };
         for j in 0..4 {
-            let qa = pair_activations(&ab, j, folded.is_some());
+            let qa = pair_activations(&ab, j);
             for r in 0..R {
                 let q = load256(wb[r].add(OFFSET_QS + 32 * j));
                 let lo = _mm256_and_si256(q, m4);
                 let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
-                add_scaled_pair::<E, T>(&mut sumi[r], lo, hi, sm[r], j, &qa, folded);
+                add_scaled_pair::<E, T>(&mut sumi[r], lo, hi, sm[r], j, &qa);
             }
         }
-        let bs: [__m128i; T] = match sums {
-            Some(sums) => sums[i],
-            None => std::array::from_fn(|t| bsums32(ab[t])),
-        };
+        let bs: [__m128i; T] = std::array::from_fn(|t| bsums32(ab[t]));
         for r in 0..R {
             add_block_with_mins(&mut acc[r], wb[r], sm[r], &da, &bs, &sumi[r]);
         }
     }
-    std::array::from_fn(|r| std::array::from_fn(|t| hsum256(acc[r][t])))
+    row_results(&acc)
 }
 
-/// Scales `2j` and `2j + 1` of `sc` (the 8 group scales of [`scales_mins`] in both lanes) in
-/// alternate i16 of both lanes: the `madd` operand of chunk pair `j` [`fold`]ed.
+/// Bytes of a Q4_K block as [`unpack`] writes it for the prefill tile: f32 `d` and `dmin`,
+/// the 8 mins and the 8 scales as i16, then the 256 quants as bytes in [`arrange`]'s order.
+pub(super) const UNPACKED_BYTES: usize = 320;
+pub(super) const U_D: usize = 0;
+pub(super) const U_DMIN: usize = 4;
+pub(super) const U_MINS: usize = 8;
+pub(super) const U_SCALES: usize = 24;
+pub(super) const U_QS: usize = 64;
+
+/// The 128 elements of four 32-element groups (`g[k]`: group `k` in element order), each
+/// vector of the result holding two bytes (one i16 after `maddubs`) of every group in turn:
+/// byte `b` of vector `k` is element `8k + 2(b / 8) + b % 2` of group `(b / 2) % 4`. So the
+/// four vectors' `maddubs` products add as i16 (eight products of one group in each i16)
+/// before one `madd` with the four groups' scales repeated: five integer multiplies per 128
+/// products instead of Q4_K's packed route's six.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn pair_scales(sc: __m256i, j: usize) -> __m256i {
-    // Scales 2j and 2j + 1 are i32 number j of each lane.
-    match j {
-        0 => _mm256_shuffle_epi32::<0x00>(sc),
-        1 => _mm256_shuffle_epi32::<0x55>(sc),
-        2 => _mm256_shuffle_epi32::<0xAA>(sc),
-        _ => _mm256_shuffle_epi32::<0xFF>(sc),
-    }
+pub(super) unsafe fn arrange(g: [__m256i; 4]) -> [__m256i; 4] {
+    // Word w of each vector below holds word w / 4 of group w % 4 (within each 128-bit lane:
+    // qwords 0 and 2 of the groups from the `lo` unpacks, 1 and 3 from the `hi` ones).
+    let lo01 = _mm256_unpacklo_epi16(g[0], g[1]);
+    let lo23 = _mm256_unpacklo_epi16(g[2], g[3]);
+    let hi01 = _mm256_unpackhi_epi16(g[0], g[1]);
+    let hi23 = _mm256_unpackhi_epi16(g[2], g[3]);
+    let q0a = _mm256_unpacklo_epi32(lo01, lo23);
+    let q0b = _mm256_unpackhi_epi32(lo01, lo23);
+    let q1a = _mm256_unpacklo_epi32(hi01, hi23);
+    let q1b = _mm256_unpackhi_epi32(hi01, hi23);
+    [
+        _mm256_permute2x128_si256::<0x20>(q0a, q0b),
+        _mm256_permute2x128_si256::<0x20>(q1a, q1b),
+        _mm256_permute2x128_si256::<0x31>(q0a, q0b),
+        _mm256_permute2x128_si256::<0x31>(q1a, q1b),
+    ]
 }
 
-/// A Q8_K block's activations for `T` tokens, [`fold`]ed per chunk pair: `[j][t]`, chunk pair
-/// `j` (elements 64j..64j+64) of token `t`.
-pub(super) type Folded<const T: usize> = [[[__m256i; 2]; T]; 4];
+/// A row of Q4_K blocks unpacked for the prefill tile (see [`UNPACKED_BYTES`]).
+fn unpack(w: &[u8], out: &mut [u8]) {
+    assert!(w.len().is_multiple_of(BYTES) && out.len() == w.len() / BYTES * UNPACKED_BYTES);
+    // SAFETY: reachable only through the kernel tables, handed out only when the CPU has
+    // AVX2, FMA and F16C; the lengths are whole blocks.
+    unsafe { unpack_blocks(w, out) }
+}
 
-/// Blocks per row up to which [`fold_activations`] folds a tile's activations once for its
-/// rows (40 KiB of stack: rows of up to 10240 elements); longer rows take the unfolded path,
-/// which gives the same integers.
-pub(super) const FOLDED_BLOCKS: usize = 40;
-
-/// Space for [`fold_activations`]' table.
-pub(super) type FoldTable = [MaybeUninit<Folded<TILE>>; FOLDED_BLOCKS];
-
-/// The first `nb` Q8_K blocks of each of the [`TILE`] token rows `a`, [`fold`]ed, written into
-/// `table` and returned, for several weight rows to share; `None` past [`FOLDED_BLOCKS`] or
-/// where the encoding does not fold.
-#[inline(always)]
-pub(super) unsafe fn fold_activations<'t, E: PairSum>(
-    a: [&[u8]; TILE],
-    nb: usize,
-    table: &'t mut FoldTable,
-) -> Option<&'t [Folded<TILE>]> {
-    if !E::FOLD || nb > FOLDED_BLOCKS {
-        return None;
-    }
-    for (i, entry) in table.iter_mut().enumerate().take(nb) {
-        let mut block = [[[_mm256_setzero_si256(); 2]; TILE]; 4];
-        for (j, pair) in block.iter_mut().enumerate() {
-            for (t, qa) in pair.iter_mut().enumerate() {
-                let p = a[t].as_ptr().add(i * Q8K_BYTES + Q8K_QS + 64 * j);
-                *qa = fold(load256(p), load256(p.add(32)));
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn unpack_blocks(w: &[u8], out: &mut [u8]) {
+    let m4 = _mm256_set1_epi8(0x0F);
+    for (wb, ub) in w
+        .chunks_exact(BYTES)
+        .zip(out.chunks_exact_mut(UNPACKED_BYTES))
+    {
+        let (wp, up) = (wb.as_ptr(), ub.as_mut_ptr());
+        let sm = scales_mins(wp.add(OFFSET_SCALES));
+        up.add(U_D)
+            .cast::<f32>()
+            .write_unaligned(f16_at(wp.add(OFFSET_D)));
+        up.add(U_DMIN)
+            .cast::<f32>()
+            .write_unaligned(f16_at(wp.add(OFFSET_DMIN)));
+        _mm_storeu_si128(up.add(U_MINS).cast(), _mm256_extracti128_si256::<1>(sm));
+        _mm_storeu_si128(up.add(U_SCALES).cast(), _mm256_castsi256_si128(sm));
+        up.add(U_SCALES + 16).write_bytes(0, U_QS - U_SCALES - 16);
+        for h in 0..2 {
+            // Chunks 2h and 2h + 1 hold groups 4h, 4h + 1 (low, high nibbles) and 4h + 2, 4h + 3.
+            let c0 = load256(wp.add(OFFSET_QS + 64 * h));
+            let c1 = load256(wp.add(OFFSET_QS + 64 * h + 32));
+            let groups = [
+                _mm256_and_si256(c0, m4),
+                _mm256_and_si256(_mm256_srli_epi16::<4>(c0), m4),
+                _mm256_and_si256(c1, m4),
+                _mm256_and_si256(_mm256_srli_epi16::<4>(c1), m4),
+            ];
+            for (k, v) in arrange(groups).into_iter().enumerate() {
+                _mm256_storeu_si256(up.add(U_QS + 128 * h + 32 * k).cast(), v);
             }
         }
-        entry.write(block);
     }
-    // SAFETY: the first `nb` entries were written just above.
-    Some(std::slice::from_raw_parts(table.as_ptr().cast(), nb))
 }
 
-/// Blocks per row up to which [`block_sums`] tabulates the activation group sums (8 KiB of
-/// stack for 4 tokens: rows of up to 32768 elements); past it each row makes its own.
-pub(super) const SHARED_SUMS_BLOCKS: usize = 128;
-
-/// Space for [`block_sums`]' table.
-pub(super) type SumsTable = [MaybeUninit<[__m128i; TILE]>; SHARED_SUMS_BLOCKS];
-
-/// The activation group sums ([`bsums32`]) of the first `nb` Q8_K blocks of each of the
-/// [`TILE`] token rows `a`, written into `table` and returned, for several weight rows to share;
-/// `None` past [`SHARED_SUMS_BLOCKS`].
-#[inline(always)]
-pub(super) unsafe fn block_sums<'t>(
-    a: [&[u8]; TILE],
-    nb: usize,
-    table: &'t mut SumsTable,
-) -> Option<&'t [[__m128i; TILE]]> {
-    if nb > SHARED_SUMS_BLOCKS {
-        return None;
-    }
-    for (i, sums) in table.iter_mut().enumerate().take(nb) {
-        sums.write(std::array::from_fn(|t| {
-            bsums32(a[t].as_ptr().add(i * Q8K_BYTES))
-        }));
-    }
-    // SAFETY: the first `nb` entries were written just above.
-    Some(std::slice::from_raw_parts(table.as_ptr().cast(), nb))
+/// A Q8_K activation row in the form the prefill tile reads: each block's quants in
+/// [`arrange`]'s order and, in place of its 16-element sums, its 32-element group sums (8 i16,
+/// [`bsums32`]); `d` as it was.
+fn arrange_activations(a: &[u8], out: &mut [u8]) {
+    arrange_activations_with(a, out, true);
 }
 
-/// Defines `tile_shared::<E>`, the prefill tile of an encoding `E` (see [`encodings`]) for the
-/// module's format (its `BYTES` and `dot_with`, Q4_K's or Q5_K's): `TILE_ROWS` rows, back to
-/// back in `w`, with [`TILE`] tokens, one row at a time (a row's accumulators, sums and
-/// unpacked quants fill the registers; two rows at once spilled), the activations' group sums
-/// made once for the rows ([`block_sums`]) instead of once per row: the same integers, so bit
-/// for bit `dot`'s results. A macro, not a function taking the row kernel: a closure or a
-/// function pointer is compiled without the kernel's target features, and the closure version,
-/// left uninlined, ran every intrinsic as a call.
-macro_rules! shared_sums_tile {
-    () => {
-        #[inline(always)]
-        unsafe fn tile_shared<E: PairSum>(
-            w: &[u8],
-            a: [&[u8]; $crate::kernel_table::TILE],
-        ) -> [[f32; $crate::kernel_table::TILE]; $crate::kernel_table::TILE_ROWS] {
-            use $crate::kernel_table::{TILE, TILE_ROWS};
-            use $crate::simd::x86::kquant::q4k::{
-                block_sums, fold_activations, FoldTable, SumsTable, FOLDED_BLOCKS,
-                SHARED_SUMS_BLOCKS,
-            };
-            let row = w.len() / TILE_ROWS;
-            let mut table: SumsTable =
-                [const { std::mem::MaybeUninit::uninit() }; SHARED_SUMS_BLOCKS];
-            let sums = block_sums(a, row / BYTES, &mut table);
-            let mut fold_table: FoldTable =
-                [const { std::mem::MaybeUninit::uninit() }; FOLDED_BLOCKS];
-            let folded = fold_activations::<E>(a, row / BYTES, &mut fold_table);
-            let mut out = [[0f32; TILE]; TILE_ROWS];
-            for (r, o) in out.iter_mut().enumerate() {
-                *o = dot_with::<E, 1, TILE>(&w[r * row..(r + 1) * row], a, sums, folded)[0];
-            }
-            out
+/// [`arrange_activations`], with the 32-element group sums (`group_sums`) or Q8_K's own
+/// 16-element sums in the sums' place.
+pub(super) fn arrange_activations_with(a: &[u8], out: &mut [u8], group_sums: bool) {
+    assert!(a.len().is_multiple_of(Q8K_BYTES) && out.len() == a.len());
+    // SAFETY: as in `unpack`; the lengths are whole Q8_K blocks.
+    unsafe { arrange_activation_blocks(a, out, group_sums) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn arrange_activation_blocks(a: &[u8], out: &mut [u8], group_sums: bool) {
+    for (ab, ob) in a
+        .chunks_exact(Q8K_BYTES)
+        .zip(out.chunks_exact_mut(Q8K_BYTES))
+    {
+        let (ap, op) = (ab.as_ptr(), ob.as_mut_ptr());
+        op.add(Q8K_D)
+            .cast::<f32>()
+            .write_unaligned(f32_at(ap.add(Q8K_D)));
+        if group_sums {
+            _mm_storeu_si128(op.add(Q8K_BSUMS).cast(), bsums32(ap));
+            op.add(Q8K_BSUMS + 16).write_bytes(0, 16);
+        } else {
+            _mm256_storeu_si256(op.add(Q8K_BSUMS).cast(), bsums(ap));
         }
-    };
+        for h in 0..2 {
+            let groups: [__m256i; 4] =
+                std::array::from_fn(|g| load256(ap.add(Q8K_QS + 128 * h + 32 * g)));
+            for (k, v) in arrange(groups).into_iter().enumerate() {
+                _mm256_storeu_si256(op.add(Q8K_QS + 128 * h + 32 * k).cast(), v);
+            }
+        }
+    }
 }
-pub(super) use shared_sums_tile;
 
-shared_sums_tile!();
+/// How the driver turns an activation row into what [`unpacked_dot`] reads.
+pub(super) const ARRANGE: Option<crate::kernel_table::Arrange> = Some(arrange_activations);
+
+/// `R` rows [`unpack`]ed (back to back in `u`) dotted with `T` activation rows
+/// [`arrange_activations`] made: per 128 elements, row and token four `maddubs` added as i16
+/// (at most 8 * 15 * 128 per i16), one `madd` + `add` (`E`) with the four groups' scales; per
+/// block [`add_block_sums`]. The same integers as [`dot`] per block, so bit for bit its
+/// results. Rows run one at a time (two at once spilled); only inlined into the encodings'
+/// kernels (see [`encodings`]).
+#[inline(always)]
+pub(super) unsafe fn unpacked_dot<E: PairSum, const R: usize, const T: usize>(
+    u: &[u8],
+    a: [&[u8]; T],
+) -> [[f32; T]; R] {
+    let row = u.len() / R;
+    let mut acc = [_mm_setzero_ps(); R];
+    for (r, acc) in acc.iter_mut().enumerate() {
+        for i in 0..row / UNPACKED_BYTES {
+            let ub = u.as_ptr().add(r * row + i * UNPACKED_BYTES);
+            let (ab, da) = act_blocks(&a, i);
+            let mut sumi = [_mm256_setzero_si256(); T];
+            for h in 0..2 {
+                let sc = _mm256_broadcastq_epi64(_mm_loadl_epi64(ub.add(U_SCALES + 8 * h).cast()));
+                let q = ub.add(U_QS + 128 * h);
+                let v = [
+                    load256(q),
+                    load256(q.add(32)),
+                    load256(q.add(64)),
+                    load256(q.add(96)),
+                ];
+                for t in 0..T {
+                    let x = ab[t].add(Q8K_QS + 128 * h);
+                    let p = _mm256_add_epi16(
+                        _mm256_add_epi16(
+                            _mm256_maddubs_epi16(v[0], load256(x)),
+                            _mm256_maddubs_epi16(v[1], load256(x.add(32))),
+                        ),
+                        _mm256_add_epi16(
+                            _mm256_maddubs_epi16(v[2], load256(x.add(64))),
+                            _mm256_maddubs_epi16(v[3], load256(x.add(96))),
+                        ),
+                    );
+                    sumi[t] = E::madd_add(sumi[t], sc, p);
+                }
+            }
+            let mins = load128(ub.add(U_MINS));
+            let m: [__m128i; T] =
+                std::array::from_fn(|t| _mm_madd_epi16(mins, load128(ab[t].add(Q8K_BSUMS))));
+            add_block_sums(
+                acc,
+                f32_at(ub.add(U_D)),
+                f32_at(ub.add(U_DMIN)),
+                da_lanes(&da),
+                lane_sums(&sumi),
+                lane_sums128(&m),
+            );
+        }
+    }
+    row_results(&acc)
+}

@@ -2,8 +2,8 @@
 
 use super::common::*;
 use super::q4k::{
-    add_block_with_mins, add_scaled_pair, bsums32, pair_activations, scales_mins, shared_sums_tile,
-    Folded,
+    add_block_with_mins, add_scaled_pair, arrange, bsums32, pair_activations, row_results,
+    scales_mins, unpacked_dot, ARRANGE, UNPACKED_BYTES, U_D, U_DMIN, U_MINS, U_QS, U_SCALES,
 };
 use crate::formats::q4_k;
 use crate::formats::q5_k::{BYTES, OFFSET_D, OFFSET_DMIN, OFFSET_QH, OFFSET_QS, OFFSET_SCALES};
@@ -17,7 +17,7 @@ const _: () = assert!(
         && q4_k::OFFSET_SCALES == OFFSET_SCALES
 );
 
-encodings!("Q5_K", 1, shared tile_shared);
+encodings!("Q5_K", 1, unpacked unpacked_dot);
 
 /// `R` rows by `T` tokens; only inlined into the encodings' kernels (see [`encodings`]).
 #[inline(always)]
@@ -25,22 +25,10 @@ unsafe fn dot<E: PairSum, const R: usize, const T: usize>(
     w: &[u8],
     a: [&[u8]; T],
 ) -> [[f32; T]; R] {
-    dot_with::<E, R, T>(w, a, None, None)
-}
-
-/// [`dot`], with block `i`'s activation group sums from `sums[i]` and its activations folded
-/// from `folded[i]` where given (as Q4_K's).
-#[inline(always)]
-unsafe fn dot_with<E: PairSum, const R: usize, const T: usize>(
-    w: &[u8],
-    a: [&[u8]; T],
-    sums: Option<&[[__m128i; T]]>,
-    folded: Option<&[Folded<T>]>,
-) -> [[f32; T]; R] {
     let row = w.len() / R;
     let m4 = _mm256_set1_epi8(0x0F);
     let bit4 = _mm256_set1_epi8(0x10);
-    let mut acc = [[_mm256_setzero_ps(); T]; R];
+    let mut acc = [_mm_setzero_ps(); R];
     for i in 0..row / BYTES {
         let wb = weight_blocks::<R>(w, row, BYTES, i);
         let (ab, da) = act_blocks(&a, i);
@@ -52,9 +40,8 @@ unsafe fn dot_with<E: PairSum, const R: usize, const T: usize>(
         // `high` is qh shifted right by 2j (per 16-bit word: bits 0, 1 of each byte stay its own).
         let mut high: [__m256i; R] = std::array::from_fn(|r| load256(wb[r].add(OFFSET_QH)));
         let mut sumi = [[_mm256_setzero_si256(); T]; R];
-        let folded = if E::FOLD { folded.map(|f| &f[i]) } else { None };
         for j in 0..4 {
-            let qa = pair_activations(&ab, j, folded.is_some());
+            let qa = pair_activations(&ab, j);
             for r in 0..R {
                 let q = load256(wb[r].add(OFFSET_QS + 32 * j));
                 let lo = _mm256_or_si256(
@@ -66,18 +53,65 @@ unsafe fn dot_with<E: PairSum, const R: usize, const T: usize>(
                     _mm256_and_si256(_mm256_slli_epi16::<3>(high[r]), bit4),
                 );
                 high[r] = _mm256_srli_epi16::<2>(high[r]);
-                add_scaled_pair::<E, T>(&mut sumi[r], lo, hi, sm[r], j, &qa, folded);
+                add_scaled_pair::<E, T>(&mut sumi[r], lo, hi, sm[r], j, &qa);
             }
         }
-        let bs: [__m128i; T] = match sums {
-            Some(sums) => sums[i],
-            None => std::array::from_fn(|t| bsums32(ab[t])),
-        };
+        let bs: [__m128i; T] = std::array::from_fn(|t| bsums32(ab[t]));
         for r in 0..R {
             add_block_with_mins(&mut acc[r], wb[r], sm[r], &da, &bs, &sumi[r]);
         }
     }
-    std::array::from_fn(|r| std::array::from_fn(|t| hsum256(acc[r][t])))
+    row_results(&acc)
 }
 
-shared_sums_tile!();
+/// A row of Q5_K blocks unpacked for the prefill tile: Q4_K's unpacked layout (its quants
+/// up to 31 keep [`unpacked_dot`]'s eight products per i16 within range: 8 * 31 * 128), so
+/// Q4_K's tile and activation arrangement serve it.
+fn unpack(w: &[u8], out: &mut [u8]) {
+    assert!(w.len().is_multiple_of(BYTES) && out.len() == w.len() / BYTES * UNPACKED_BYTES);
+    // SAFETY: reachable only through the kernel tables, handed out only when the CPU has
+    // AVX2, FMA and F16C; the lengths are whole blocks.
+    unsafe { unpack_blocks(w, out) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn unpack_blocks(w: &[u8], out: &mut [u8]) {
+    let m4 = _mm256_set1_epi8(0x0F);
+    let one = _mm256_set1_epi8(1);
+    for (wb, ub) in w
+        .chunks_exact(BYTES)
+        .zip(out.chunks_exact_mut(UNPACKED_BYTES))
+    {
+        let (wp, up) = (wb.as_ptr(), ub.as_mut_ptr());
+        let sm = scales_mins(wp.add(OFFSET_SCALES));
+        up.add(U_D)
+            .cast::<f32>()
+            .write_unaligned(f16_at(wp.add(OFFSET_D)));
+        up.add(U_DMIN)
+            .cast::<f32>()
+            .write_unaligned(f16_at(wp.add(OFFSET_DMIN)));
+        _mm_storeu_si128(up.add(U_MINS).cast(), _mm256_extracti128_si256::<1>(sm));
+        _mm_storeu_si128(up.add(U_SCALES).cast(), _mm256_castsi256_si128(sm));
+        up.add(U_SCALES + 16).write_bytes(0, U_QS - U_SCALES - 16);
+        let qh = load256(wp.add(OFFSET_QH));
+        for h in 0..2 {
+            let c0 = load256(wp.add(OFFSET_QS + 64 * h));
+            let c1 = load256(wp.add(OFFSET_QS + 64 * h + 32));
+            let nibbles = [
+                _mm256_and_si256(c0, m4),
+                _mm256_and_si256(_mm256_srli_epi16::<4>(c0), m4),
+                _mm256_and_si256(c1, m4),
+                _mm256_and_si256(_mm256_srli_epi16::<4>(c1), m4),
+            ];
+            // Element l of group g has its fifth bit in bit g of qh[l].
+            let groups: [__m256i; 4] = std::array::from_fn(|k| {
+                let g = _mm_cvtsi32_si128((4 * h + k) as i32);
+                let bit = _mm256_and_si256(_mm256_srl_epi16(qh, g), one);
+                _mm256_or_si256(nibbles[k], _mm256_slli_epi16::<4>(bit))
+            });
+            for (k, v) in arrange(groups).into_iter().enumerate() {
+                _mm256_storeu_si256(up.add(U_QS + 128 * h + 32 * k).cast(), v);
+            }
+        }
+    }
+}

@@ -1,16 +1,16 @@
 //! Q6_K x Q8_K: the 6-bit quants are used unsigned (stored + 32) in `maddubs`; the offset
-//! comes back as `32 * sum(scale * bsum)` from Q8_K's 16-element sums. The prefill tile
-//! folds two chunks' scale groups into one `madd` on AVX2 ([`fold`], as Q4_K's: quants up to
-//! 63 keep the i16 sums in range), with the activations folded once for its rows.
+//! comes back as `32 * sum(scale * bsum)` from Q8_K's 16-element sums. Each block's integer
+//! is reduced to one before the float step, so the prefill tile, over rows [`unpack`]ed into
+//! Q4_K's element order (two 16-element groups' products added as i16 before one `madd`:
+//! quants up to 63 keep four products within range), gives the decode kernels' bits.
 
 use super::common::*;
-use super::q4k::{fold_activations, FoldTable, Folded, FOLDED_BLOCKS};
+use super::q4k::{arrange, da_lanes, lane_sums, row_results};
 use crate::formats::q6_k::{BYTES, OFFSET_D, OFFSET_QH, OFFSET_QL, OFFSET_SCALES};
-use crate::kernel_table::{TILE, TILE_ROWS};
 use crate::simd::x86::prefetch::blocks_ahead;
 use std::arch::x86_64::*;
 
-encodings!("Q6_K", 1, shared tile_shared);
+encodings!("Q6_K", 1, unpacked unpacked_dot);
 
 /// `R` rows by `T` tokens; only inlined into the encodings' kernels (see [`encodings`]).
 #[inline(always)]
@@ -18,41 +18,14 @@ unsafe fn dot<E: PairSum, const R: usize, const T: usize>(
     w: &[u8],
     a: [&[u8]; T],
 ) -> [[f32; T]; R] {
-    dot_with::<E, R, T>(w, a, None)
-}
-
-/// The prefill tile: `TILE_ROWS` rows, back to back in `w`, with [`TILE`] tokens, one row
-/// at a time, the activations folded once for the rows ([`fold_activations`], where `E`
-/// folds): the same integers as [`dot`], so bit for bit its results.
-#[inline(always)]
-unsafe fn tile_shared<E: PairSum>(w: &[u8], a: [&[u8]; TILE]) -> [[f32; TILE]; TILE_ROWS] {
-    let row = w.len() / TILE_ROWS;
-    let mut fold_table: FoldTable = [const { std::mem::MaybeUninit::uninit() }; FOLDED_BLOCKS];
-    let folded = fold_activations::<E>(a, row / BYTES, &mut fold_table);
-    // A loop, not `array::from_fn`: a closure is compiled without the kernel's target features.
-    let mut out = [[0f32; TILE]; TILE_ROWS];
-    for (r, o) in out.iter_mut().enumerate() {
-        *o = dot_with::<E, 1, TILE>(&w[r * row..(r + 1) * row], a, folded)[0];
-    }
-    out
-}
-
-/// [`dot`], with block `i`'s activations [`fold`]ed from `folded[i]` where given.
-#[inline(always)]
-unsafe fn dot_with<E: PairSum, const R: usize, const T: usize>(
-    w: &[u8],
-    a: [&[u8]; T],
-    folded: Option<&[Folded<T>]>,
-) -> [[f32; T]; R] {
     let row = w.len() / R;
     let m4 = _mm256_set1_epi8(0x0F);
     let top = _mm256_set1_epi8(0x30);
-    let mut acc = [[_mm256_setzero_ps(); T]; R];
+    let mut acc = [_mm_setzero_ps(); R];
     for i in 0..row / BYTES {
         let wb = weight_blocks::<R>(w, row, BYTES, i);
         let (ab, da) = act_blocks(&a, i);
         let bs: [__m256i; T] = std::array::from_fn(|t| bsums(ab[t]));
-        let folded = if E::FOLD { folded.map(|f| &f[i]) } else { None };
         if T == 1 {
             blocks_ahead(&wb, BYTES);
         }
@@ -88,29 +61,166 @@ unsafe fn dot_with<E: PairSum, const R: usize, const T: usize>(
                         _mm256_and_si256(_mm256_srli_epi16::<2>(qh), top),
                     ),
                 ];
-                match folded {
-                    // Chunks 2p and 2p + 1 of the half are the block's chunk pair 2h + p.
-                    Some(f) => {
-                        for p in 0..2 {
-                            let sc = _mm256_blend_epi16::<0xAA>(
-                                chunk_scales(hs, 2 * p),
-                                chunk_scales(hs, 2 * p + 1),
-                            );
-                            let q = fold(q[2 * p], q[2 * p + 1]);
-                            add_folded::<T>(&mut sumi, q, sc, &f[2 * h + p]);
-                        }
-                    }
-                    None => {
-                        for (k, &qk) in q.iter().enumerate() {
-                            let sc = chunk_scales(hs, k);
-                            add_scaled_chunk::<E, T>(&mut sumi, qk, sc, &ab, 4 * h + k);
-                        }
-                    }
+                for (k, &qk) in q.iter().enumerate() {
+                    let sc = chunk_scales(hs, k);
+                    add_scaled_chunk::<E, T>(&mut sumi, qk, sc, &ab, 4 * h + k);
                 }
             }
-            let d = f16_at(wb[r].add(OFFSET_D));
-            add_block(&mut acc[r], d, &da, &sumi);
+            add_block_total(
+                &mut acc[r],
+                f16_at(wb[r].add(OFFSET_D)),
+                &da,
+                lane_sums(&sumi),
+            );
         }
     }
-    std::array::from_fn(|r| std::array::from_fn(|t| hsum256(acc[r][t])))
+    row_results(&acc)
+}
+
+/// A block's whole integer dots (lane `t`: token `t`) into its row's accumulator:
+/// `acc = fma(d * da, total, acc)`; one integer per block, whichever lanes made it.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn add_block_total<const T: usize>(acc: &mut __m128, d: f32, da: &[f32; T], total: __m128i) {
+    *acc = _mm_fmadd_ps(
+        _mm_mul_ps(_mm_set1_ps(d), da_lanes(da)),
+        _mm_cvtepi32_ps(total),
+        *acc,
+    );
+}
+
+/// Bytes of a Q6_K block as [`unpack`] writes it for the prefill tile: f32 `d`; the 16 scales
+/// as i16; per 128-element half `h` the scales of its even and odd 16-element groups as four
+/// i16 each (qwords `2h`, `2h + 1` at [`U_PAIRS`]); the 256 quants (stored + 32) as bytes in
+/// Q4_K's [`arrange`]d order.
+const UNPACKED_BYTES: usize = 352;
+const U_D: usize = 0;
+const U_SCALES: usize = 8;
+const U_PAIRS: usize = 40;
+const U_QS: usize = 96;
+
+/// The tile reads the activations in Q4_K's [`arrange`]d order with Q8_K's own 16-element
+/// sums.
+const ARRANGE: Option<crate::kernel_table::Arrange> = Some(arrange_activations);
+
+fn arrange_activations(a: &[u8], out: &mut [u8]) {
+    super::q4k::arrange_activations_with(a, out, false);
+}
+
+/// A row of Q6_K blocks unpacked for the prefill tile (see [`UNPACKED_BYTES`]).
+fn unpack(w: &[u8], out: &mut [u8]) {
+    assert!(w.len().is_multiple_of(BYTES) && out.len() == w.len() / BYTES * UNPACKED_BYTES);
+    // SAFETY: reachable only through the kernel tables, handed out only when the CPU has
+    // AVX2, FMA and F16C; the lengths are whole blocks.
+    unsafe { unpack_blocks(w, out) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn unpack_blocks(w: &[u8], out: &mut [u8]) {
+    let m4 = _mm256_set1_epi8(0x0F);
+    let top = _mm256_set1_epi8(0x30);
+    for (wb, ub) in w
+        .chunks_exact(BYTES)
+        .zip(out.chunks_exact_mut(UNPACKED_BYTES))
+    {
+        let (wp, up) = (wb.as_ptr(), ub.as_mut_ptr());
+        up.add(U_D)
+            .cast::<f32>()
+            .write_unaligned(f16_at(wp.add(OFFSET_D)));
+        up.add(4).write_bytes(0, U_SCALES - 4);
+        let sc16 = _mm256_cvtepi8_epi16(load128(wp.add(OFFSET_SCALES)));
+        _mm256_storeu_si256(up.add(U_SCALES).cast(), sc16);
+        // Even groups' scales, then odd ones', per half: i16 0, 2, 4, 6 | 1, 3, 5, 7 of each lane.
+        let pairs = _mm256_shuffle_epi8(
+            sc16,
+            _mm256_setr_epi8(
+                0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0, 1, 4, 5, 8, 9, 12, 13, 2,
+                3, 6, 7, 10, 11, 14, 15,
+            ),
+        );
+        _mm256_storeu_si256(up.add(U_PAIRS).cast(), pairs);
+        up.add(U_PAIRS + 32).write_bytes(0, U_QS - U_PAIRS - 32);
+        for h in 0..2 {
+            let ql0 = load256(wp.add(OFFSET_QL + 64 * h));
+            let ql1 = load256(wp.add(OFFSET_QL + 64 * h + 32));
+            let qh = load256(wp.add(OFFSET_QH + 32 * h));
+            // Elements 32k..32k+32 of the half, as the decode kernel assembles them.
+            let q = [
+                _mm256_or_si256(
+                    _mm256_and_si256(ql0, m4),
+                    _mm256_and_si256(_mm256_slli_epi16::<4>(qh), top),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(ql1, m4),
+                    _mm256_and_si256(_mm256_slli_epi16::<2>(qh), top),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4),
+                    _mm256_and_si256(qh, top),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4),
+                    _mm256_and_si256(_mm256_srli_epi16::<2>(qh), top),
+                ),
+            ];
+            for (k, v) in arrange(q).into_iter().enumerate() {
+                _mm256_storeu_si256(up.add(U_QS + 128 * h + 32 * k).cast(), v);
+            }
+        }
+    }
+}
+
+/// `R` rows [`unpack`]ed (back to back in `u`) dotted with `T` activation rows arranged as
+/// Q4_K's tile reads them: in [`arrange`]'s order, vectors 0 and 1 of a half hold its even
+/// 16-element groups (i16 `l`: group `2 (l % 4)`), 2 and 3 its odd ones, so each pair's two
+/// `maddubs` add as i16 (at most 4 * 63 * 128) before one `madd` + `add` (`E`) with those
+/// groups' scales; the offset `32 * (scales . bsums)` comes off the block's integer before
+/// [`add_block_total`]. The same integers as [`dot`] per block, so bit for bit its results.
+/// Rows run one at a time; only inlined into the encodings' kernels (see [`encodings`]).
+#[inline(always)]
+unsafe fn unpacked_dot<E: PairSum, const R: usize, const T: usize>(
+    u: &[u8],
+    a: [&[u8]; T],
+) -> [[f32; T]; R] {
+    let row = u.len() / R;
+    let mut acc = [_mm_setzero_ps(); R];
+    for (r, acc) in acc.iter_mut().enumerate() {
+        for i in 0..row / UNPACKED_BYTES {
+            let ub = u.as_ptr().add(r * row + i * UNPACKED_BYTES);
+            let (ab, da) = act_blocks(&a, i);
+            let mut sumi = [_mm256_setzero_si256(); T];
+            for h in 0..2 {
+                let scale = |p: usize| {
+                    _mm256_broadcastq_epi64(_mm_loadl_epi64(
+                        ub.add(U_PAIRS + 16 * h + 8 * p).cast(),
+                    ))
+                };
+                let (even, odd) = (scale(0), scale(1));
+                let q = ub.add(U_QS + 128 * h);
+                let v = [
+                    load256(q),
+                    load256(q.add(32)),
+                    load256(q.add(64)),
+                    load256(q.add(96)),
+                ];
+                for t in 0..T {
+                    let x = ab[t].add(Q8K_QS + 128 * h);
+                    let p_even = _mm256_add_epi16(
+                        _mm256_maddubs_epi16(v[0], load256(x)),
+                        _mm256_maddubs_epi16(v[1], load256(x.add(32))),
+                    );
+                    let p_odd = _mm256_add_epi16(
+                        _mm256_maddubs_epi16(v[2], load256(x.add(64))),
+                        _mm256_maddubs_epi16(v[3], load256(x.add(96))),
+                    );
+                    sumi[t] = E::madd_add(E::madd_add(sumi[t], even, p_even), odd, p_odd);
+                }
+            }
+            let sc16 = load256(ub.add(U_SCALES));
+            let off: [__m256i; T] = std::array::from_fn(|t| _mm256_madd_epi16(sc16, bsums(ab[t])));
+            let total = _mm_sub_epi32(lane_sums(&sumi), _mm_slli_epi32::<5>(lane_sums(&off)));
+            add_block_total(acc, f32_at(ub.add(U_D)), &da, total);
+        }
+    }
+    row_results(&acc)
 }

@@ -4,7 +4,7 @@
 use super::kernels;
 use crate::dispatch::scalar_kernels;
 use crate::formats::{self, q8_k};
-use crate::kernel_table::{Dot, Kernels, Tile, ROWS, TILE, TILE_ROWS};
+use crate::kernel_table::{Dot, Kernels, Tile, ROWS, TILE, TILE_ROWS, UNPACKED_ROWS};
 use crate::GgmlType;
 use proptest::prelude::*;
 
@@ -377,13 +377,38 @@ fn tiles_of_extreme_quants_equal_their_vec_dot() {
     }
 }
 
-/// `k`'s prefill tile on `TILE_ROWS` equally long rows: the one-row kernel once per row, or
-/// the multi-row kernel on the rows back to back. `out[r][t]`: row r, token t.
+/// `k`'s prefill tile on `TILE_ROWS` equally long rows: the one-row kernel once per row, the
+/// multi-row kernel on the rows back to back, or the unpacked kernel on the rows unpacked (in
+/// pairs) with the activations arranged as the driver does. `out[r][t]`: row r, token t.
 fn tile_rows_of(k: &Kernels, rows: &[Vec<u8>], a: [&[u8]; TILE]) -> Vec<[f32; TILE]> {
     assert_eq!(rows.len(), TILE_ROWS);
     match k.tile {
         Some(Tile::Quant(tile)) => rows.iter().map(|w| tile(w, a)).collect(),
         Some(Tile::QuantRows(tile)) => tile(&rows.concat(), a).to_vec(),
+        Some(Tile::Unpacked(u)) => {
+            let arranged: Vec<Vec<u8>> = a
+                .iter()
+                .map(|a| match u.arrange {
+                    Some(arrange) => {
+                        let mut out = vec![0x5Au8; a.len()];
+                        arrange(a, &mut out);
+                        out
+                    }
+                    None => a.to_vec(),
+                })
+                .collect();
+            let a: [&[u8]; TILE] = std::array::from_fn(|t| &arranged[t][..]);
+            rows.chunks_exact(UNPACKED_ROWS)
+                .flat_map(|pair| {
+                    let urow = u.row_bytes(pair[0].len());
+                    let mut unpacked = vec![0xA5u8; UNPACKED_ROWS * urow];
+                    for (w, out) in pair.iter().zip(unpacked.chunks_exact_mut(urow)) {
+                        (u.unpack)(w, out);
+                    }
+                    (u.tile)(&unpacked, a)
+                })
+                .collect()
+        }
         _ => panic!("no quantized tile"),
     }
 }
@@ -393,10 +418,7 @@ fn tiles_equal_their_vec_dot() {
     let mut rng = Rng(5);
     for f in &FORMATS {
         let k = avx2(f.ty);
-        // Past `FOLDED_BLOCKS` the Q4_K/Q5_K tile takes the unfolded path, past
-        // `SHARED_SUMS_BLOCKS` it makes each row's block sums itself.
-        let folded = super::q4k::FOLDED_BLOCKS;
-        for blocks in [1, 5, folded, folded + 1, super::q4k::SHARED_SUMS_BLOCKS + 2] {
+        for blocks in [1, 5, 40, 41, 130] {
             let rows: Vec<Vec<u8>> = (0..TILE_ROWS)
                 .map(|_| {
                     if blocks == 1 {
