@@ -19,7 +19,7 @@ pub(super) trait Codebook {
     /// (the ternary formats): [`dot`] then multiplies them with the activations directly
     /// and takes the activations' sums off once per block.
     const DIGITS: bool = false;
-    /// Whether `chunk`'s quants are at most 32 in magnitude (IQ1's), so that four of them
+    /// Whether `chunk`'s quants are at most 32 in magnitude (IQ1's, IQ3_S's), so that four of them
     /// times activations offset to unsigned bytes (at most 255) sum within an i16: the
     /// unpacked rows then hold chunk pairs folded ([`fold`]) for fewer multiplies.
     const FOLD: bool = false;

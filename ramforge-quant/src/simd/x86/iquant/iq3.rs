@@ -67,6 +67,8 @@ impl Default for Iq3SPrepared {
 pub(super) struct Iq3S;
 impl Codebook for Iq3S {
     const BYTES: usize = formats::iq3_s::BYTES;
+    // Grid levels at most 15: its unpacked chunk pairs fold as IQ1's.
+    const FOLD: bool = true;
     type Prepared = Iq3SPrepared;
     #[inline(always)]
     unsafe fn prepare(wb: *const u8) -> Iq3SPrepared {
