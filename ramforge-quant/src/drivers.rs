@@ -1036,11 +1036,13 @@ mod tests {
             .build()
             .unwrap();
         let cols = 512;
-        // Three activation types (Q8_1, Q8_0, Q8_K) and a float type, five products: two groups.
+        // Three activation types (Q8_1, Q8_0, Q8_K, the last for two K-quants whose tiles both
+        // read it arranged) and a float type, six products: two groups.
         let types = [
             (GgmlType::Q4_1, 70),
-            (GgmlType::Q8_0, 33),
             (GgmlType::Q4_K, 129),
+            (GgmlType::Q6_K, 40),
+            (GgmlType::Q8_0, 33),
             (GgmlType::F16, 5),
             (GgmlType::Q5_0, 64),
         ];

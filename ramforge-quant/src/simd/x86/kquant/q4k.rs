@@ -205,14 +205,15 @@ unsafe fn dot<E: PairSum, const R: usize, const T: usize>(
     row_results(&acc)
 }
 
-/// Bytes of a Q4_K block as [`unpack`] writes it for the prefill tile: f32 `d` and `dmin`,
-/// the 8 mins and the 8 scales as i16, then the 256 quants as bytes in [`arrange`]'s order.
+/// Bytes of a Q4_K/Q5_K block as [`unpack`] writes it for the prefill tile: f32 `d` and
+/// `dmin`, the 8 mins as i16 each twice (one per 16-element sum of Q8_K's `bsums`), the 8
+/// scales as i16, then the 256 quants as bytes in [`arrange`]'s order.
 pub(super) const UNPACKED_BYTES: usize = 320;
-pub(super) const U_D: usize = 0;
-pub(super) const U_DMIN: usize = 4;
-pub(super) const U_MINS: usize = 8;
-pub(super) const U_SCALES: usize = 24;
-pub(super) const U_QS: usize = 64;
+const U_D: usize = 0;
+const U_DMIN: usize = 4;
+const U_MINS: usize = 8;
+const U_SCALES: usize = 40;
+const U_QS: usize = 64;
 
 /// The 128 elements of four 32-element groups (`g[k]`: group `k` in element order), each
 /// vector of the result holding two bytes (one i16 after `maddubs`) of every group in turn:
@@ -251,56 +252,86 @@ fn unpack(w: &[u8], out: &mut [u8]) {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn unpack_blocks(w: &[u8], out: &mut [u8]) {
-    let m4 = _mm256_set1_epi8(0x0F);
     for (wb, ub) in w
         .chunks_exact(BYTES)
         .zip(out.chunks_exact_mut(UNPACKED_BYTES))
     {
-        let (wp, up) = (wb.as_ptr(), ub.as_mut_ptr());
-        let sm = scales_mins(wp.add(OFFSET_SCALES));
-        up.add(U_D)
-            .cast::<f32>()
-            .write_unaligned(f16_at(wp.add(OFFSET_D)));
-        up.add(U_DMIN)
-            .cast::<f32>()
-            .write_unaligned(f16_at(wp.add(OFFSET_DMIN)));
-        _mm_storeu_si128(up.add(U_MINS).cast(), _mm256_extracti128_si256::<1>(sm));
-        _mm_storeu_si128(up.add(U_SCALES).cast(), _mm256_castsi256_si128(sm));
-        up.add(U_SCALES + 16).write_bytes(0, U_QS - U_SCALES - 16);
-        for h in 0..2 {
-            // Chunks 2h and 2h + 1 hold groups 4h, 4h + 1 (low, high nibbles) and 4h + 2, 4h + 3.
-            let c0 = load256(wp.add(OFFSET_QS + 64 * h));
-            let c1 = load256(wp.add(OFFSET_QS + 64 * h + 32));
-            let groups = [
-                _mm256_and_si256(c0, m4),
-                _mm256_and_si256(_mm256_srli_epi16::<4>(c0), m4),
-                _mm256_and_si256(c1, m4),
-                _mm256_and_si256(_mm256_srli_epi16::<4>(c1), m4),
-            ];
-            for (k, v) in arrange(groups).into_iter().enumerate() {
-                _mm256_storeu_si256(up.add(U_QS + 128 * h + 32 * k).cast(), v);
-            }
-        }
+        let wp = wb.as_ptr();
+        unpack_block(wp, wp.add(OFFSET_QS), None, ub.as_mut_ptr());
     }
 }
 
-/// A Q8_K activation row in the form the prefill tile reads: each block's quants in
-/// [`arrange`]'s order and, in place of its 16-element sums, its 32-element group sums (8 i16,
-/// [`bsums32`]); `d` as it was.
-fn arrange_activations(a: &[u8], out: &mut [u8]) {
-    arrange_activations_with(a, out, true);
+/// One Q4_K block at `wp` (its nibbles at `qs`) into [`UNPACKED_BYTES`] at `up`, or with `qh`
+/// (its 32 bytes of fifth bits) a Q5_K block, whose `d`, `dmin` and scales sit where Q4_K's do.
+#[inline(always)]
+pub(super) unsafe fn unpack_block(wp: *const u8, qs: *const u8, qh: Option<__m256i>, up: *mut u8) {
+    let m4 = _mm256_set1_epi8(0x0F);
+    let one = _mm256_set1_epi8(1);
+    let sm = scales_mins(wp.add(OFFSET_SCALES));
+    up.add(U_D)
+        .cast::<f32>()
+        .write_unaligned(f16_at(wp.add(OFFSET_D)));
+    up.add(U_DMIN)
+        .cast::<f32>()
+        .write_unaligned(f16_at(wp.add(OFFSET_DMIN)));
+    let mins = _mm256_extracti128_si256::<1>(sm);
+    _mm_storeu_si128(up.add(U_MINS).cast(), _mm_unpacklo_epi16(mins, mins));
+    _mm_storeu_si128(up.add(U_MINS + 16).cast(), _mm_unpackhi_epi16(mins, mins));
+    _mm_storeu_si128(up.add(U_SCALES).cast(), _mm256_castsi256_si128(sm));
+    up.add(U_SCALES + 16).write_bytes(0, U_QS - U_SCALES - 16);
+    for h in 0..2 {
+        // Chunks 2h and 2h + 1 hold groups 4h, 4h + 1 (low, high nibbles) and 4h + 2, 4h + 3.
+        let c0 = load256(qs.add(64 * h));
+        let c1 = load256(qs.add(64 * h + 32));
+        let mut groups = [
+            _mm256_and_si256(c0, m4),
+            _mm256_and_si256(_mm256_srli_epi16::<4>(c0), m4),
+            _mm256_and_si256(c1, m4),
+            _mm256_and_si256(_mm256_srli_epi16::<4>(c1), m4),
+        ];
+        if let Some(qh) = qh {
+            // Element l of group g has its fifth bit in bit g of qh[l].
+            for (k, group) in groups.iter_mut().enumerate() {
+                let g = _mm_cvtsi32_si128((4 * h + k) as i32);
+                let bit = _mm256_and_si256(_mm256_srl_epi16(qh, g), one);
+                *group = _mm256_or_si256(*group, _mm256_slli_epi16::<4>(bit));
+            }
+        }
+        store_arranged(up.add(U_QS + 128 * h), groups);
+    }
 }
 
-/// [`arrange_activations`], with the 32-element group sums (`group_sums`) or Q8_K's own
-/// 16-element sums in the sums' place.
-pub(super) fn arrange_activations_with(a: &[u8], out: &mut [u8], group_sums: bool) {
+/// Four 32-element groups stored at `p` in [`arrange`]'s order (128 bytes).
+#[inline(always)]
+pub(super) unsafe fn store_arranged(p: *mut u8, groups: [__m256i; 4]) {
+    for (k, v) in arrange(groups).into_iter().enumerate() {
+        _mm256_storeu_si256(p.add(32 * k).cast(), v);
+    }
+}
+
+/// The four arranged vectors at `p` (128 bytes).
+#[inline(always)]
+pub(super) unsafe fn load_arranged(p: *const u8) -> [__m256i; 4] {
+    std::array::from_fn(|k| load256(p.add(32 * k)))
+}
+
+/// The `maddubs` of four arranged weight vectors `v` with the arranged activations at `x`.
+#[inline(always)]
+pub(super) unsafe fn arranged_products(v: &[__m256i; 4], x: *const u8) -> [__m256i; 4] {
+    std::array::from_fn(|k| _mm256_maddubs_epi16(v[k], load256(x.add(32 * k))))
+}
+
+/// A Q8_K activation row in the form the K-quant prefill tiles read: each block's quants in
+/// [`arrange`]'s order, `d` and the 16-element sums as they were. One form for every tile that
+/// arranges Q8_K rows (Q4_K, Q5_K, Q6_K): the driver arranges a product group's rows once.
+fn arrange_activations(a: &[u8], out: &mut [u8]) {
     assert!(a.len().is_multiple_of(Q8K_BYTES) && out.len() == a.len());
     // SAFETY: as in `unpack`; the lengths are whole Q8_K blocks.
-    unsafe { arrange_activation_blocks(a, out, group_sums) }
+    unsafe { arrange_activation_blocks(a, out) }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn arrange_activation_blocks(a: &[u8], out: &mut [u8], group_sums: bool) {
+unsafe fn arrange_activation_blocks(a: &[u8], out: &mut [u8]) {
     for (ab, ob) in a
         .chunks_exact(Q8K_BYTES)
         .zip(out.chunks_exact_mut(Q8K_BYTES))
@@ -309,18 +340,10 @@ unsafe fn arrange_activation_blocks(a: &[u8], out: &mut [u8], group_sums: bool) 
         op.add(Q8K_D)
             .cast::<f32>()
             .write_unaligned(f32_at(ap.add(Q8K_D)));
-        if group_sums {
-            _mm_storeu_si128(op.add(Q8K_BSUMS).cast(), bsums32(ap));
-            op.add(Q8K_BSUMS + 16).write_bytes(0, 16);
-        } else {
-            _mm256_storeu_si256(op.add(Q8K_BSUMS).cast(), bsums(ap));
-        }
+        _mm256_storeu_si256(op.add(Q8K_BSUMS).cast(), bsums(ap));
         for h in 0..2 {
-            let groups: [__m256i; 4] =
-                std::array::from_fn(|g| load256(ap.add(Q8K_QS + 128 * h + 32 * g)));
-            for (k, v) in arrange(groups).into_iter().enumerate() {
-                _mm256_storeu_si256(op.add(Q8K_QS + 128 * h + 32 * k).cast(), v);
-            }
+            let p = Q8K_QS + 128 * h;
+            store_arranged(op.add(p), load_arranged(ap.add(p)));
         }
     }
 }
@@ -348,38 +371,24 @@ pub(super) unsafe fn unpacked_dot<E: PairSum, const R: usize, const T: usize>(
             let mut sumi = [_mm256_setzero_si256(); T];
             for h in 0..2 {
                 let sc = _mm256_broadcastq_epi64(_mm_loadl_epi64(ub.add(U_SCALES + 8 * h).cast()));
-                let q = ub.add(U_QS + 128 * h);
-                let v = [
-                    load256(q),
-                    load256(q.add(32)),
-                    load256(q.add(64)),
-                    load256(q.add(96)),
-                ];
+                let v = load_arranged(ub.add(U_QS + 128 * h));
                 for t in 0..T {
-                    let x = ab[t].add(Q8K_QS + 128 * h);
-                    let p = _mm256_add_epi16(
-                        _mm256_add_epi16(
-                            _mm256_maddubs_epi16(v[0], load256(x)),
-                            _mm256_maddubs_epi16(v[1], load256(x.add(32))),
-                        ),
-                        _mm256_add_epi16(
-                            _mm256_maddubs_epi16(v[2], load256(x.add(64))),
-                            _mm256_maddubs_epi16(v[3], load256(x.add(96))),
-                        ),
-                    );
+                    let [p0, p1, p2, p3] = arranged_products(&v, ab[t].add(Q8K_QS + 128 * h));
+                    let p = _mm256_add_epi16(_mm256_add_epi16(p0, p1), _mm256_add_epi16(p2, p3));
                     sumi[t] = E::madd_add(sumi[t], sc, p);
                 }
             }
-            let mins = load128(ub.add(U_MINS));
-            let m: [__m128i; T] =
-                std::array::from_fn(|t| _mm_madd_epi16(mins, load128(ab[t].add(Q8K_BSUMS))));
+            // Each min twice against the 16-element sums: the same integer as the packed
+            // kernels' mins against the 32-element group sums.
+            let mins = load256(ub.add(U_MINS));
+            let m: [__m256i; T] = std::array::from_fn(|t| _mm256_madd_epi16(mins, bsums(ab[t])));
             add_block_sums(
                 acc,
                 f32_at(ub.add(U_D)),
                 f32_at(ub.add(U_DMIN)),
                 da_lanes(&da),
                 lane_sums(&sumi),
-                lane_sums128(&m),
+                lane_sums(&m),
             );
         }
     }

@@ -2,8 +2,8 @@
 
 use super::common::*;
 use super::q4k::{
-    add_block_with_mins, add_scaled_pair, arrange, bsums32, pair_activations, row_results,
-    scales_mins, unpacked_dot, ARRANGE, UNPACKED_BYTES, U_D, U_DMIN, U_MINS, U_QS, U_SCALES,
+    add_block_with_mins, add_scaled_pair, bsums32, pair_activations, row_results, scales_mins,
+    unpack_block, unpacked_dot, ARRANGE, UNPACKED_BYTES,
 };
 use crate::formats::q4_k;
 use crate::formats::q5_k::{BYTES, OFFSET_D, OFFSET_DMIN, OFFSET_QH, OFFSET_QS, OFFSET_SCALES};
@@ -76,42 +76,12 @@ fn unpack(w: &[u8], out: &mut [u8]) {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn unpack_blocks(w: &[u8], out: &mut [u8]) {
-    let m4 = _mm256_set1_epi8(0x0F);
-    let one = _mm256_set1_epi8(1);
     for (wb, ub) in w
         .chunks_exact(BYTES)
         .zip(out.chunks_exact_mut(UNPACKED_BYTES))
     {
-        let (wp, up) = (wb.as_ptr(), ub.as_mut_ptr());
-        let sm = scales_mins(wp.add(OFFSET_SCALES));
-        up.add(U_D)
-            .cast::<f32>()
-            .write_unaligned(f16_at(wp.add(OFFSET_D)));
-        up.add(U_DMIN)
-            .cast::<f32>()
-            .write_unaligned(f16_at(wp.add(OFFSET_DMIN)));
-        _mm_storeu_si128(up.add(U_MINS).cast(), _mm256_extracti128_si256::<1>(sm));
-        _mm_storeu_si128(up.add(U_SCALES).cast(), _mm256_castsi256_si128(sm));
-        up.add(U_SCALES + 16).write_bytes(0, U_QS - U_SCALES - 16);
+        let wp = wb.as_ptr();
         let qh = load256(wp.add(OFFSET_QH));
-        for h in 0..2 {
-            let c0 = load256(wp.add(OFFSET_QS + 64 * h));
-            let c1 = load256(wp.add(OFFSET_QS + 64 * h + 32));
-            let nibbles = [
-                _mm256_and_si256(c0, m4),
-                _mm256_and_si256(_mm256_srli_epi16::<4>(c0), m4),
-                _mm256_and_si256(c1, m4),
-                _mm256_and_si256(_mm256_srli_epi16::<4>(c1), m4),
-            ];
-            // Element l of group g has its fifth bit in bit g of qh[l].
-            let groups: [__m256i; 4] = std::array::from_fn(|k| {
-                let g = _mm_cvtsi32_si128((4 * h + k) as i32);
-                let bit = _mm256_and_si256(_mm256_srl_epi16(qh, g), one);
-                _mm256_or_si256(nibbles[k], _mm256_slli_epi16::<4>(bit))
-            });
-            for (k, v) in arrange(groups).into_iter().enumerate() {
-                _mm256_storeu_si256(up.add(U_QS + 128 * h + 32 * k).cast(), v);
-            }
-        }
+        unpack_block(wp, wp.add(OFFSET_QS), Some(qh), ub.as_mut_ptr());
     }
 }

@@ -5,7 +5,9 @@
 //! quants up to 63 keep four products within range), gives the decode kernels' bits.
 
 use super::common::*;
-use super::q4k::{arrange, da_lanes, lane_sums, row_results};
+use super::q4k::{
+    arranged_products, da_lanes, lane_sums, load_arranged, row_results, store_arranged, ARRANGE,
+};
 use crate::formats::q6_k::{BYTES, OFFSET_D, OFFSET_QH, OFFSET_QL, OFFSET_SCALES};
 use crate::simd::x86::prefetch::blocks_ahead;
 use std::arch::x86_64::*;
@@ -19,8 +21,6 @@ unsafe fn dot<E: PairSum, const R: usize, const T: usize>(
     a: [&[u8]; T],
 ) -> [[f32; T]; R] {
     let row = w.len() / R;
-    let m4 = _mm256_set1_epi8(0x0F);
-    let top = _mm256_set1_epi8(0x30);
     let mut acc = [_mm_setzero_ps(); R];
     for i in 0..row / BYTES {
         let wb = weight_blocks::<R>(w, row, BYTES, i);
@@ -38,29 +38,7 @@ unsafe fn dot<E: PairSum, const R: usize, const T: usize>(
             });
             for h in 0..2 {
                 let hs = half_scales(sc16, h);
-                let ql0 = load256(wb[r].add(OFFSET_QL + 64 * h));
-                let ql1 = load256(wb[r].add(OFFSET_QL + 64 * h + 32));
-                let qh = load256(wb[r].add(OFFSET_QH + 32 * h));
-                // Chunk k (elements 32k..32k+32 of the half): low nibble from ql0 / ql1, low
-                // or high; top two bits from bits 2k, 2k+1 of qh, moved to bits 4, 5.
-                let q = [
-                    _mm256_or_si256(
-                        _mm256_and_si256(ql0, m4),
-                        _mm256_and_si256(_mm256_slli_epi16::<4>(qh), top),
-                    ),
-                    _mm256_or_si256(
-                        _mm256_and_si256(ql1, m4),
-                        _mm256_and_si256(_mm256_slli_epi16::<2>(qh), top),
-                    ),
-                    _mm256_or_si256(
-                        _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4),
-                        _mm256_and_si256(qh, top),
-                    ),
-                    _mm256_or_si256(
-                        _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4),
-                        _mm256_and_si256(_mm256_srli_epi16::<2>(qh), top),
-                    ),
-                ];
+                let q = half_quants(wb[r], h);
                 for (k, &qk) in q.iter().enumerate() {
                     let sc = chunk_scales(hs, k);
                     add_scaled_chunk::<E, T>(&mut sumi, qk, sc, &ab, 4 * h + k);
@@ -75,6 +53,37 @@ unsafe fn dot<E: PairSum, const R: usize, const T: usize>(
         }
     }
     row_results(&acc)
+}
+
+/// Half `h` of Q6_K block `wb` as four chunks of 32 unsigned quants (stored + 32): chunk `k`
+/// (elements 32k..32k+32 of the half) takes its low nibble from the low or high nibbles of
+/// `ql`'s two 32-byte runs and its top two bits from bits 2k, 2k+1 of `qh`, moved to bits 4, 5.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn half_quants(wb: *const u8, h: usize) -> [__m256i; 4] {
+    let m4 = _mm256_set1_epi8(0x0F);
+    let top = _mm256_set1_epi8(0x30);
+    let ql0 = load256(wb.add(OFFSET_QL + 64 * h));
+    let ql1 = load256(wb.add(OFFSET_QL + 64 * h + 32));
+    let qh = load256(wb.add(OFFSET_QH + 32 * h));
+    [
+        _mm256_or_si256(
+            _mm256_and_si256(ql0, m4),
+            _mm256_and_si256(_mm256_slli_epi16::<4>(qh), top),
+        ),
+        _mm256_or_si256(
+            _mm256_and_si256(ql1, m4),
+            _mm256_and_si256(_mm256_slli_epi16::<2>(qh), top),
+        ),
+        _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4),
+            _mm256_and_si256(qh, top),
+        ),
+        _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4),
+            _mm256_and_si256(_mm256_srli_epi16::<2>(qh), top),
+        ),
+    ]
 }
 
 /// A block's whole integer dots (lane `t`: token `t`) into its row's accumulator:
@@ -99,14 +108,6 @@ const U_SCALES: usize = 8;
 const U_PAIRS: usize = 40;
 const U_QS: usize = 96;
 
-/// The tile reads the activations in Q4_K's [`arrange`]d order with Q8_K's own 16-element
-/// sums.
-const ARRANGE: Option<crate::kernel_table::Arrange> = Some(arrange_activations);
-
-fn arrange_activations(a: &[u8], out: &mut [u8]) {
-    super::q4k::arrange_activations_with(a, out, false);
-}
-
 /// A row of Q6_K blocks unpacked for the prefill tile (see [`UNPACKED_BYTES`]).
 fn unpack(w: &[u8], out: &mut [u8]) {
     assert!(w.len().is_multiple_of(BYTES) && out.len() == w.len() / BYTES * UNPACKED_BYTES);
@@ -117,8 +118,6 @@ fn unpack(w: &[u8], out: &mut [u8]) {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn unpack_blocks(w: &[u8], out: &mut [u8]) {
-    let m4 = _mm256_set1_epi8(0x0F);
-    let top = _mm256_set1_epi8(0x30);
     for (wb, ub) in w
         .chunks_exact(BYTES)
         .zip(out.chunks_exact_mut(UNPACKED_BYTES))
@@ -141,31 +140,7 @@ unsafe fn unpack_blocks(w: &[u8], out: &mut [u8]) {
         _mm256_storeu_si256(up.add(U_PAIRS).cast(), pairs);
         up.add(U_PAIRS + 32).write_bytes(0, U_QS - U_PAIRS - 32);
         for h in 0..2 {
-            let ql0 = load256(wp.add(OFFSET_QL + 64 * h));
-            let ql1 = load256(wp.add(OFFSET_QL + 64 * h + 32));
-            let qh = load256(wp.add(OFFSET_QH + 32 * h));
-            // Elements 32k..32k+32 of the half, as the decode kernel assembles them.
-            let q = [
-                _mm256_or_si256(
-                    _mm256_and_si256(ql0, m4),
-                    _mm256_and_si256(_mm256_slli_epi16::<4>(qh), top),
-                ),
-                _mm256_or_si256(
-                    _mm256_and_si256(ql1, m4),
-                    _mm256_and_si256(_mm256_slli_epi16::<2>(qh), top),
-                ),
-                _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4),
-                    _mm256_and_si256(qh, top),
-                ),
-                _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4),
-                    _mm256_and_si256(_mm256_srli_epi16::<2>(qh), top),
-                ),
-            ];
-            for (k, v) in arrange(q).into_iter().enumerate() {
-                _mm256_storeu_si256(up.add(U_QS + 128 * h + 32 * k).cast(), v);
-            }
+            store_arranged(up.add(U_QS + 128 * h), half_quants(wp, h));
         }
     }
 }
@@ -196,23 +171,10 @@ unsafe fn unpacked_dot<E: PairSum, const R: usize, const T: usize>(
                     ))
                 };
                 let (even, odd) = (scale(0), scale(1));
-                let q = ub.add(U_QS + 128 * h);
-                let v = [
-                    load256(q),
-                    load256(q.add(32)),
-                    load256(q.add(64)),
-                    load256(q.add(96)),
-                ];
+                let v = load_arranged(ub.add(U_QS + 128 * h));
                 for t in 0..T {
-                    let x = ab[t].add(Q8K_QS + 128 * h);
-                    let p_even = _mm256_add_epi16(
-                        _mm256_maddubs_epi16(v[0], load256(x)),
-                        _mm256_maddubs_epi16(v[1], load256(x.add(32))),
-                    );
-                    let p_odd = _mm256_add_epi16(
-                        _mm256_maddubs_epi16(v[2], load256(x.add(64))),
-                        _mm256_maddubs_epi16(v[3], load256(x.add(96))),
-                    );
+                    let [p0, p1, p2, p3] = arranged_products(&v, ab[t].add(Q8K_QS + 128 * h));
+                    let (p_even, p_odd) = (_mm256_add_epi16(p0, p1), _mm256_add_epi16(p2, p3));
                     sumi[t] = E::madd_add(E::madd_add(sumi[t], even, p_even), odd, p_odd);
                 }
             }
