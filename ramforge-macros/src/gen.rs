@@ -354,6 +354,7 @@ pub fn format_module(spec: &Spec, act: &Spec) -> TokenStream {
                 dot: crate::kernel_table::Dot::Quant { act: ACT, vec_dot },
                 tile: None,
                 rows: None,
+                arranged_acts: None,
             };
             pub(crate) static KERNELS: crate::kernel_table::Kernels = REFERENCE;
         }

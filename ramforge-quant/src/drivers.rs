@@ -3,13 +3,13 @@
 //! type's kernels over many rows, in parallel (`parallel::for_each`: the installed
 //! `WorkerPool`, else rayon's current pool).
 
-use crate::dispatch::kernels;
+use crate::dispatch::{kernels, kernels_laid, resident};
 use crate::kernel_table::{
     Arrange, Dot, Kernels, Rows, Tile, Unpack, ROWS, TILE, TILE_ROWS, UNPACKED_ROWS,
 };
 use crate::lengths::{check_bytes, check_elements, row_bytes};
 use crate::parallel;
-use crate::{GgmlType, QuantError};
+use crate::{GgmlType, Layout, QuantError};
 use std::cell::RefCell;
 
 /// Below this many weight bytes times tokens a product runs on the calling thread: waking
@@ -38,9 +38,11 @@ thread_local! {
 }
 
 /// One matrix of a fused product (the public `matmul_many`): `rows` rows of `cols` elements of
-/// type `ty`, and where its result goes: `y[t * rows + o]` for token `t`, row `o`.
+/// type `ty` held in `layout`, and where its result goes: `y[t * rows + o]` for token `t`, row
+/// `o`.
 pub struct Product<'a> {
     pub ty: GgmlType,
+    pub layout: Layout,
     pub weights: &'a [u8],
     pub rows: usize,
     pub y: &'a mut [f32],
@@ -119,8 +121,10 @@ fn act_type(dot: Dot) -> Option<GgmlType> {
 }
 
 /// Scratch bytes [`matmul_many`] needs to quantize `n` tokens of `cols` activations once for
-/// every distinct activation type among `types` (and, for a batch that unpacks, once more
-/// for each type some tile reads [`Unpack::arrange`]d).
+/// every distinct activation type among `types` (and once more for each type some kernel
+/// reads arranged: a batch that unpacks ([`Unpack::arrange`]), or weights held in a
+/// [`Layout::Arranged`] layout). Sized for either layout of each type: the arranged one's
+/// kernels, where the type has one, take the same activation type and always arrange.
 pub(crate) fn activation_scratch_bytes(
     types: &[GgmlType],
     cols: usize,
@@ -131,7 +135,10 @@ pub(crate) fn activation_scratch_bytes(
     for group in types.chunks(MAX_PRODUCTS) {
         let mut ks: [Option<&Kernels>; MAX_PRODUCTS] = [None; MAX_PRODUCTS];
         for (slot, &ty) in ks.iter_mut().zip(group) {
-            *slot = Some(kernels(ty)?);
+            *slot = Some(match resident(ty) {
+                Some(r) => &r.kernels,
+                None => kernels(ty)?,
+            });
         }
         most = most.max(group_scratch_bytes(group, &ks, cols, n)?);
     }
@@ -163,7 +170,7 @@ fn group_scratch_bytes(
                 expected: usize::MAX,
                 got: 0,
             })?;
-        let copies = if arrange_for(group, ks, act, n).is_some() {
+        let copies = if arrange_for(group, ks, act, n, false).is_some() {
             2
         } else {
             1
@@ -173,25 +180,25 @@ fn group_scratch_bytes(
     Ok(total)
 }
 
-/// The [`Unpack::arrange`] that some product of `group` (kernels `ks[i]`) with activation type
-/// `act` reads its activations through, where a batch of `n` tokens runs unpacked tiles. One
-/// arrangement per activation type: every tile that arranges an activation type's rows reads
-/// them the same way.
+/// How some product of `group` (kernels `ks[i]`) with activation type `act` reads its
+/// activations arranged, if one does: its kernels' [`Kernels::arranged_acts`] (an arranged
+/// layout's), or, where a batch of `n` tokens runs unpacked tiles (not `per_token`), its
+/// tile's [`Unpack::arrange`]. One arrangement per activation type: every kernel that arranges
+/// an activation type's rows reads them the same way.
 fn arrange_for(
     group: &[GgmlType],
     ks: &[Option<&Kernels>; MAX_PRODUCTS],
     act: GgmlType,
     n: usize,
+    per_token: bool,
 ) -> Option<Arrange> {
-    if n < UNPACKED_MIN_TOKENS {
-        return None;
-    }
+    let tiles_unpack = n >= UNPACKED_MIN_TOKENS && !per_token;
     (0..group.len()).find_map(|i| {
-        let k = ks[i]?;
-        match k.tile {
-            Some(Tile::Unpacked(u)) if act_type(k.dot) == Some(act) => u.arrange,
+        let k = ks[i].filter(|k| act_type(k.dot) == Some(act))?;
+        k.arranged_acts.or(match k.tile {
+            Some(Tile::Unpacked(u)) if tiles_unpack => u.arrange,
             _ => None,
-        }
+        })
     })
 }
 
@@ -269,6 +276,7 @@ fn matmul_in(
         matmul_many_in(
             &mut [Product {
                 ty,
+                layout: Layout::Gguf,
                 weights,
                 rows,
                 y,
@@ -296,7 +304,7 @@ pub(crate) fn matmul_many_in(
     for group in products.chunks_mut(MAX_PRODUCTS) {
         let mut ks: [Option<&Kernels>; MAX_PRODUCTS] = [None; MAX_PRODUCTS];
         for (slot, p) in ks.iter_mut().zip(group.iter()) {
-            *slot = Some(kernels(p.ty)?);
+            *slot = Some(kernels_laid(p.ty, p.layout)?);
         }
         run_group(group, &ks, cols, x, n, &mut *scratch, per_token)?;
     }
@@ -358,7 +366,7 @@ fn run_group(
         }
         let act_row = row_bytes(act, cols)?;
         let bytes = act_row * n;
-        let arrange = arrange_for(tys, ks, act, n).filter(|_| !per_token);
+        let arrange = arrange_for(tys, ks, act, n, per_token);
         let copies = if arrange.is_some() { 2 } else { 1 };
         let end = used
             .checked_add(bytes * copies)
@@ -416,10 +424,12 @@ fn run_group(
                     .copied()
                     .expect("every activation type was quantized above");
                 let len = act_row * n;
-                (
-                    Acts::Quant(&scratch[off..off + len], act_row),
-                    arranged.map(|a| &scratch[a..a + len]),
-                )
+                let arranged = arranged.map(|a| &scratch[a..a + len]);
+                let quantized = match k.arranged_acts {
+                    Some(_) => arranged.expect("arranged for a kernel reading them so"),
+                    None => &scratch[off..off + len],
+                };
+                (Acts::Quant(quantized, act_row), arranged)
             }
         };
         if p.rows == 0 {
@@ -874,6 +884,7 @@ mod tests {
             dot: base.dot,
             tile,
             rows,
+            arranged_acts: base.arranged_acts,
         }
     }
 
@@ -892,6 +903,7 @@ mod tests {
         let mut scratch = vec![0u8; group_scratch_bytes(&[ty], &ks, cols, n).unwrap()];
         let mut p = [Product {
             ty,
+            layout: Layout::Gguf,
             weights: w,
             rows,
             y: &mut y,
@@ -1062,13 +1074,15 @@ mod tests {
                 .zip(ys.iter_mut())
                 .map(|((&(ty, rows), w), y)| Product {
                     ty,
+                    layout: Layout::Gguf,
                     weights: w,
                     rows,
                     y,
                 })
                 .collect();
-            // Too little scratch is a typed error, not a panic.
-            let mut small = vec![0u8; need - 1];
+            // Too little scratch is a typed error, not a panic (`need` also counts an arranged
+            // copy these file-layout products may not use: half of it is short either way).
+            let mut small = vec![0u8; need / 2];
             assert!(matches!(
                 matmul_many_in(&mut products, cols, &x, n, &mut small, false),
                 Err(QuantError::ByteLength { .. })
@@ -1081,6 +1095,84 @@ mod tests {
                 let mut want = vec![0f32; rows * n];
                 matmul(*ty, w, *rows, cols, &x, n, &mut want).unwrap();
                 assert_eq!(y, &want, "{ty} n={n}");
+            }
+        }
+    }
+
+    /// Q4_K and Q6_K weights held in the arranged layout give the file layout's results bit
+    /// for bit, alone and fused with a product in the file's layout on the same activations
+    /// (so one quantized and one arranged copy of them), on every path: decode rows, per-token
+    /// dots and unpacked tiles; and dequantize to the same numbers.
+    #[test]
+    fn arranged_layout_gives_the_file_layouts_bits() {
+        let arranging =
+            cfg!(target_arch = "x86_64") && crate::isa::active() == crate::isa::Isa::Avx2;
+        let cols = 768;
+        let pool = crate::parallel::WorkerPool::new(2).unwrap();
+        let bits = |y: &[f32]| y.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        // Each arranged type beside a product of the other type in the file's layout.
+        for (ty, rows, other, other_rows) in [
+            (GgmlType::Q4_K, 83, GgmlType::Q6_K, 21),
+            (GgmlType::Q6_K, 37, GgmlType::Q4_K, 16),
+        ] {
+            let expected = if arranging {
+                Layout::Arranged
+            } else {
+                Layout::Gguf
+            };
+            assert_eq!(crate::resident_layout(ty), expected, "{ty}");
+            let (w, _) = quantized(ty, rows, cols, 5);
+            let (wo, _) = quantized(other, other_rows, cols, 6);
+            let mut wa = w.clone();
+            assert_eq!(crate::arrange_rows(ty, &mut wa).unwrap(), expected);
+            if expected == Layout::Gguf {
+                // No arranged layout on this instruction set: the bytes stay as they were.
+                assert_eq!(wa, w);
+                continue;
+            }
+            assert_ne!(wa, w, "{ty}");
+            assert!(crate::arrange_rows(ty, &mut wa[..100]).is_err());
+            let (mut file, mut arranged) = (vec![0f32; rows * cols], vec![0f32; rows * cols]);
+            crate::dequantize_row(ty, &w, &mut file).unwrap();
+            crate::dequantize_row_laid(ty, Layout::Arranged, &wa, &mut arranged).unwrap();
+            assert_eq!(file, arranged, "{ty} dequantized");
+            for n in [1, 3, 8, 9, 20] {
+                let x = random(n * cols, 40 + n as u64);
+                let need = activation_scratch_bytes(&[ty, other], cols, n).unwrap();
+                for per_token in [false, true] {
+                    let run = |layout: Layout, w: &[u8]| {
+                        let mut y = vec![f32::NAN; rows * n];
+                        let mut yo = vec![f32::NAN; other_rows * n];
+                        let mut products = [
+                            Product {
+                                ty,
+                                layout,
+                                weights: w,
+                                rows,
+                                y: &mut y,
+                            },
+                            Product {
+                                ty: other,
+                                layout: Layout::Gguf,
+                                weights: &wo,
+                                rows: other_rows,
+                                y: &mut yo,
+                            },
+                        ];
+                        let mut scratch = vec![0u8; need];
+                        pool.install(|| {
+                            matmul_many_in(&mut products, cols, &x, n, &mut scratch, per_token)
+                        })
+                        .unwrap();
+                        (bits(&y), bits(&yo))
+                    };
+                    let want = run(Layout::Gguf, &w);
+                    assert_eq!(
+                        run(Layout::Arranged, &wa),
+                        want,
+                        "{ty} n={n} per_token={per_token}"
+                    );
+                }
             }
         }
     }

@@ -23,6 +23,9 @@ pub enum QuantError {
         expected: usize,
         got: usize,
     },
+    /// Bytes said to be [`crate::Layout::Arranged`] for a type the active instruction set
+    /// has no arranged layout of.
+    NoArrangedLayout { ty: GgmlType },
     /// An instruction set was chosen that this CPU does not have.
     IsaUnavailable { isa: &'static str },
     /// `RAMFORGE_ISA` names no instruction set (`choices`: the names it may take).
@@ -52,6 +55,10 @@ impl fmt::Display for QuantError {
                 expected,
                 got,
             } => write!(f, "{ty}: {what} has {got} elements, expected {expected}"),
+            QuantError::NoArrangedLayout { ty } => write!(
+                f,
+                "{ty}: the active instruction set's kernels have no arranged layout of this type"
+            ),
             QuantError::IsaUnavailable { isa } => {
                 write!(f, "instruction set {isa} is not available on this CPU")
             }

@@ -135,6 +135,7 @@ pub(crate) const F32: Kernels = Kernels {
     dot: Dot::Float(dot_f32),
     tile: None,
     rows: None,
+    arranged_acts: None,
 };
 
 pub(crate) const F16: Kernels = Kernels {
@@ -143,6 +144,7 @@ pub(crate) const F16: Kernels = Kernels {
     dot: Dot::Float(dot_f16),
     tile: None,
     rows: None,
+    arranged_acts: None,
 };
 
 pub(crate) const BF16: Kernels = Kernels {
@@ -151,4 +153,5 @@ pub(crate) const BF16: Kernels = Kernels {
     dot: Dot::Float(dot_bf16),
     tile: None,
     rows: None,
+    arranged_acts: None,
 };

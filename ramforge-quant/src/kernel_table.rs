@@ -110,4 +110,17 @@ pub(crate) struct Kernels {
     /// The multi-row single-token kernel, where a fast path has one (block formats only; the
     /// driver falls back to `dot` per row otherwise).
     pub rows: Option<Rows>,
+    /// Where every kernel of the entry (dot, rows, tile) reads each activation row as this
+    /// writes it rather than as quantized (a [`Resident`] layout's kernels): the driver
+    /// arranges each row once per product group.
+    pub arranged_acts: Option<Arrange>,
+}
+
+/// A format's resident layout for the fast kernels of one instruction set
+/// ([`crate::Layout::Arranged`]): the same blocks, each rewritten in place (`arrange`, whole
+/// blocks) so the decode kernels need fewer shuffles, and the kernels that read it. Its
+/// `dequantize` and `quantize` read and write the arranged blocks.
+pub(crate) struct Resident {
+    pub arrange: fn(&mut [u8]),
+    pub kernels: Kernels,
 }

@@ -53,9 +53,61 @@ pub fn vec_dot_type(ty: GgmlType) -> Result<Option<GgmlType>, QuantError> {
     })
 }
 
+/// How a weight matrix's blocks lie in memory.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Layout {
+    /// As in a GGUF file.
+    #[default]
+    Gguf,
+    /// Rewritten in place by [`arrange_rows`] for the active instruction set's kernels: the
+    /// same blocks and bytes, each block's quants in an order its decode kernel reads with
+    /// fewer instructions, and the same results. Only this crate's products and
+    /// [`dequantize_row_laid`] read it.
+    Arranged,
+}
+
+/// The layout [`arrange_rows`] gives rows of `ty` on the active instruction set: `Arranged`
+/// where its fast kernels have one.
+pub fn resident_layout(ty: GgmlType) -> Layout {
+    match dispatch::resident(ty) {
+        Some(_) => Layout::Arranged,
+        None => Layout::Gguf,
+    }
+}
+
+/// Rewrites `bytes`, whole blocks of `ty` as a GGUF file holds them, in place into
+/// [`resident_layout`]`(ty)` and returns it (unchanged bytes and `Gguf` where there is no
+/// arranged layout). For weights kept in memory and read by every token: the rewrite costs
+/// about one read of them, once.
+pub fn arrange_rows(ty: GgmlType, bytes: &mut [u8]) -> Result<Layout, QuantError> {
+    let Some(r) = dispatch::resident(ty) else {
+        return Ok(Layout::Gguf);
+    };
+    let block = ty.type_size();
+    if !bytes.len().is_multiple_of(block) {
+        return Err(QuantError::ByteLength {
+            ty,
+            expected: bytes.len() / block * block,
+            got: bytes.len(),
+        });
+    }
+    (r.arrange)(bytes);
+    Ok(Layout::Arranged)
+}
+
 /// Dequantizes one row: `dst.len()` elements from exactly `ty.row_size(dst.len())` bytes.
 pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), QuantError> {
-    let k = dispatch::kernels(ty)?;
+    dequantize_row_laid(ty, Layout::Gguf, src, dst)
+}
+
+/// [`dequantize_row`] of blocks held in `layout`.
+pub fn dequantize_row_laid(
+    ty: GgmlType,
+    layout: Layout,
+    src: &[u8],
+    dst: &mut [f32],
+) -> Result<(), QuantError> {
+    let k = dispatch::kernels_laid(ty, layout)?;
     let bytes = lengths::row_bytes(ty, dst.len())?;
     lengths::check_bytes(ty, bytes, src.len())?;
     (k.dequantize)(src, dst);

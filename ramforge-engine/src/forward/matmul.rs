@@ -57,6 +57,7 @@ pub(crate) fn matmul<const N: usize>(
     let x = &x[..n * cols];
     let mut products = ms.map(|(m, y)| ramforge_quant::Product {
         ty: m.ty,
+        layout: m.layout,
         weights: m.bytes,
         rows: m.rows,
         y: &mut y[..n * m.rows],

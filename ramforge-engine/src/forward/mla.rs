@@ -129,7 +129,7 @@ pub(super) fn queries_and_latent(
                 let row_bytes = rows.bytes.len() / nope;
                 for (r, dst) in k_rows[..nope * kl].chunks_exact_mut(kl).enumerate() {
                     let src = &rows.bytes[r * row_bytes..(r + 1) * row_bytes];
-                    ramforge_quant::dequantize_row(rows.ty, src, dst)?;
+                    ramforge_quant::dequantize_row_laid(rows.ty, rows.layout, src, dst)?;
                 }
                 for t in 0..n {
                     let (src, dst) = (

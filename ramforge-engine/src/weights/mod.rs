@@ -17,6 +17,7 @@ use crate::stream::{
     StreamFile, WARM_FRACTION,
 };
 use ramforge_gguf::{GgufFile, TensorInfo};
+use ramforge_quant::Layout;
 use std::time::Instant;
 
 enum Output {
@@ -81,9 +82,10 @@ fn read_vector(file: &GgufFile, t: &TensorInfo, n_expert: usize) -> Result<Vec<f
     Ok(out)
 }
 
-/// Reads the seven matrices of a layer back to back into `buf` (buffered: a pinned layer is
-/// read once), then, with `drop_cached`, drops them from the page cache.
-fn read_layer(
+/// Reads the matrices of a pinned layer back to back into `buf` (buffered: a pinned layer is
+/// read once), then, with `drop_cached`, drops them from the page cache, and rewrites each
+/// into its resident layout ([`ramforge_quant::arrange_rows`]; [`pinned_view`] reads them so).
+fn read_pinned_layer(
     file: &GgufFile,
     layer: &LayerTensors,
     buf: &mut [u8],
@@ -92,10 +94,13 @@ fn read_layer(
     let mut at = 0usize;
     for t in layer.matrices() {
         let n = t.n_bytes as usize;
-        file.read_tensor_into(t, &mut buf[at..at + n])?;
+        let bytes = &mut buf[at..at + n];
+        file.read_tensor_into(t, bytes)?;
         if drop_cached {
             drop_tensor(file, t);
         }
+        let layout = ramforge_quant::arrange_rows(t.ggml_type, bytes)?;
+        debug_assert_eq!(layout, ramforge_quant::resident_layout(t.ggml_type));
         at += n;
     }
     Ok(at as u64)
@@ -109,13 +114,13 @@ fn drop_tensor(file: &GgufFile, t: &TensorInfo) {
     }
 }
 
-/// The view of a layer laid out back to back in `buf` by [`read_layer`].
-fn packed_view<'a>(layer: &LayerTensors, buf: &'a [u8]) -> LayerView<'a> {
+/// The view of a layer laid out back to back in `buf` by [`read_pinned_layer`].
+fn pinned_view<'a>(layer: &LayerTensors, buf: &'a [u8]) -> LayerView<'a> {
     let mut at = 0usize;
     LayerView::new(layer, |_, t| {
         let bytes = &buf[at..at + t.n_bytes as usize];
         at += t.n_bytes as usize;
-        bytes
+        (bytes, ramforge_quant::resident_layout(t.ggml_type))
     })
 }
 
@@ -200,7 +205,7 @@ impl Weights {
             if pin {
                 let range = at..at + plan.layer_bytes[i] as usize;
                 let buf = &mut pinned_store[range.clone()];
-                stats.load_bytes += read_layer(file, l, buf, mode == ReadMode::Direct)?;
+                stats.load_bytes += read_pinned_layer(file, l, buf, mode == ReadMode::Direct)?;
                 progress(stats.load_bytes, to_load);
                 at = range.end;
                 pinned.push(Some(range));
@@ -391,14 +396,16 @@ impl Matrices {
         if let Some(range) = &self.pinned[i] {
             self.stats.layers_pinned_hits += 1;
             let buf = &self.pinned_store[range.clone()];
-            return Ok(packed_view(lt, buf));
+            return Ok(pinned_view(lt, buf));
         }
         let stream = self
             .stream
             .as_mut()
             .expect("the plan has a streaming ring whenever a layer is not pinned");
         let streamed = stream.get(i, &mut self.stats)?;
-        Ok(LayerView::new(lt, |m, _| streamed.matrix(m)))
+        Ok(LayerView::new(lt, |m, _| {
+            (streamed.matrix(m), Layout::Gguf)
+        }))
     }
 
     /// Dequantizes the embedding row of `token` into `out`.

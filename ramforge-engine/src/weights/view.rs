@@ -4,11 +4,14 @@
 use crate::model::arch::Role;
 use crate::model::LayerTensors;
 use ramforge_gguf::{GgmlType, TensorInfo};
+use ramforge_quant::Layout;
 
-/// A weight matrix in memory: `rows` rows of `cols` elements of type `ty`.
+/// A weight matrix in memory: `rows` rows of `cols` elements of type `ty`, its blocks in
+/// `layout` (a pinned layer's arranged for the kernels, a streamed one's as in the file).
 #[derive(Clone, Copy)]
 pub(crate) struct MatrixView<'a> {
     pub ty: GgmlType,
+    pub layout: Layout,
     pub rows: usize,
     pub cols: usize,
     pub bytes: &'a [u8],
@@ -35,18 +38,20 @@ pub(crate) struct LayerView<'a> {
 
 impl<'a> LayerView<'a> {
     /// The view of `layer` whose `i`-th matrix `t` (in [`LayerTensors::matrices`] order) lies
-    /// in `bytes(i, t)`.
+    /// in `bytes(i, t)`, held in the layout `bytes` also gives.
     pub fn new(
         layer: &LayerTensors,
-        mut bytes: impl FnMut(usize, &TensorInfo) -> &'a [u8],
+        mut bytes: impl FnMut(usize, &TensorInfo) -> (&'a [u8], Layout),
     ) -> LayerView<'a> {
         let mut by_role = [None; Role::COUNT];
         for (i, (t, &role)) in layer.matrices().zip(layer.matrix_roles()).enumerate() {
+            let (bytes, layout) = bytes(i, t);
             by_role[role as usize] = Some(MatrixView {
                 ty: t.ggml_type,
+                layout,
                 rows: t.n_rows() as usize,
                 cols: t.row_len() as usize,
-                bytes: bytes(i, t),
+                bytes,
             });
         }
         LayerView { by_role }

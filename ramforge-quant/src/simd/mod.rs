@@ -9,7 +9,7 @@ mod register;
 mod x86;
 
 use crate::isa::Isa;
-use crate::kernel_table::Kernels;
+use crate::kernel_table::{Kernels, Resident};
 use crate::GgmlType;
 
 /// Whether the tile kernel of `ty` on `isa` gives, per token, exactly the type's dot (x86's
@@ -60,6 +60,19 @@ pub(crate) fn kernels(isa: Isa, ty: GgmlType) -> Option<&'static Kernels> {
         }
         #[cfg(not(target_arch = "aarch64"))]
         Isa::Neon | Isa::Dotprod | Isa::I8mm => {
+            let _ = ty;
+            None
+        }
+    }
+}
+
+/// The arranged resident layout of `ty` on `isa`, if its fast kernels have one (AVX2 only:
+/// the VNNI tables' products need no fewer instructions from it).
+pub(crate) fn resident(isa: Isa, ty: GgmlType) -> Option<&'static Resident> {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => x86::resident(ty),
+        _ => {
             let _ = ty;
             None
         }

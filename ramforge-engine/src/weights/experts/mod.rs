@@ -490,6 +490,7 @@ impl ExpertStore {
             let t = &self.stacks[l][m];
             MatrixView {
                 ty: t.ggml_type,
+                layout: ramforge_quant::Layout::Gguf,
                 rows: t.n_rows() as usize / ne,
                 cols: t.row_len() as usize,
                 bytes: matrix(m),

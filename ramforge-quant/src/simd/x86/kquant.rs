@@ -25,7 +25,18 @@ mod q8k;
 #[cfg(test)]
 mod tests;
 
+use crate::kernel_table::Resident;
 use crate::simd::register::encoding_tables;
+use crate::GgmlType;
+
+/// The arranged resident layout of `ty` for the AVX2 kernels, if it has one.
+pub(super) fn resident(ty: GgmlType) -> Option<&'static Resident> {
+    match ty {
+        GgmlType::Q4_K => Some(&q4k::arranged::RESIDENT),
+        GgmlType::Q6_K => Some(&q6k::arranged::RESIDENT),
+        _ => None,
+    }
+}
 
 encoding_tables! {
     [q8_k: block, quantize: q8k::quantize_row;]

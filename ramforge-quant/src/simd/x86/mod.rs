@@ -9,7 +9,7 @@ mod kquant;
 mod legacy;
 mod prefetch;
 
-use crate::kernel_table::Kernels;
+use crate::kernel_table::{Kernels, Resident};
 use crate::GgmlType;
 
 /// Whether the AVX2 tile of `ty` is, per token, bit for bit its `vec_dot`.
@@ -28,6 +28,11 @@ pub(crate) fn kernels(ty: GgmlType) -> Option<&'static Kernels> {
     legacy::kernels(ty)
         .or_else(|| kquant::kernels(ty))
         .or_else(|| iquant::kernels(ty))
+}
+
+/// The arranged resident layout of `ty` for the AVX2 kernels, if there is one.
+pub(crate) fn resident(ty: GgmlType) -> Option<&'static Resident> {
+    kquant::resident(ty)
 }
 
 /// The AVX-VNNI kernels for `ty`: the VNNI ones where written (each returns bit for bit what

@@ -242,6 +242,11 @@ pub(super) unsafe fn arrange(g: [__m256i; 4]) -> [__m256i; 4] {
     ]
 }
 
+/// Where element `l` of group `g` (of four) lies in [`arrange`]'s four vectors: (vector, byte).
+pub(super) fn arranged_at(g: usize, l: usize) -> (usize, usize) {
+    (l / 8, 2 * (4 * ((l % 8) / 2) + g) + l % 2)
+}
+
 /// A row of Q4_K blocks unpacked for the prefill tile (see [`UNPACKED_BYTES`]).
 fn unpack(w: &[u8], out: &mut [u8]) {
     assert!(w.len().is_multiple_of(BYTES) && out.len() == w.len() / BYTES * UNPACKED_BYTES);
@@ -267,18 +272,7 @@ unsafe fn unpack_blocks(w: &[u8], out: &mut [u8]) {
 pub(super) unsafe fn unpack_block(wp: *const u8, qs: *const u8, qh: Option<__m256i>, up: *mut u8) {
     let m4 = _mm256_set1_epi8(0x0F);
     let one = _mm256_set1_epi8(1);
-    let sm = scales_mins(wp.add(OFFSET_SCALES));
-    up.add(U_D)
-        .cast::<f32>()
-        .write_unaligned(f16_at(wp.add(OFFSET_D)));
-    up.add(U_DMIN)
-        .cast::<f32>()
-        .write_unaligned(f16_at(wp.add(OFFSET_DMIN)));
-    let mins = _mm256_extracti128_si256::<1>(sm);
-    _mm_storeu_si128(up.add(U_MINS).cast(), _mm_unpacklo_epi16(mins, mins));
-    _mm_storeu_si128(up.add(U_MINS + 16).cast(), _mm_unpackhi_epi16(mins, mins));
-    _mm_storeu_si128(up.add(U_SCALES).cast(), _mm256_castsi256_si128(sm));
-    up.add(U_SCALES + 16).write_bytes(0, U_QS - U_SCALES - 16);
+    unpack_header(wp, up);
     for h in 0..2 {
         // Chunks 2h and 2h + 1 hold groups 4h, 4h + 1 (low, high nibbles) and 4h + 2, 4h + 3.
         let c0 = load256(qs.add(64 * h));
@@ -299,6 +293,38 @@ pub(super) unsafe fn unpack_block(wp: *const u8, qs: *const u8, qh: Option<__m25
         }
         store_arranged(up.add(U_QS + 128 * h), groups);
     }
+}
+
+/// The scales, mins and super-block scales of the Q4_K/Q5_K block at `wp` into the unpacked
+/// block at `up` (everything but its quants).
+#[inline(always)]
+unsafe fn unpack_header(wp: *const u8, up: *mut u8) {
+    let sm = scales_mins(wp.add(OFFSET_SCALES));
+    up.add(U_D)
+        .cast::<f32>()
+        .write_unaligned(f16_at(wp.add(OFFSET_D)));
+    up.add(U_DMIN)
+        .cast::<f32>()
+        .write_unaligned(f16_at(wp.add(OFFSET_DMIN)));
+    let mins = _mm256_extracti128_si256::<1>(sm);
+    _mm_storeu_si128(up.add(U_MINS).cast(), _mm_unpacklo_epi16(mins, mins));
+    _mm_storeu_si128(up.add(U_MINS + 16).cast(), _mm_unpackhi_epi16(mins, mins));
+    _mm_storeu_si128(up.add(U_SCALES).cast(), _mm256_castsi256_si128(sm));
+    up.add(U_SCALES + 16).write_bytes(0, U_QS - U_SCALES - 16);
+}
+
+/// The four vectors of 32 nibbles in the 64 bytes at `q`: the low then high nibbles of its
+/// first 32 bytes, then of its second.
+#[inline(always)]
+unsafe fn nibble_vectors(q: *const u8) -> [__m256i; 4] {
+    let m4 = _mm256_set1_epi8(0x0F);
+    let (c0, c1) = (load256(q), load256(q.add(32)));
+    [
+        _mm256_and_si256(c0, m4),
+        _mm256_and_si256(_mm256_srli_epi16::<4>(c0), m4),
+        _mm256_and_si256(c1, m4),
+        _mm256_and_si256(_mm256_srli_epi16::<4>(c1), m4),
+    ]
 }
 
 /// Four 32-element groups stored at `p` in [`arrange`]'s order (128 bytes).
@@ -393,4 +419,176 @@ pub(super) unsafe fn unpacked_dot<E: PairSum, const R: usize, const T: usize>(
         }
     }
     row_results(&acc)
+}
+
+/// Q4_K blocks held in the AVX2 kernels' arranged layout ([`crate::Layout::Arranged`]): each
+/// 64 bytes of quants (128 elements, four groups) rewritten so that the low and high nibbles
+/// of their two halves are [`arrange`]'s four vectors. The decode kernel then adds four
+/// groups' `maddubs` as i16 before one `madd`, with neither the packed route's madd per group
+/// nor its scale shuffles, reading the same bytes from memory; the prefill tile unpacks the
+/// blocks without shuffles. The scales and super-block scales stay where they were.
+pub(super) mod arranged {
+    use super::*;
+    use crate::kernel_table::{Dot, Kernels, Resident};
+
+    encodings!(@one avx2, "avx2,fma,f16c", crate::simd::x86::kquant::common::Avx2Pairs, "Q4_K (arranged)", 1, unpacked unpacked_dot);
+
+    /// The layout's entry in the AVX2 table.
+    pub(in crate::simd::x86) static RESIDENT: Resident = Resident {
+        arrange: arrange_rows,
+        kernels: Kernels {
+            dequantize,
+            quantize,
+            dot: Dot::Quant {
+                act: crate::GgmlType::Q8_K,
+                vec_dot: avx2::vec_dot,
+            },
+            tile: Some(avx2::PREFILL),
+            rows: Some(avx2::rows),
+            arranged_acts: ARRANGE,
+        },
+    };
+
+    /// Where element `e` of a block (0..256) lies in its 128 bytes of quants: (byte, shift of
+    /// its nibble), in the file's order (`arranged == false`) or the arranged one.
+    pub(in crate::simd::x86) fn quant_at(e: usize, arranged: bool) -> (usize, u32) {
+        let (g, l) = (e / 32, e % 32);
+        if !arranged {
+            return (32 * (g / 2) + l, 4 * (g % 2) as u32);
+        }
+        // Vectors 0 and 1 of a half are the low and high nibbles of its first 32 bytes.
+        let (k, b) = arranged_at(g % 4, l);
+        (64 * (g / 4) + 32 * (k / 2) + b, 4 * (k % 2) as u32)
+    }
+
+    /// Whole Q4_K blocks rewritten in place into the arranged layout.
+    fn arrange_rows(w: &mut [u8]) {
+        assert!(w.len().is_multiple_of(BYTES));
+        // SAFETY: reachable only through the AVX2 table, handed out only when the CPU has
+        // AVX2, FMA and F16C; the length is whole blocks.
+        unsafe { arrange_blocks(w) }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn arrange_blocks(w: &mut [u8]) {
+        for b in w.chunks_exact_mut(BYTES) {
+            let qs = b.as_mut_ptr().add(OFFSET_QS);
+            for h in 0..2 {
+                let q = qs.add(64 * h);
+                let [a0, a1, a2, a3] = arrange(nibble_vectors(q));
+                let pack = |lo, hi| _mm256_or_si256(lo, _mm256_slli_epi16::<4>(hi));
+                _mm256_storeu_si256(q.cast(), pack(a0, a1));
+                _mm256_storeu_si256(q.add(32).cast(), pack(a2, a3));
+            }
+        }
+    }
+
+    /// Whole arranged Q4_K blocks rewritten in place back into the file's layout.
+    fn restore_rows(w: &mut [u8]) {
+        assert!(w.len().is_multiple_of(BYTES));
+        for b in w.chunks_exact_mut(BYTES) {
+            let qs = &mut b[OFFSET_QS..OFFSET_QS + 128];
+            let mut file = [0u8; 128];
+            for e in 0..256 {
+                let (from, from_shift) = quant_at(e, true);
+                let (to, to_shift) = quant_at(e, false);
+                file[to] |= ((qs[from] >> from_shift) & 0x0F) << to_shift;
+            }
+            qs.copy_from_slice(&file);
+        }
+    }
+
+    /// Dequantizes arranged blocks: each restored into a copy, then the reference's.
+    fn dequantize(src: &[u8], dst: &mut [f32]) {
+        let mut block = [0u8; BYTES];
+        for (b, out) in src.chunks_exact(BYTES).zip(dst.chunks_exact_mut(256)) {
+            block.copy_from_slice(b);
+            restore_rows(&mut block);
+            crate::formats::q4_k::dequantize_row(&block, out);
+        }
+    }
+
+    /// The reference quantizer, then arranged.
+    fn quantize(src: &[f32], dst: &mut [u8]) {
+        crate::formats::q4_k::quantize_row(src, dst);
+        arrange_rows(dst);
+    }
+
+    /// A row of arranged Q4_K blocks unpacked for the prefill tile ([`UNPACKED_BYTES`]): the
+    /// quants are already in its order.
+    fn unpack(w: &[u8], out: &mut [u8]) {
+        assert!(w.len().is_multiple_of(BYTES) && out.len() == w.len() / BYTES * UNPACKED_BYTES);
+        // SAFETY: as in `arrange_rows`; the lengths are whole blocks.
+        unsafe { unpack_blocks(w, out) }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn unpack_blocks(w: &[u8], out: &mut [u8]) {
+        for (wb, ub) in w
+            .chunks_exact(BYTES)
+            .zip(out.chunks_exact_mut(UNPACKED_BYTES))
+        {
+            let (wp, up) = (wb.as_ptr(), ub.as_mut_ptr());
+            unpack_header(wp, up);
+            for h in 0..2 {
+                let v = nibble_vectors(wp.add(OFFSET_QS + 64 * h));
+                for (k, v) in v.into_iter().enumerate() {
+                    _mm256_storeu_si256(up.add(U_QS + 128 * h + 32 * k).cast(), v);
+                }
+            }
+        }
+    }
+
+    /// `R` arranged rows by `T` activation rows [`arrange_activations`] made: per 128
+    /// elements, row and token, four `maddubs` added as i16 and one `madd` + `add` (`E`) with
+    /// the four groups' scales; per block [`add_block_with_mins`]. The same integers per
+    /// block as [`super::dot`] on the file's blocks, so its bits. Only inlined into the
+    /// encoding's kernels.
+    #[inline(always)]
+    unsafe fn dot<E: PairSum, const R: usize, const T: usize>(
+        w: &[u8],
+        a: [&[u8]; T],
+    ) -> [[f32; T]; R] {
+        let row = w.len() / R;
+        let mut acc = [_mm_setzero_ps(); R];
+        for i in 0..row / BYTES {
+            let wb = weight_blocks::<R>(w, row, BYTES, i);
+            let (ab, da) = act_blocks(&a, i);
+            let sm: [__m256i; R] = std::array::from_fn(|r| scales_mins(wb[r].add(OFFSET_SCALES)));
+            if R > 1 {
+                group_after_next::<_MM_HINT_T0>(w, i, row / BYTES);
+            } else if T == 1 {
+                crate::simd::x86::prefetch::blocks_ahead(&wb, BYTES);
+            }
+            let mut sumi = [[_mm256_setzero_si256(); T]; R];
+            for h in 0..2 {
+                let x: [[__m256i; 4]; T] =
+                    std::array::from_fn(|t| load_arranged(ab[t].add(Q8K_QS + 128 * h)));
+                for r in 0..R {
+                    let s = _mm256_castsi256_si128(sm[r]);
+                    let sc =
+                        _mm256_broadcastq_epi64(if h == 0 { s } else { _mm_unpackhi_epi64(s, s) });
+                    let v = nibble_vectors(wb[r].add(OFFSET_QS + 64 * h));
+                    for t in 0..T {
+                        let p = _mm256_add_epi16(
+                            _mm256_add_epi16(
+                                _mm256_maddubs_epi16(v[0], x[t][0]),
+                                _mm256_maddubs_epi16(v[1], x[t][1]),
+                            ),
+                            _mm256_add_epi16(
+                                _mm256_maddubs_epi16(v[2], x[t][2]),
+                                _mm256_maddubs_epi16(v[3], x[t][3]),
+                            ),
+                        );
+                        sumi[r][t] = E::madd_add(sumi[r][t], sc, p);
+                    }
+                }
+            }
+            let bs: [__m128i; T] = std::array::from_fn(|t| bsums32(ab[t]));
+            for r in 0..R {
+                add_block_with_mins(&mut acc[r], wb[r], sm[r], &da, &bs, &sumi[r]);
+            }
+        }
+        row_results(&acc)
+    }
 }

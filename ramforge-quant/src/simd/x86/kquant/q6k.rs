@@ -6,7 +6,8 @@
 
 use super::common::*;
 use super::q4k::{
-    arranged_products, da_lanes, lane_sums, load_arranged, row_results, store_arranged, ARRANGE,
+    arrange, arranged_at, arranged_products, da_lanes, lane_sums, load_arranged, row_results,
+    store_arranged, ARRANGE,
 };
 use crate::formats::q6_k::{BYTES, OFFSET_D, OFFSET_QH, OFFSET_QL, OFFSET_SCALES};
 use crate::simd::x86::prefetch::blocks_ahead;
@@ -108,16 +109,31 @@ const U_SCALES: usize = 8;
 const U_PAIRS: usize = 40;
 const U_QS: usize = 96;
 
+/// The 16 scales `sc16` as the paired products take them: per half (lane), its even 16-element
+/// groups' scales then its odd ones' (i16 0, 2, 4, 6 | 1, 3, 5, 7 of each lane).
+#[inline(always)]
+unsafe fn pair_scales(sc16: __m256i) -> __m256i {
+    _mm256_shuffle_epi8(
+        sc16,
+        _mm256_setr_epi8(
+            0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0, 1, 4, 5, 8, 9, 12, 13, 2, 3,
+            6, 7, 10, 11, 14, 15,
+        ),
+    )
+}
+
 /// A row of Q6_K blocks unpacked for the prefill tile (see [`UNPACKED_BYTES`]).
 fn unpack(w: &[u8], out: &mut [u8]) {
     assert!(w.len().is_multiple_of(BYTES) && out.len() == w.len() / BYTES * UNPACKED_BYTES);
     // SAFETY: reachable only through the kernel tables, handed out only when the CPU has
     // AVX2, FMA and F16C; the lengths are whole blocks.
-    unsafe { unpack_blocks(w, out) }
+    unsafe { unpack_blocks::<false>(w, out) }
 }
 
+/// Blocks in the file's layout, or with `ARRANGED` in [`arranged`]'s (whose quants already
+/// assemble in the tile's order).
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn unpack_blocks(w: &[u8], out: &mut [u8]) {
+unsafe fn unpack_blocks<const ARRANGED: bool>(w: &[u8], out: &mut [u8]) {
     for (wb, ub) in w
         .chunks_exact(BYTES)
         .zip(out.chunks_exact_mut(UNPACKED_BYTES))
@@ -129,18 +145,17 @@ unsafe fn unpack_blocks(w: &[u8], out: &mut [u8]) {
         up.add(4).write_bytes(0, U_SCALES - 4);
         let sc16 = _mm256_cvtepi8_epi16(load128(wp.add(OFFSET_SCALES)));
         _mm256_storeu_si256(up.add(U_SCALES).cast(), sc16);
-        // Even groups' scales, then odd ones', per half: i16 0, 2, 4, 6 | 1, 3, 5, 7 of each lane.
-        let pairs = _mm256_shuffle_epi8(
-            sc16,
-            _mm256_setr_epi8(
-                0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0, 1, 4, 5, 8, 9, 12, 13, 2,
-                3, 6, 7, 10, 11, 14, 15,
-            ),
-        );
-        _mm256_storeu_si256(up.add(U_PAIRS).cast(), pairs);
+        _mm256_storeu_si256(up.add(U_PAIRS).cast(), pair_scales(sc16));
         up.add(U_PAIRS + 32).write_bytes(0, U_QS - U_PAIRS - 32);
         for h in 0..2 {
-            store_arranged(up.add(U_QS + 128 * h), half_quants(wp, h));
+            let q = half_quants(wp, h);
+            if ARRANGED {
+                for (k, v) in q.into_iter().enumerate() {
+                    _mm256_storeu_si256(up.add(U_QS + 128 * h + 32 * k).cast(), v);
+                }
+            } else {
+                store_arranged(up.add(U_QS + 128 * h), q);
+            }
         }
     }
 }
@@ -185,4 +200,170 @@ unsafe fn unpacked_dot<E: PairSum, const R: usize, const T: usize>(
         }
     }
     row_results(&acc)
+}
+
+/// Q6_K blocks held in the AVX2 kernels' arranged layout ([`crate::Layout::Arranged`]): each
+/// half's `ql` and `qh` bytes rewritten so that [`half_quants`]' assembly gives the prefill
+/// tile's vectors ([`arrange`]'s order) directly. The decode kernel then adds the even and the
+/// odd 16-element groups' `maddubs` as i16 before one `madd` each, with the scales paired once
+/// per block instead of a shuffle per chunk: two `madd` per 128 elements instead of four. The
+/// scales and `d` stay where they were.
+pub(super) mod arranged {
+    use super::*;
+    use crate::kernel_table::{Dot, Kernels, Resident};
+
+    encodings!(@one avx2, "avx2,fma,f16c", crate::simd::x86::kquant::common::Avx2Pairs, "Q6_K (arranged)", 1, unpacked unpacked_dot);
+
+    /// The layout's entry in the AVX2 table.
+    pub(in crate::simd::x86) static RESIDENT: Resident = Resident {
+        arrange: arrange_rows,
+        kernels: Kernels {
+            dequantize,
+            quantize,
+            dot: Dot::Quant {
+                act: crate::GgmlType::Q8_K,
+                vec_dot: avx2::vec_dot,
+            },
+            tile: Some(avx2::PREFILL),
+            rows: Some(avx2::rows),
+            arranged_acts: ARRANGE,
+        },
+    };
+
+    /// Where element `e` of a block (0..256) lies: its low four bits (byte of `ql`, shift), its
+    /// top two (byte of `qh`, shift), in the file's order (`arranged == false`) or the
+    /// arranged one.
+    pub(in crate::simd::x86) fn quant_at(e: usize, arranged: bool) -> ((usize, u32), (usize, u32)) {
+        let (h, c, l) = (e / 128, e % 128 / 32, e % 32);
+        // The file's chunk c of a half, element l, is byte l of vector c of [`half_quants`];
+        // arranged, vector and byte come from `arrange`'s order.
+        let (k, b) = if arranged { arranged_at(c, l) } else { (c, l) };
+        (
+            (64 * h + 32 * (k % 2) + b, 4 * (k / 2) as u32),
+            (32 * h + b, 2 * k as u32),
+        )
+    }
+
+    /// Whole Q6_K blocks rewritten in place into the arranged layout.
+    fn arrange_rows(w: &mut [u8]) {
+        assert!(w.len().is_multiple_of(BYTES));
+        // SAFETY: reachable only through the AVX2 table, handed out only when the CPU has
+        // AVX2, FMA and F16C; the length is whole blocks.
+        unsafe { arrange_blocks(w) }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn arrange_blocks(w: &mut [u8]) {
+        let m4 = _mm256_set1_epi8(0x0F);
+        let m2 = _mm256_set1_epi8(0x03);
+        for b in w.chunks_exact_mut(BYTES) {
+            let p = b.as_mut_ptr();
+            let halves = [half_quants(p, 0), half_quants(p, 1)];
+            for (h, q) in halves.into_iter().enumerate() {
+                let a = arrange(q);
+                let low = |v| _mm256_and_si256(v, m4);
+                let top = |v| _mm256_and_si256(_mm256_srli_epi16::<4>(v), m2);
+                let ql0 = _mm256_or_si256(low(a[0]), _mm256_slli_epi16::<4>(low(a[2])));
+                let ql1 = _mm256_or_si256(low(a[1]), _mm256_slli_epi16::<4>(low(a[3])));
+                let qh = _mm256_or_si256(
+                    _mm256_or_si256(top(a[0]), _mm256_slli_epi16::<2>(top(a[1]))),
+                    _mm256_or_si256(
+                        _mm256_slli_epi16::<4>(top(a[2])),
+                        _mm256_slli_epi16::<6>(top(a[3])),
+                    ),
+                );
+                _mm256_storeu_si256(p.add(OFFSET_QL + 64 * h).cast(), ql0);
+                _mm256_storeu_si256(p.add(OFFSET_QL + 64 * h + 32).cast(), ql1);
+                _mm256_storeu_si256(p.add(OFFSET_QH + 32 * h).cast(), qh);
+            }
+        }
+    }
+
+    /// One arranged Q6_K block restored in place to the file's layout.
+    fn restore_block(b: &mut [u8]) {
+        let (mut ql, mut qh) = ([0u8; 128], [0u8; 64]);
+        for e in 0..256 {
+            let ((from_l, from_ls), (from_h, from_hs)) = quant_at(e, true);
+            let ((to_l, to_ls), (to_h, to_hs)) = quant_at(e, false);
+            ql[to_l] |= ((b[OFFSET_QL + from_l] >> from_ls) & 0x0F) << to_ls;
+            qh[to_h] |= ((b[OFFSET_QH + from_h] >> from_hs) & 0x03) << to_hs;
+        }
+        b[OFFSET_QL..OFFSET_QL + 128].copy_from_slice(&ql);
+        b[OFFSET_QH..OFFSET_QH + 64].copy_from_slice(&qh);
+    }
+
+    /// Dequantizes arranged blocks: each restored into a copy, then the reference's.
+    fn dequantize(src: &[u8], dst: &mut [f32]) {
+        let mut block = [0u8; BYTES];
+        for (b, out) in src.chunks_exact(BYTES).zip(dst.chunks_exact_mut(256)) {
+            block.copy_from_slice(b);
+            restore_block(&mut block);
+            crate::formats::q6_k::dequantize_row(&block, out);
+        }
+    }
+
+    /// The reference quantizer, then arranged.
+    fn quantize(src: &[f32], dst: &mut [u8]) {
+        crate::formats::q6_k::quantize_row(src, dst);
+        arrange_rows(dst);
+    }
+
+    /// A row of arranged Q6_K blocks unpacked for the prefill tile ([`UNPACKED_BYTES`]).
+    fn unpack(w: &[u8], out: &mut [u8]) {
+        assert!(w.len().is_multiple_of(BYTES) && out.len() == w.len() / BYTES * UNPACKED_BYTES);
+        // SAFETY: as in `arrange_rows`; the lengths are whole blocks.
+        unsafe { unpack_blocks::<true>(w, out) }
+    }
+
+    /// `R` arranged rows by `T` activation rows arranged as Q4_K's tile reads them: per half,
+    /// row and token, the even groups' two `maddubs` and the odd groups' two added as i16, one
+    /// `madd` + `add` (`E`) each with the paired scales; the offset `32 * (scales . bsums)`
+    /// first. The same integer per block as [`super::dot`] on the file's blocks, so its bits.
+    /// Only inlined into the encoding's kernels.
+    #[inline(always)]
+    unsafe fn dot<E: PairSum, const R: usize, const T: usize>(
+        w: &[u8],
+        a: [&[u8]; T],
+    ) -> [[f32; T]; R] {
+        let row = w.len() / R;
+        let mut acc = [_mm_setzero_ps(); R];
+        for i in 0..row / BYTES {
+            let wb = weight_blocks::<R>(w, row, BYTES, i);
+            let (ab, da) = act_blocks(&a, i);
+            let bs: [__m256i; T] = std::array::from_fn(|t| bsums(ab[t]));
+            if T == 1 {
+                blocks_ahead(&wb, BYTES);
+            }
+            for r in 0..R {
+                let sc16 = _mm256_cvtepi8_epi16(load128(wb[r].add(OFFSET_SCALES)));
+                let mut sumi: [__m256i; T] = std::array::from_fn(|t| {
+                    let off = _mm256_madd_epi16(sc16, bs[t]);
+                    _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32::<5>(off))
+                });
+                let pairs = pair_scales(sc16);
+                for h in 0..2 {
+                    let half = if h == 0 {
+                        _mm256_permute2x128_si256::<0x00>(pairs, pairs)
+                    } else {
+                        _mm256_permute2x128_si256::<0x11>(pairs, pairs)
+                    };
+                    let even = _mm256_unpacklo_epi64(half, half);
+                    let odd = _mm256_unpackhi_epi64(half, half);
+                    let v = half_quants(wb[r], h);
+                    for t in 0..T {
+                        let [p0, p1, p2, p3] = arranged_products(&v, ab[t].add(Q8K_QS + 128 * h));
+                        let (p_even, p_odd) = (_mm256_add_epi16(p0, p1), _mm256_add_epi16(p2, p3));
+                        sumi[t] = E::madd_add(E::madd_add(sumi[t], even, p_even), odd, p_odd);
+                    }
+                }
+                add_block_total(
+                    &mut acc[r],
+                    f16_at(wb[r].add(OFFSET_D)),
+                    &da,
+                    lane_sums(&sumi),
+                );
+            }
+        }
+        row_results(&acc)
+    }
 }
