@@ -243,13 +243,15 @@ pub(crate) fn matmul(
     n: usize,
     y: &mut [f32],
 ) -> Result<(), QuantError> {
-    matmul_in(ty, weights, rows, cols, x, n, y, false)
+    matmul_in(ty, Layout::Gguf, weights, rows, cols, x, n, y, false)
 }
 
-/// [`matmul`] with each token's dots as `n = 1` computes them: the public
-/// `matmul_per_token`.
+/// [`matmul`] of weights held in `layout` with each token's dots as `n = 1` computes them:
+/// the public `matmul_per_token` and `matmul_per_token_laid`.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn matmul_per_token(
     ty: GgmlType,
+    layout: Layout,
     weights: &[u8],
     rows: usize,
     cols: usize,
@@ -257,12 +259,13 @@ pub(crate) fn matmul_per_token(
     n: usize,
     y: &mut [f32],
 ) -> Result<(), QuantError> {
-    matmul_in(ty, weights, rows, cols, x, n, y, true)
+    matmul_in(ty, layout, weights, rows, cols, x, n, y, true)
 }
 
 #[allow(clippy::too_many_arguments)]
 fn matmul_in(
     ty: GgmlType,
+    layout: Layout,
     weights: &[u8],
     rows: usize,
     cols: usize,
@@ -276,7 +279,7 @@ fn matmul_in(
         matmul_many_in(
             &mut [Product {
                 ty,
-                layout: Layout::Gguf,
+                layout,
                 weights,
                 rows,
                 y,
@@ -931,8 +934,10 @@ mod tests {
             for n in [1, 2, 4, 7] {
                 let x = random(n * cols, 11 + n as u64);
                 let mut got = vec![f32::NAN; rows * n];
-                pool.install(|| matmul_per_token(ty, &wq, rows, cols, &x, n, &mut got))
-                    .unwrap();
+                pool.install(|| {
+                    matmul_per_token(ty, Layout::Gguf, &wq, rows, cols, &x, n, &mut got)
+                })
+                .unwrap();
                 for t in 0..n {
                     let mut want = vec![0f32; rows];
                     let xt = &x[t * cols..(t + 1) * cols];

@@ -204,7 +204,22 @@ pub fn matmul_per_token(
     n: usize,
     y: &mut [f32],
 ) -> Result<(), QuantError> {
-    drivers::matmul_per_token(ty, weights, rows, cols, x, n, y)
+    drivers::matmul_per_token(ty, Layout::Gguf, weights, rows, cols, x, n, y)
+}
+
+/// [`matmul_per_token`] of weights held in `layout` ([`arrange_rows`]).
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_per_token_laid(
+    ty: GgmlType,
+    layout: Layout,
+    weights: &[u8],
+    rows: usize,
+    cols: usize,
+    x: &[f32],
+    n: usize,
+    y: &mut [f32],
+) -> Result<(), QuantError> {
+    drivers::matmul_per_token(ty, layout, weights, rows, cols, x, n, y)
 }
 
 /// Bytes of scratch [`matmul_many`] needs for products of `types` over `n` tokens of `cols`

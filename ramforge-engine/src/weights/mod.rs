@@ -21,8 +21,12 @@ use ramforge_quant::Layout;
 use std::time::Instant;
 
 enum Output {
-    Resident(ChargedVec<u8>),
-    Streamed { chunk: ChargedVec<u8>, rows: usize },
+    /// Read whole at load, in the kernels' resident layout.
+    Resident(ChargedVec<u8>, Layout),
+    Streamed {
+        chunk: ChargedVec<u8>,
+        rows: usize,
+    },
 }
 
 /// Every weight of the model, laid out as the plan says.
@@ -186,7 +190,8 @@ impl Weights {
             }
             stats.load_bytes += plan.output_bytes;
             progress(stats.load_bytes, to_load);
-            Output::Resident(buf)
+            let layout = ramforge_quant::arrange_rows(tensors.output.ggml_type, &mut buf)?;
+            Output::Resident(buf, layout)
         } else {
             Output::Streamed {
                 chunk: ChargedVec::zeroed(
@@ -425,8 +430,13 @@ impl Matrices {
         }
         let rb = t.row_bytes() as usize;
         let start = token as usize * rb;
-        if let (true, Output::Resident(buf)) = (tensors.tied_output, &self.output) {
-            ramforge_quant::dequantize_row(t.ggml_type, &buf[start..start + rb], out)?;
+        if let (true, Output::Resident(buf, layout)) = (tensors.tied_output, &self.output) {
+            ramforge_quant::dequantize_row_laid(
+                t.ggml_type,
+                *layout,
+                &buf[start..start + rb],
+                out,
+            )?;
             return Ok(());
         }
         let started = Instant::now();
@@ -458,8 +468,17 @@ impl Matrices {
         let t = &tensors.output;
         let (cols, rows) = (t.row_len() as usize, t.n_rows() as usize);
         match &mut self.output {
-            Output::Resident(buf) => {
-                ramforge_quant::matmul_per_token(t.ggml_type, buf, rows, cols, x, n, logits)?;
+            Output::Resident(buf, layout) => {
+                ramforge_quant::matmul_per_token_laid(
+                    t.ggml_type,
+                    *layout,
+                    buf,
+                    rows,
+                    cols,
+                    x,
+                    n,
+                    logits,
+                )?;
             }
             Output::Streamed { chunk, rows: per } => {
                 let rb = t.row_bytes() as usize;
