@@ -314,6 +314,59 @@ macro_rules! encodings {
 }
 pub(in crate::simd::x86) use encodings;
 
+/// `arranged_layout!("Q4_K", q4_k)`, inside a format's `arranged` module: the layout's AVX2
+/// kernels (`encodings!` over the module's `dot` and `unpacked_dot`, its `unpack`), and its
+/// table entry `RESIDENT`, whose `arrange` runs the module's `arrange_blocks` and whose
+/// `dequantize` and `quantize` wrap the reference's (`crate::formats::<key>`) with the module's
+/// `restore_block` and `arrange_blocks`. The module writes only what differs per format.
+macro_rules! arranged_layout {
+    ($format:literal, $key:ident) => {
+        encodings!(@one avx2, "avx2,fma,f16c", $crate::simd::x86::kquant::common::Avx2Pairs, $format, 1, unpacked unpacked_dot);
+
+        /// The layout's entry in the AVX2 table.
+        pub(in crate::simd::x86) static RESIDENT: $crate::kernel_table::Resident =
+            $crate::kernel_table::Resident {
+                arrange: arrange_rows,
+                kernels: $crate::kernel_table::Kernels {
+                    dequantize,
+                    quantize,
+                    dot: $crate::kernel_table::Dot::Quant {
+                        act: $crate::GgmlType::Q8_K,
+                        vec_dot: avx2::vec_dot,
+                    },
+                    tile: Some(avx2::PREFILL),
+                    rows: Some(avx2::rows),
+                    arranged_acts: ARRANGE,
+                },
+            };
+
+        /// Whole blocks rewritten in place into the arranged layout.
+        fn arrange_rows(w: &mut [u8]) {
+            assert!(w.len().is_multiple_of(BYTES));
+            // SAFETY: reachable only through the AVX2 table, handed out only when the CPU has
+            // AVX2, FMA and F16C; the length is whole blocks.
+            unsafe { arrange_blocks(w) }
+        }
+
+        /// Dequantizes arranged blocks: each restored into a copy, then the reference's.
+        fn dequantize(src: &[u8], dst: &mut [f32]) {
+            let mut block = [0u8; BYTES];
+            for (b, out) in src.chunks_exact(BYTES).zip(dst.chunks_exact_mut(256)) {
+                block.copy_from_slice(b);
+                restore_block(&mut block);
+                $crate::formats::$key::dequantize_row(&block, out);
+            }
+        }
+
+        /// The reference quantizer, then arranged.
+        fn quantize(src: &[f32], dst: &mut [u8]) {
+            $crate::formats::$key::quantize_row(src, dst);
+            arrange_rows(dst);
+        }
+    };
+}
+pub(in crate::simd::x86) use arranged_layout;
+
 /// A weight block's integer sums into its row's f32 lanes: `acc[t] += (d * da[t]) * sumi[t]`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]

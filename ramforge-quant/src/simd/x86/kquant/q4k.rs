@@ -429,25 +429,8 @@ pub(super) unsafe fn unpacked_dot<E: PairSum, const R: usize, const T: usize>(
 /// blocks without shuffles. The scales and super-block scales stay where they were.
 pub(super) mod arranged {
     use super::*;
-    use crate::kernel_table::{Dot, Kernels, Resident};
 
-    encodings!(@one avx2, "avx2,fma,f16c", crate::simd::x86::kquant::common::Avx2Pairs, "Q4_K (arranged)", 1, unpacked unpacked_dot);
-
-    /// The layout's entry in the AVX2 table.
-    pub(in crate::simd::x86) static RESIDENT: Resident = Resident {
-        arrange: arrange_rows,
-        kernels: Kernels {
-            dequantize,
-            quantize,
-            dot: Dot::Quant {
-                act: crate::GgmlType::Q8_K,
-                vec_dot: avx2::vec_dot,
-            },
-            tile: Some(avx2::PREFILL),
-            rows: Some(avx2::rows),
-            arranged_acts: ARRANGE,
-        },
-    };
+    arranged_layout!("Q4_K (arranged)", q4_k);
 
     /// Where element `e` of a block (0..256) lies in its 128 bytes of quants: (byte, shift of
     /// its nibble), in the file's order (`arranged == false`) or the arranged one.
@@ -461,14 +444,7 @@ pub(super) mod arranged {
         (64 * (g / 4) + 32 * (k / 2) + b, 4 * (k % 2) as u32)
     }
 
-    /// Whole Q4_K blocks rewritten in place into the arranged layout.
-    fn arrange_rows(w: &mut [u8]) {
-        assert!(w.len().is_multiple_of(BYTES));
-        // SAFETY: reachable only through the AVX2 table, handed out only when the CPU has
-        // AVX2, FMA and F16C; the length is whole blocks.
-        unsafe { arrange_blocks(w) }
-    }
-
+    /// Whole blocks rewritten in place into the arranged layout.
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn arrange_blocks(w: &mut [u8]) {
         for b in w.chunks_exact_mut(BYTES) {
@@ -483,35 +459,16 @@ pub(super) mod arranged {
         }
     }
 
-    /// Whole arranged Q4_K blocks rewritten in place back into the file's layout.
-    fn restore_rows(w: &mut [u8]) {
-        assert!(w.len().is_multiple_of(BYTES));
-        for b in w.chunks_exact_mut(BYTES) {
-            let qs = &mut b[OFFSET_QS..OFFSET_QS + 128];
-            let mut file = [0u8; 128];
-            for e in 0..256 {
-                let (from, from_shift) = quant_at(e, true);
-                let (to, to_shift) = quant_at(e, false);
-                file[to] |= ((qs[from] >> from_shift) & 0x0F) << to_shift;
-            }
-            qs.copy_from_slice(&file);
+    /// One arranged Q4_K block restored in place to the file's layout.
+    fn restore_block(b: &mut [u8]) {
+        let qs = &mut b[OFFSET_QS..OFFSET_QS + 128];
+        let mut file = [0u8; 128];
+        for e in 0..256 {
+            let (from, from_shift) = quant_at(e, true);
+            let (to, to_shift) = quant_at(e, false);
+            file[to] |= ((qs[from] >> from_shift) & 0x0F) << to_shift;
         }
-    }
-
-    /// Dequantizes arranged blocks: each restored into a copy, then the reference's.
-    fn dequantize(src: &[u8], dst: &mut [f32]) {
-        let mut block = [0u8; BYTES];
-        for (b, out) in src.chunks_exact(BYTES).zip(dst.chunks_exact_mut(256)) {
-            block.copy_from_slice(b);
-            restore_rows(&mut block);
-            crate::formats::q4_k::dequantize_row(&block, out);
-        }
-    }
-
-    /// The reference quantizer, then arranged.
-    fn quantize(src: &[f32], dst: &mut [u8]) {
-        crate::formats::q4_k::quantize_row(src, dst);
-        arrange_rows(dst);
+        qs.copy_from_slice(&file);
     }
 
     /// A row of arranged Q4_K blocks unpacked for the prefill tile ([`UNPACKED_BYTES`]): the

@@ -160,6 +160,25 @@ unsafe fn unpack_blocks<const ARRANGED: bool>(w: &[u8], out: &mut [u8]) {
     }
 }
 
+/// Half `h` of a block in the tile's order (`v`, four vectors) against every token's arranged
+/// activations `ab[t]`: the even 16-element groups' two `maddubs` and the odd groups' two added
+/// as i16 (at most 4 * 63 * 128), one `madd` + `add` (`E`) each with their scales.
+#[inline(always)]
+unsafe fn add_paired_half<E: PairSum, const T: usize>(
+    sumi: &mut [__m256i; T],
+    v: &[__m256i; 4],
+    even: __m256i,
+    odd: __m256i,
+    ab: &[*const u8; T],
+    h: usize,
+) {
+    for t in 0..T {
+        let [p0, p1, p2, p3] = arranged_products(v, ab[t].add(Q8K_QS + 128 * h));
+        let (p_even, p_odd) = (_mm256_add_epi16(p0, p1), _mm256_add_epi16(p2, p3));
+        sumi[t] = E::madd_add(E::madd_add(sumi[t], even, p_even), odd, p_odd);
+    }
+}
+
 /// `R` rows [`unpack`]ed (back to back in `u`) dotted with `T` activation rows arranged as
 /// Q4_K's tile reads them: in [`arrange`]'s order, vectors 0 and 1 of a half hold its even
 /// 16-element groups (i16 `l`: group `2 (l % 4)`), 2 and 3 its odd ones, so each pair's two
@@ -186,12 +205,14 @@ unsafe fn unpacked_dot<E: PairSum, const R: usize, const T: usize>(
                     ))
                 };
                 let (even, odd) = (scale(0), scale(1));
-                let v = load_arranged(ub.add(U_QS + 128 * h));
-                for t in 0..T {
-                    let [p0, p1, p2, p3] = arranged_products(&v, ab[t].add(Q8K_QS + 128 * h));
-                    let (p_even, p_odd) = (_mm256_add_epi16(p0, p1), _mm256_add_epi16(p2, p3));
-                    sumi[t] = E::madd_add(E::madd_add(sumi[t], even, p_even), odd, p_odd);
-                }
+                add_paired_half::<E, T>(
+                    &mut sumi,
+                    &load_arranged(ub.add(U_QS + 128 * h)),
+                    even,
+                    odd,
+                    &ab,
+                    h,
+                );
             }
             let sc16 = load256(ub.add(U_SCALES));
             let off: [__m256i; T] = std::array::from_fn(|t| _mm256_madd_epi16(sc16, bsums(ab[t])));
@@ -210,25 +231,8 @@ unsafe fn unpacked_dot<E: PairSum, const R: usize, const T: usize>(
 /// scales and `d` stay where they were.
 pub(super) mod arranged {
     use super::*;
-    use crate::kernel_table::{Dot, Kernels, Resident};
 
-    encodings!(@one avx2, "avx2,fma,f16c", crate::simd::x86::kquant::common::Avx2Pairs, "Q6_K (arranged)", 1, unpacked unpacked_dot);
-
-    /// The layout's entry in the AVX2 table.
-    pub(in crate::simd::x86) static RESIDENT: Resident = Resident {
-        arrange: arrange_rows,
-        kernels: Kernels {
-            dequantize,
-            quantize,
-            dot: Dot::Quant {
-                act: crate::GgmlType::Q8_K,
-                vec_dot: avx2::vec_dot,
-            },
-            tile: Some(avx2::PREFILL),
-            rows: Some(avx2::rows),
-            arranged_acts: ARRANGE,
-        },
-    };
+    arranged_layout!("Q6_K (arranged)", q6_k);
 
     /// Where element `e` of a block (0..256) lies: its low four bits (byte of `ql`, shift), its
     /// top two (byte of `qh`, shift), in the file's order (`arranged == false`) or the
@@ -244,14 +248,7 @@ pub(super) mod arranged {
         )
     }
 
-    /// Whole Q6_K blocks rewritten in place into the arranged layout.
-    fn arrange_rows(w: &mut [u8]) {
-        assert!(w.len().is_multiple_of(BYTES));
-        // SAFETY: reachable only through the AVX2 table, handed out only when the CPU has
-        // AVX2, FMA and F16C; the length is whole blocks.
-        unsafe { arrange_blocks(w) }
-    }
-
+    /// Whole blocks rewritten in place into the arranged layout.
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn arrange_blocks(w: &mut [u8]) {
         let m4 = _mm256_set1_epi8(0x0F);
@@ -290,22 +287,6 @@ pub(super) mod arranged {
         }
         b[OFFSET_QL..OFFSET_QL + 128].copy_from_slice(&ql);
         b[OFFSET_QH..OFFSET_QH + 64].copy_from_slice(&qh);
-    }
-
-    /// Dequantizes arranged blocks: each restored into a copy, then the reference's.
-    fn dequantize(src: &[u8], dst: &mut [f32]) {
-        let mut block = [0u8; BYTES];
-        for (b, out) in src.chunks_exact(BYTES).zip(dst.chunks_exact_mut(256)) {
-            block.copy_from_slice(b);
-            restore_block(&mut block);
-            crate::formats::q6_k::dequantize_row(&block, out);
-        }
-    }
-
-    /// The reference quantizer, then arranged.
-    fn quantize(src: &[f32], dst: &mut [u8]) {
-        crate::formats::q6_k::quantize_row(src, dst);
-        arrange_rows(dst);
     }
 
     /// A row of arranged Q6_K blocks unpacked for the prefill tile ([`UNPACKED_BYTES`]).
@@ -349,12 +330,7 @@ pub(super) mod arranged {
                     };
                     let even = _mm256_unpacklo_epi64(half, half);
                     let odd = _mm256_unpackhi_epi64(half, half);
-                    let v = half_quants(wb[r], h);
-                    for t in 0..T {
-                        let [p0, p1, p2, p3] = arranged_products(&v, ab[t].add(Q8K_QS + 128 * h));
-                        let (p_even, p_odd) = (_mm256_add_epi16(p0, p1), _mm256_add_epi16(p2, p3));
-                        sumi[t] = E::madd_add(E::madd_add(sumi[t], even, p_even), odd, p_odd);
-                    }
+                    add_paired_half::<E, T>(&mut sumi, &half_quants(wb[r], h), even, odd, &ab, h);
                 }
                 add_block_total(
                     &mut acc[r],
