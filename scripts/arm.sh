@@ -4,10 +4,11 @@
 #      `--no-default-features` (the HTTPS feature's `ring` compiles C, which needs Apple's SDK);
 #   2. an aarch64 Linux cross build (Debian's cross gcc links it): ramforge-quant's unit tests,
 #      the NEON kernels' bit-for-bit tests among them, run under qemu-user;
-#   3. greedy generation on the default model and a Q4_K_M model under qemu, with the detected instruction set
-#      (which must be NEON-based, not the scalar fallback) and with `neon` forced: its tokens must
-#      equal the x86-64 build's reference (scalar) kernels' tokens, to which the aarch64 kernels
-#      are bit-exact.
+#   3. greedy generation on the default model and a Q4_K_M model under qemu (the engine's `greedy`
+#      example: the engine alone, without the server's dependencies), with the detected
+#      instruction set (which must be NEON-based, not the scalar fallback) and with `neon` forced:
+#      its tokens must equal the x86-64 build's reference (scalar) kernels' tokens, to which the
+#      aarch64 kernels are bit-exact.
 # Installs what it needs: rustup targets, and qemu-user and the aarch64 cross gcc from Debian.
 # Uses the models scripts/test.sh fetched ($RAMFORGE_MODELS).
 set -euo pipefail
@@ -38,18 +39,17 @@ echo "== arm: ramforge-quant unit tests on $linux under qemu (at ${SECONDS} s)"
 cargo test -p ramforge-quant --lib --profile cross --target $linux
 
 echo "== arm: greedy generation under qemu against the x86-64 reference kernels (at ${SECONDS} s)"
-cargo build -q --profile cross -p ramforge-tools --bin ramforge-tools --target $linux
-# The x86-64 side is the binary of the workspace's test build, which scripts/test.sh's test step
-# has just made (so this is a no-op there; `cargo build -p ramforge-tools` would resolve other
-# features and build it again): with RAMFORGE_ISA=scalar its optimization level does not matter.
+cargo build -q --profile cross -p ramforge-engine --example greedy --target $linux
+# The x86-64 side is the example of the workspace's test build, which scripts/test.sh's test step
+# has just made (`cargo test` builds examples; so this is a no-op there): with RAMFORGE_ISA=scalar
+# its optimization level does not matter.
 cargo test -q --workspace --no-run
 echo "== arm: the runs (at ${SECONDS} s)"
-arm_bin="target/$linux/cross/ramforge-tools"
-x86_bin="target/debug/ramforge-tools"
+arm_bin="target/$linux/cross/examples/greedy"
+x86_bin="target/debug/examples/greedy"
 generate() { # generate MODEL BINARY [RUNNER...]: "ISA TOKEN,TOKEN,..." of a short greedy run
   local model=$1 bin=$2; shift 2
-  "$@" "$bin" run -q --json -n 8 -p "The capital of France is" "$model" \
-    | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["isa"], ",".join(map(str, d["tokens"])))'
+  "$@" "$bin" "$model" "The capital of France is" 8
 }
 qemu=(qemu-aarch64 -L /usr/aarch64-linux-gnu)
 for model in "${gen_models[@]}"; do

@@ -76,7 +76,12 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
 echo "== build"
-for t in "${targets[@]}"; do (cd fuzz && cargo fuzz build "$t" "${build_args[@]}"); done
+if [ "$#" -eq 0 ]; then
+    # Every target: one build, which compiles their binaries side by side.
+    (cd fuzz && cargo fuzz build "${build_args[@]}")
+else
+    for t in "${targets[@]}"; do (cd fuzz && cargo fuzz build "$t" "${build_args[@]}"); done
+fi
 
 fuzz_one() { # TARGET: one target's pass; its summary line also goes to $work/TARGET.line
     local t=$1

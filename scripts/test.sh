@@ -18,7 +18,7 @@ shared="${RAMFORGE_SHARED:-$root/../shared}"
 export RAMFORGE_MODELS="${RAMFORGE_MODELS:-$root/models}"
 export RAMFORGE_GOLDEN="${RAMFORGE_GOLDEN:-$shared/golden}"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
-fuzz_seconds="${RAMFORGE_FUZZ_SECONDS:-30}"   # per fuzz target
+fuzz_seconds="${RAMFORGE_FUZZ_SECONDS:-20}"   # per fuzz target: a smoke pass (long campaigns: fuzz.sh --long)
 
 only=("$@")
 if [ "${1:-}" = "--list" ]; then only=(); list=1; else list=0; fi
