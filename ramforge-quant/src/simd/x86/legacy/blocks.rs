@@ -270,6 +270,11 @@ pub(super) trait Bytes: Weights {
     const NO_MINUS_128: bool;
     /// Block `b`'s quants as signed bytes, in element order (element j in byte j).
     unsafe fn quants(b: *const u8) -> __m256i;
+    /// Whether [`byte_isums`] pairs lanes through [`Bytes::halves`].
+    const PAIRED: bool;
+    /// Blocks `x` and `y` as two vectors of signed quants: `[x 0..16 | y 0..16]` and
+    /// `[x 16..32 | y 16..32]` (used only when [`Bytes::PAIRED`]).
+    unsafe fn halves(x: *const u8, y: *const u8) -> [__m256i; 2];
 }
 
 /// Whether no level of a table is -128.
@@ -304,19 +309,39 @@ pub(super) unsafe fn tree32(p: [__m256i; LANES]) -> __m256i {
 /// 2 * 128 * 127 (no `maddubs` saturation), widened per lane. The activations carry the
 /// magnitudes where the weights allow ([`Bytes::NO_MINUS_128`]): in the decode kernel every
 /// lane has the same activations, so `|a|` is taken once for all eight rows.
+///
+/// With [`Bytes::halves`], lanes p and p + 4 share a vector, so the eight lanes reduce within
+/// 128-bit halves (three `hadd`s, no cross-lane permute): the table formats, whose nibbles
+/// unpack that way for free. Q8's bytes would need two inserts per pair, which cost more
+/// than the shorter reduction saves (benches/README.md).
 #[inline(always)]
 unsafe fn byte_isums<F: Bytes>(w: [*const u8; LANES], a: [*const u8; LANES]) -> (__m256i, __m256i) {
-    // A plain loop: intrinsics inside a closure (`array::from_fn`) may be left out of line.
-    let mut p = [_mm256_setzero_si256(); LANES];
-    for k in 0..LANES {
-        let q = F::quants(w[k]);
-        let aq = _mm256_loadu_si256(a[k].add(F::ACT.qs).cast());
-        let pairs = if F::NO_MINUS_128 {
+    let pairs = |q: __m256i, aq: __m256i| {
+        let p = if F::NO_MINUS_128 {
             _mm256_maddubs_epi16(_mm256_sign_epi8(aq, aq), _mm256_sign_epi8(q, aq))
         } else {
             _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(aq, q))
         };
-        p[k] = _mm256_madd_epi16(pairs, ones_epi16());
+        _mm256_madd_epi16(p, ones_epi16())
+    };
+    if F::PAIRED {
+        let mut dots = [_mm256_setzero_si256(); 4];
+        for p in 0..4 {
+            let [wl, wh] = F::halves(w[p], w[p + 4]);
+            let (x, y) = (a[p].add(F::ACT.qs), a[p + 4].add(F::ACT.qs));
+            let al = _mm256_loadu2_m128i(y.cast(), x.cast());
+            let ah = _mm256_loadu2_m128i(y.add(16).cast(), x.add(16).cast());
+            dots[p] = _mm256_add_epi32(pairs(wl, al), pairs(wh, ah));
+        }
+        let h01 = _mm256_hadd_epi32(dots[0], dots[1]);
+        let h23 = _mm256_hadd_epi32(dots[2], dots[3]);
+        return (_mm256_hadd_epi32(h01, h23), _mm256_setzero_si256());
+    }
+    // A plain loop: intrinsics inside a closure (`array::from_fn`) may be left out of line.
+    let mut p = [_mm256_setzero_si256(); LANES];
+    for k in 0..LANES {
+        let aq = _mm256_loadu_si256(a[k].add(F::ACT.qs).cast());
+        p[k] = pairs(F::quants(w[k]), aq);
     }
     (tree32(p), _mm256_setzero_si256())
 }
@@ -343,9 +368,18 @@ impl<const BYTES: usize, const D: usize, const QS: usize> Weights for Q8<BYTES, 
 }
 impl<const BYTES: usize, const D: usize, const QS: usize> Bytes for Q8<BYTES, D, QS> {
     const NO_MINUS_128: bool = false;
+    const PAIRED: bool = false;
     #[inline(always)]
     unsafe fn quants(b: *const u8) -> __m256i {
         _mm256_loadu_si256(b.add(QS).cast())
+    }
+    #[inline(always)]
+    unsafe fn halves(x: *const u8, y: *const u8) -> [__m256i; 2] {
+        let (x, y) = (x.add(QS), y.add(QS));
+        [
+            _mm256_loadu2_m128i(y.cast(), x.cast()),
+            _mm256_loadu2_m128i(y.add(16).cast(), x.add(16).cast()),
+        ]
     }
 }
 
@@ -371,10 +405,18 @@ macro_rules! nibble_levels {
         }
         impl Bytes for $name {
             const NO_MINUS_128: bool = lacks_minus_128(&$m::KVALUES);
+            const PAIRED: bool = true;
             #[inline(always)]
             unsafe fn quants(b: *const u8) -> __m256i {
                 let levels = _mm_loadu_si128($m::KVALUES.as_ptr().cast());
                 _mm256_shuffle_epi8(_mm256_set_m128i(levels, levels), nibbles(b.add($m::OFFSET_QS)))
+            }
+            #[inline(always)]
+            unsafe fn halves(x: *const u8, y: *const u8) -> [__m256i; 2] {
+                let levels = _mm_loadu_si128($m::KVALUES.as_ptr().cast());
+                let levels = _mm256_set_m128i(levels, levels);
+                nibble_halves(x.add($m::OFFSET_QS), y.add($m::OFFSET_QS))
+                    .map(|n| _mm256_shuffle_epi8(levels, n))
             }
         }
     };
