@@ -152,12 +152,11 @@ pub(super) unsafe fn row_results<const R: usize, const T: usize>(
 pub(super) unsafe fn add_block_with_mins<const T: usize>(
     acc: &mut __m128,
     wb: *const u8,
-    sm: __m256i,
+    mins: __m128i,
     da: &[f32; T],
     bs: &[__m128i; T],
     sumi: &[__m256i; T],
 ) {
-    let mins = _mm256_extracti128_si256::<1>(sm);
     let m: [__m128i; T] = std::array::from_fn(|t| _mm_madd_epi16(mins, bs[t]));
     if T == 1 {
         // The decode kernels' case, with fewer shuffles: both integers reduced by one tree
@@ -220,7 +219,8 @@ unsafe fn dot<E: PairSum, const R: usize, const T: usize>(
         }
         let bs: [__m128i; T] = std::array::from_fn(|t| bsums32(ab[t]));
         for r in 0..R {
-            add_block_with_mins(&mut acc[r], wb[r], sm[r], &da, &bs, &sumi[r]);
+            let mins = _mm256_extracti128_si256::<1>(sm[r]);
+            add_block_with_mins(&mut acc[r], wb[r], mins, &da, &bs, &sumi[r]);
         }
     }
     row_results(&acc)
@@ -536,7 +536,8 @@ pub(super) mod arranged {
         for i in 0..row / BYTES {
             let wb = weight_blocks::<R>(w, row, BYTES, i);
             let (ab, _) = act_blocks(&a, i);
-            let sm: [__m256i; R] = std::array::from_fn(|r| scales_mins(wb[r].add(OFFSET_SCALES)));
+            let sm: [([__m256i; 2], __m128i); R] =
+                std::array::from_fn(|r| split_scales_mins(wb[r].add(OFFSET_SCALES)));
             if R > 1 {
                 group_after_next::<_MM_HINT_T0>(w, i, row / BYTES);
             } else if T == 1 {
@@ -547,9 +548,7 @@ pub(super) mod arranged {
                 let x: [[__m256i; 4]; T] =
                     std::array::from_fn(|t| load_arranged(ab[t].add(Q8K_QS + 128 * h)));
                 for r in 0..R {
-                    let s = _mm256_castsi256_si128(sm[r]);
-                    let sc =
-                        _mm256_broadcastq_epi64(if h == 0 { s } else { _mm_unpackhi_epi64(s, s) });
+                    let sc = sm[r].0[h];
                     let v = nibble_vectors(wb[r].add(OFFSET_QS + 64 * h));
                     for t in 0..T {
                         let p = _mm256_add_epi16(
@@ -566,13 +565,14 @@ pub(super) mod arranged {
                     }
                 }
             }
-            if let Some((j, sm, sumi)) = pending {
-                finish_block(&mut acc, w, row, &a, j, &sm, &sumi);
+            let mins: [__m128i; R] = std::array::from_fn(|r| sm[r].1);
+            if let Some((j, mins, sumi)) = pending {
+                finish_block(&mut acc, w, row, &a, j, &mins, &sumi);
             }
-            pending = Some((i, sm, sumi));
+            pending = Some((i, mins, sumi));
         }
-        if let Some((j, sm, sumi)) = pending {
-            finish_block(&mut acc, w, row, &a, j, &sm, &sumi);
+        if let Some((j, mins, sumi)) = pending {
+            finish_block(&mut acc, w, row, &a, j, &mins, &sumi);
         }
         row_results(&acc)
     }
@@ -586,14 +586,34 @@ pub(super) mod arranged {
         row: usize,
         a: &[&[u8]; T],
         i: usize,
-        sm: &[__m256i; R],
+        mins: &[__m128i; R],
         sumi: &[[__m256i; T]; R],
     ) {
         let wb = weight_blocks::<R>(w, row, BYTES, i);
         let (ab, da) = act_blocks(a, i);
         let bs: [__m128i; T] = std::array::from_fn(|t| bsums32(ab[t]));
         for r in 0..R {
-            add_block_with_mins(&mut acc[r], wb[r], sm[r], &da, &bs, &sumi[r]);
+            add_block_with_mins(&mut acc[r], wb[r], mins[r], &da, &bs, &sumi[r]);
         }
+    }
+
+    /// [`scales_mins`] as the arranged kernel takes them: each half's four group scales as
+    /// i16, repeated in every qword, and the eight mins as i16; built from 32-bit words, so
+    /// no lane-crossing widen or permute.
+    #[inline(always)]
+    unsafe fn split_scales_mins(p: *const u8) -> ([__m256i; 2], __m128i) {
+        const LOW6: u32 = 0x3F3F_3F3F;
+        const LOW4: u32 = 0x0F0F_0F0F;
+        const TOP2: u32 = 0x0303_0303;
+        let (u0, u1, u2) = (u32_at(p), u32_at(p.add(4)), u32_at(p.add(8)));
+        let sc_lo = u0 & LOW6;
+        let mn_lo = u1 & LOW6;
+        let sc_hi = (u2 & LOW4) | (((u0 >> 6) & TOP2) << 4);
+        let mn_hi = ((u2 >> 4) & LOW4) | (((u1 >> 6) & TOP2) << 4);
+        let quad = |v: u32| _mm256_broadcastq_epi64(_mm_cvtepu8_epi16(_mm_cvtsi32_si128(v as i32)));
+        let mins = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(
+            (mn_lo as u64 | (mn_hi as u64) << 32) as i64,
+        ));
+        ([quad(sc_lo), quad(sc_hi)], mins)
     }
 }

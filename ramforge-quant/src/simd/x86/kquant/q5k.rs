@@ -58,7 +58,8 @@ unsafe fn dot<E: PairSum, const R: usize, const T: usize>(
         }
         let bs: [__m128i; T] = std::array::from_fn(|t| bsums32(ab[t]));
         for r in 0..R {
-            add_block_with_mins(&mut acc[r], wb[r], sm[r], &da, &bs, &sumi[r]);
+            let mins = _mm256_extracti128_si256::<1>(sm[r]);
+            add_block_with_mins(&mut acc[r], wb[r], mins, &da, &bs, &sumi[r]);
         }
     }
     row_results(&acc)
