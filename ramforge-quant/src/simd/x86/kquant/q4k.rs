@@ -12,18 +12,27 @@ use std::arch::x86_64::*;
 
 encodings!("Q4_K", 1, vex 8, unpacked unpacked_dot);
 
-/// The 8 group scales (low lane) and 8 group mins (high lane) as i16.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn scales_mins(p: *const u8) -> __m256i {
+/// The 12 packed bytes of 6-bit scales and mins at `p` as four words of four bytes: group
+/// scales 0..4, scales 4..8, mins 0..4, mins 4..8.
+#[inline(always)]
+unsafe fn scale_min_words(p: *const u8) -> [u32; 4] {
     const LOW6: u32 = 0x3F3F_3F3F;
     const LOW4: u32 = 0x0F0F_0F0F;
     const TOP2: u32 = 0x0303_0303;
     let (u0, u1, u2) = (u32_at(p), u32_at(p.add(4)), u32_at(p.add(8)));
-    let sc_lo = u0 & LOW6;
-    let mn_lo = u1 & LOW6;
-    let sc_hi = (u2 & LOW4) | (((u0 >> 6) & TOP2) << 4);
-    let mn_hi = ((u2 >> 4) & LOW4) | (((u1 >> 6) & TOP2) << 4);
+    [
+        u0 & LOW6,
+        (u2 & LOW4) | (((u0 >> 6) & TOP2) << 4),
+        u1 & LOW6,
+        ((u2 >> 4) & LOW4) | (((u1 >> 6) & TOP2) << 4),
+    ]
+}
+
+/// The 8 group scales (low lane) and 8 group mins (high lane) as i16.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn scales_mins(p: *const u8) -> __m256i {
+    let [sc_lo, sc_hi, mn_lo, mn_hi] = scale_min_words(p);
     _mm256_cvtepu8_epi16(_mm_setr_epi32(
         sc_lo as i32,
         sc_hi as i32,
@@ -577,7 +586,7 @@ pub(super) mod arranged {
         row_results(&acc)
     }
 
-    /// Block `i`'s integers `sumi` (and scales and mins `sm`) of each of the `R` rows into
+    /// Block `i`'s integers `sumi` (and its mins as i16, `mins`) of each of the `R` rows into
     /// its accumulator ([`add_block_with_mins`]).
     #[inline(always)]
     unsafe fn finish_block<const R: usize, const T: usize>(
@@ -602,14 +611,7 @@ pub(super) mod arranged {
     /// no lane-crossing widen or permute.
     #[inline(always)]
     unsafe fn split_scales_mins(p: *const u8) -> ([__m256i; 2], __m128i) {
-        const LOW6: u32 = 0x3F3F_3F3F;
-        const LOW4: u32 = 0x0F0F_0F0F;
-        const TOP2: u32 = 0x0303_0303;
-        let (u0, u1, u2) = (u32_at(p), u32_at(p.add(4)), u32_at(p.add(8)));
-        let sc_lo = u0 & LOW6;
-        let mn_lo = u1 & LOW6;
-        let sc_hi = (u2 & LOW4) | (((u0 >> 6) & TOP2) << 4);
-        let mn_hi = ((u2 >> 4) & LOW4) | (((u1 >> 6) & TOP2) << 4);
+        let [sc_lo, sc_hi, mn_lo, mn_hi] = scale_min_words(p);
         let quad = |v: u32| _mm256_broadcastq_epi64(_mm_cvtepu8_epi16(_mm_cvtsi32_si128(v as i32)));
         let mins = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(
             (mn_lo as u64 | (mn_hi as u64) << 32) as i64,

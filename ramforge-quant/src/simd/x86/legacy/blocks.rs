@@ -141,6 +141,22 @@ unsafe fn spread_bits(words: __m256i, bytes: __m256i) -> __m256i {
     _mm256_and_si256(_mm256_cmpeq_epi8(b, bit), _mm256_set1_epi8(0x10))
 }
 
+/// The 32 bytes at `x` and at `y` side by side: `[x 0..16 | y 0..16]`, `[x 16..32 | y 16..32]`.
+#[inline(always)]
+unsafe fn side_by_side(x: *const u8, y: *const u8) -> [__m256i; 2] {
+    [
+        _mm256_loadu2_m128i(y.cast(), x.cast()),
+        _mm256_loadu2_m128i(y.add(16).cast(), x.add(16).cast()),
+    ]
+}
+
+/// The activation quants of lanes p and p + 4 side by side ([`side_by_side`]), as the
+/// paired integer sums take them.
+#[inline(always)]
+pub(super) unsafe fn lane_pair_acts<F: Weights>(a: &[*const u8; LANES], p: usize) -> [__m256i; 2] {
+    side_by_side(a[p].add(F::ACT.qs), a[p + 4].add(F::ACT.qs))
+}
+
 /// Q4 halves: nibbles at `NIBBLES`.
 #[inline(always)]
 unsafe fn q4_halves<const NIBBLES: usize>(x: *const u8, y: *const u8) -> [__m256i; 2] {
@@ -195,9 +211,7 @@ unsafe fn nibble_isums<F: Nibbles>(
     let mut sums = [_mm256_setzero_si256(); 4];
     for p in 0..4 {
         let [wl, wh] = F::halves(w[p], w[p + 4]);
-        let (x, y) = (a[p].add(F::ACT.qs), a[p + 4].add(F::ACT.qs));
-        let al = _mm256_loadu2_m128i(y.cast(), x.cast());
-        let ah = _mm256_loadu2_m128i(y.add(16).cast(), x.add(16).cast());
+        let [al, ah] = lane_pair_acts::<F>(&a, p);
         let mut d = pair_sums(wl, wh, al, ah);
         if F::BIAS != 0 {
             let bias = _mm256_set1_epi8(F::BIAS);
@@ -328,9 +342,7 @@ unsafe fn byte_isums<F: Bytes>(w: [*const u8; LANES], a: [*const u8; LANES]) -> 
         let mut dots = [_mm256_setzero_si256(); 4];
         for p in 0..4 {
             let [wl, wh] = F::halves(w[p], w[p + 4]);
-            let (x, y) = (a[p].add(F::ACT.qs), a[p + 4].add(F::ACT.qs));
-            let al = _mm256_loadu2_m128i(y.cast(), x.cast());
-            let ah = _mm256_loadu2_m128i(y.add(16).cast(), x.add(16).cast());
+            let [al, ah] = lane_pair_acts::<F>(&a, p);
             dots[p] = _mm256_add_epi32(pairs(wl, al), pairs(wh, ah));
         }
         let h01 = _mm256_hadd_epi32(dots[0], dots[1]);
@@ -375,11 +387,7 @@ impl<const BYTES: usize, const D: usize, const QS: usize> Bytes for Q8<BYTES, D,
     }
     #[inline(always)]
     unsafe fn halves(x: *const u8, y: *const u8) -> [__m256i; 2] {
-        let (x, y) = (x.add(QS), y.add(QS));
-        [
-            _mm256_loadu2_m128i(y.cast(), x.cast()),
-            _mm256_loadu2_m128i(y.add(16).cast(), x.add(16).cast()),
-        ]
+        side_by_side(x.add(QS), y.add(QS))
     }
 }
 

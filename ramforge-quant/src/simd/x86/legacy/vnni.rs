@@ -22,7 +22,7 @@
 //! have only that one: Ice Lake and Cascade Lake servers, Zen 4). The instruction and its
 //! results are the same.
 
-use super::blocks::{tree32, Iq4Nl, Mxfp4, Nibbles, Weights, LANES, Q8};
+use super::blocks::{lane_pair_acts, tree32, Iq4Nl, Mxfp4, Nibbles, Weights, LANES, Q8};
 use super::gemm::{
     accumulate, broadcast_chunks, by_chunk, fold_halves, fold_pairs, pair_scales, token_quants,
     token_scales, Chunked, Unsigned,
@@ -335,9 +335,7 @@ unsafe fn nibble_isums<F: Nibbles, E: Encoding>(
     let mut sums = [zero; 4];
     for p in 0..4 {
         let [wl, wh] = F::halves(w[p], w[p + 4]);
-        let (x, y) = (a[p].add(F::ACT.qs), a[p + 4].add(F::ACT.qs));
-        let al = _mm256_loadu2_m128i(y.cast(), x.cast());
-        let ah = _mm256_loadu2_m128i(y.add(16).cast(), x.add(16).cast());
+        let [al, ah] = lane_pair_acts::<F>(&a, p);
         let mut d = E::dpbusd(E::dpbusd(zero, wl, al), wh, ah);
         if F::BIAS != 0 {
             let bias = _mm256_set1_epi8(F::BIAS);
