@@ -120,7 +120,7 @@ pub(crate) struct Kernels {
 /// ([`crate::Layout::Arranged`]): the same blocks, each rewritten in place (`arrange`, whole
 /// blocks) so the decode kernels need fewer shuffles, and the kernels that read it. Its
 /// `dequantize` and `quantize` read and write the arranged blocks.
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // AVX2's only, so far
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // x86 only, so far
 pub(crate) struct Resident {
     pub arrange: fn(&mut [u8]),
     pub kernels: Kernels,

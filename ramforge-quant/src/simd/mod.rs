@@ -66,12 +66,16 @@ pub(crate) fn kernels(isa: Isa, ty: GgmlType) -> Option<&'static Kernels> {
     }
 }
 
-/// The arranged resident layout of `ty` on `isa`, if its fast kernels have one (AVX2 only:
-/// the VNNI tables' products need no fewer instructions from it).
+/// The arranged resident layout of `ty` on `isa`, if its fast kernels have one (x86: the same
+/// layout for the AVX2 and both VNNI tables).
 pub(crate) fn resident(isa: Isa, ty: GgmlType) -> Option<&'static Resident> {
     match isa {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => x86::resident(ty),
+        #[cfg(target_arch = "x86_64")]
+        Isa::AvxVnni => x86::vnni_resident(ty),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512Vnni => x86::vnni512_resident(ty),
         _ => {
             let _ = ty;
             None

@@ -38,6 +38,24 @@ pub(super) fn resident(ty: GgmlType) -> Option<&'static Resident> {
     }
 }
 
+/// The same layout for the AVX-VNNI kernels (the same arranged bytes, the same results).
+pub(super) fn vnni_resident(ty: GgmlType) -> Option<&'static Resident> {
+    match ty {
+        GgmlType::Q4_K => Some(&q4k::arranged::RESIDENT_VEX),
+        GgmlType::Q6_K => Some(&q6k::arranged::RESIDENT_VEX),
+        _ => None,
+    }
+}
+
+/// The same layout for the AVX512-VNNI kernels.
+pub(super) fn vnni512_resident(ty: GgmlType) -> Option<&'static Resident> {
+    match ty {
+        GgmlType::Q4_K => Some(&q4k::arranged::RESIDENT_EVEX),
+        GgmlType::Q6_K => Some(&q6k::arranged::RESIDENT_EVEX),
+        _ => None,
+    }
+}
+
 encoding_tables! {
     [q8_k: block, quantize: q8k::quantize_row;]
     q4_k: q4k;

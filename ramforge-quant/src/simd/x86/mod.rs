@@ -35,6 +35,17 @@ pub(crate) fn resident(ty: GgmlType) -> Option<&'static Resident> {
     kquant::resident(ty)
 }
 
+/// The same layout for the AVX-VNNI kernels: the same bytes as the AVX2 table's, its
+/// kernels returning the same bits.
+pub(crate) fn vnni_resident(ty: GgmlType) -> Option<&'static Resident> {
+    kquant::vnni_resident(ty)
+}
+
+/// The same layout for the AVX512-VNNI kernels.
+pub(crate) fn vnni512_resident(ty: GgmlType) -> Option<&'static Resident> {
+    kquant::vnni512_resident(ty)
+}
+
 /// The AVX-VNNI kernels for `ty`: the VNNI ones where written (each returns bit for bit what
 /// its AVX2 counterpart does, so switching between the two never changes a result), else the
 /// AVX2 ones.

@@ -314,31 +314,23 @@ macro_rules! encodings {
 }
 pub(in crate::simd::x86) use encodings;
 
-/// `arranged_layout!("Q4_K", q4_k)`, inside a format's `arranged` module: the layout's AVX2
-/// kernels (`encodings!` over the module's `dot` and `unpacked_dot`, its `unpack`), and its
-/// table entry `RESIDENT`, whose `arrange` runs the module's `arrange_blocks` and whose
+/// `arranged_layout!("Q4_K", q4_k)`, inside a format's `arranged` module: the layout's kernels
+/// in each encoding (`encodings!` over the module's `dot` and `unpacked_dot`, its `unpack`),
+/// and its table entries `RESIDENT` (AVX2), `RESIDENT_VEX` and `RESIDENT_EVEX`, whose `arrange` runs the module's `arrange_blocks` and whose
 /// `dequantize` and `quantize` wrap the reference's (`crate::formats::<key>`) with the module's
 /// `restore_block` and `arrange_blocks`. The module writes only what differs per format.
 macro_rules! arranged_layout {
     ($format:literal, $key:ident) => {
-        encodings!(@one avx2, "avx2,fma,f16c", $crate::simd::x86::kquant::common::Avx2Pairs, $format, 1, unpacked unpacked_dot);
+        encodings!($format, 1, unpacked unpacked_dot);
 
-        /// The layout's entry in the AVX2 table.
+        /// The layout's entries in the AVX2, AVX-VNNI and AVX512-VNNI tables: one layout, its
+        /// kernels once per [`PairSum`] encoding (the same bits).
         pub(in crate::simd::x86) static RESIDENT: $crate::kernel_table::Resident =
-            $crate::kernel_table::Resident {
-                arrange: arrange_rows,
-                kernels: $crate::kernel_table::Kernels {
-                    dequantize,
-                    quantize,
-                    dot: $crate::kernel_table::Dot::Quant {
-                        act: $crate::GgmlType::Q8_K,
-                        vec_dot: avx2::vec_dot,
-                    },
-                    tile: Some(avx2::PREFILL),
-                    rows: Some(avx2::rows),
-                    arranged_acts: ARRANGE,
-                },
-            };
+            arranged_layout!(@resident avx2);
+        pub(in crate::simd::x86) static RESIDENT_VEX: $crate::kernel_table::Resident =
+            arranged_layout!(@resident vex);
+        pub(in crate::simd::x86) static RESIDENT_EVEX: $crate::kernel_table::Resident =
+            arranged_layout!(@resident evex);
 
         /// Whole blocks rewritten in place into the arranged layout.
         fn arrange_rows(w: &mut [u8]) {
@@ -362,6 +354,22 @@ macro_rules! arranged_layout {
         fn quantize(src: &[f32], dst: &mut [u8]) {
             $crate::formats::$key::quantize_row(src, dst);
             arrange_rows(dst);
+        }
+    };
+    (@resident $module:ident) => {
+        $crate::kernel_table::Resident {
+            arrange: arrange_rows,
+            kernels: $crate::kernel_table::Kernels {
+                dequantize,
+                quantize,
+                dot: $crate::kernel_table::Dot::Quant {
+                    act: $crate::GgmlType::Q8_K,
+                    vec_dot: $module::vec_dot,
+                },
+                tile: Some($module::PREFILL),
+                rows: Some($module::rows),
+                arranged_acts: ARRANGE,
+            },
         }
     };
 }

@@ -451,7 +451,7 @@ pub(super) unsafe fn unpacked_dot<E: PairSum, const R: usize, const T: usize>(
     row_results(&acc)
 }
 
-/// Q4_K blocks held in the AVX2 kernels' arranged layout ([`crate::Layout::Arranged`]): each
+/// Q4_K blocks held in the x86 kernels' arranged layout ([`crate::Layout::Arranged`]): each
 /// 64 bytes of quants (128 elements, four groups) rewritten so that the low and high nibbles
 /// of their two halves are [`arrange`]'s four vectors. The decode kernel then adds four
 /// groups' `maddubs` as i16 before one `madd`, with neither the packed route's madd per group

@@ -223,7 +223,7 @@ unsafe fn unpacked_dot<E: PairSum, const R: usize, const T: usize>(
     row_results(&acc)
 }
 
-/// Q6_K blocks held in the AVX2 kernels' arranged layout ([`crate::Layout::Arranged`]): each
+/// Q6_K blocks held in the x86 kernels' arranged layout ([`crate::Layout::Arranged`]): each
 /// half's `ql` and `qh` bytes rewritten so that [`half_quants`]' assembly gives the prefill
 /// tile's vectors ([`arrange`]'s order) directly. The decode kernel then adds the even and the
 /// odd 16-element groups' `maddubs` as i16 before one `madd` each, with the scales paired once

@@ -799,3 +799,111 @@ proptest! {
         }
     }
 }
+
+/// A table's arranged resident layouts by type.
+type ResidentTable = fn(GgmlType) -> Option<&'static crate::kernel_table::Resident>;
+
+/// The arranged layout (Q4_K, Q6_K) of the AVX2 table and of each VNNI table this CPU has:
+/// rows rewritten by its `arrange` and activations by its `arranged_acts` give, through its
+/// `vec_dot`, `rows` and tile, the bits of the AVX2 kernels on the file's rows; and its
+/// `dequantize` the reference's numbers.
+#[test]
+fn arranged_layouts_give_the_file_layouts_bits() {
+    use crate::isa::Isa;
+    let mut tables: Vec<(&str, ResidentTable)> = vec![("AVX2", super::resident)];
+    for (isa, name, table) in [
+        (
+            Isa::AvxVnni,
+            "AVX-VNNI",
+            super::vnni_resident as ResidentTable,
+        ),
+        (Isa::Avx512Vnni, "AVX512-VNNI", super::vnni512_resident),
+    ] {
+        if isa.is_available() {
+            tables.push((name, table));
+        } else {
+            eprintln!("no {name} on this CPU: its arranged layout was not compared");
+        }
+    }
+    let mut rng = Rng(23);
+    for (name, table) in tables {
+        for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
+            let f = FORMATS.iter().find(|f| f.ty == ty).unwrap();
+            let resident = table(ty).unwrap_or_else(|| panic!("{name} {ty}: an arranged layout"));
+            let (k, a2) = (&resident.kernels, avx2(ty));
+            let arrange_acts = k.arranged_acts.expect("arranged activations");
+            for blocks in [1, 3] {
+                let mut rows: Vec<Vec<u8>> = (0..TILE_ROWS / 2)
+                    .map(|r| quantized_row(ty, blocks, 0.5 + r as f32, &mut rng))
+                    .collect();
+                rows.extend((0..TILE_ROWS / 2).map(|_| raw_row(f, blocks, &mut rng)));
+                let arranged: Vec<Vec<u8>> = rows
+                    .iter()
+                    .map(|w| {
+                        let mut wa = w.clone();
+                        (resident.arrange)(&mut wa);
+                        wa
+                    })
+                    .collect();
+                let q = rng.bytes(blocks * 256);
+                let mut acts: Vec<Vec<u8>> = (0..TILE - 2)
+                    .map(|t| activations(blocks, 0.5 + t as f32, &mut rng))
+                    .collect();
+                acts.push(q8k_row(blocks, -0.5, &|j| {
+                    if j % 3 == 0 {
+                        -128
+                    } else {
+                        127
+                    }
+                }));
+                acts.push(q8k_row(blocks, 0.25, &|j| q[j] as i8));
+                let what = |s: &str| format!("{name} {ty} {blocks} blocks: {s}");
+                for (w, wa) in rows.iter().zip(&arranged) {
+                    let (mut file, mut laid) = (vec![0f32; blocks * 256], vec![0f32; blocks * 256]);
+                    (scalar_kernels(ty).unwrap().dequantize)(w, &mut file);
+                    (k.dequantize)(wa, &mut laid);
+                    assert_eq!(bits(&laid), bits(&file), "{}", what("dequantized"));
+                }
+                let acts_ref: [&[u8]; TILE] = std::array::from_fn(|t| &acts[t][..]);
+                let (want, got) = (
+                    tile_rows_of(a2, &rows, acts_ref),
+                    tile_rows_of(k, &arranged, acts_ref),
+                );
+                let (packed, packed_arranged) = (rows[..ROWS].concat(), arranged[..ROWS].concat());
+                for (t, a) in acts.iter().enumerate() {
+                    let mut aa = vec![0u8; a.len()];
+                    arrange_acts(a, &mut aa);
+                    let (ra, rv) = (
+                        (a2.rows.unwrap())(&packed, a),
+                        (k.rows.unwrap())(&packed_arranged, &aa),
+                    );
+                    assert_eq!(
+                        bits(&rv),
+                        bits(&ra),
+                        "{}",
+                        what(&format!("rows, token {t}"))
+                    );
+                    for (r, (w, wa)) in rows.iter().zip(&arranged).enumerate() {
+                        let (d, dv) = (vec_dot_of(a2)(w, a), vec_dot_of(k)(wa, &aa));
+                        assert_eq!(
+                            dv.to_bits(),
+                            d.to_bits(),
+                            "{}",
+                            what(&format!("vec_dot row {r} token {t}"))
+                        );
+                        assert_eq!(
+                            got[r][t].to_bits(),
+                            want[r][t].to_bits(),
+                            "{}",
+                            what(&format!("tile row {r} token {t}"))
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
