@@ -200,6 +200,10 @@ pub(in crate::simd::x86) unsafe fn fold(x: __m256i, y: __m256i) -> [__m256i; 2] 
 /// AVX512-VNNI. Both wrap the same way, so every encoding gives the same integers and each
 /// kernel returns bit for bit what its AVX2 form does.
 pub(in crate::simd::x86) trait PairSum {
+    /// Whether every CPU that runs this encoding executes 256-bit shuffles whole (every CPU
+    /// with VNNI does), so a reduction may `hadd` 256-bit vectors; Zen 1 and 2, which run
+    /// the AVX2 encoding, split each into two 128-bit halves at several times the cost.
+    const WIDE_SHUFFLES: bool;
     /// `acc + madd(a, b)`.
     unsafe fn madd_add(acc: __m256i, a: __m256i, b: __m256i) -> __m256i;
 }
@@ -216,6 +220,7 @@ pub(in crate::simd::x86) struct VexPairs;
 pub(in crate::simd::x86) struct EvexPairs;
 
 impl PairSum for Avx2Pairs {
+    const WIDE_SHUFFLES: bool = false;
     #[inline(always)]
     unsafe fn madd_add(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
         _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
@@ -223,6 +228,7 @@ impl PairSum for Avx2Pairs {
 }
 
 impl PairSum for VexPairs {
+    const WIDE_SHUFFLES: bool = true;
     #[inline(always)]
     unsafe fn madd_add(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
         dpwssd_vex(acc, a, b)
@@ -230,6 +236,7 @@ impl PairSum for VexPairs {
 }
 
 impl PairSum for EvexPairs {
+    const WIDE_SHUFFLES: bool = true;
     #[inline(always)]
     unsafe fn madd_add(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
         dpwssd_evex(acc, a, b)

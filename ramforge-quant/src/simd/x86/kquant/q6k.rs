@@ -100,7 +100,7 @@ unsafe fn add_block_total<const T: usize>(acc: &mut __m128, d: f32, da: &[f32; T
 }
 
 /// Bytes of a Q6_K block as [`unpack`] writes it for the prefill tile: f32 `d`; the 16 scales
-/// as i16; per 128-element half `h` the scales of its even and odd 16-element groups as four
+/// times -32 as i16 (at most 4096 in magnitude: the offset's multipliers); per 128-element half `h` the scales of its even and odd 16-element groups as four
 /// i16 each (qwords `2h`, `2h + 1` at [`U_PAIRS`]); the 256 quants (stored + 32) as bytes in
 /// Q4_K's [`arrange`]d order.
 const UNPACKED_BYTES: usize = 352;
@@ -144,7 +144,10 @@ unsafe fn unpack_blocks<const ARRANGED: bool>(w: &[u8], out: &mut [u8]) {
             .write_unaligned(f16_at(wp.add(OFFSET_D)));
         up.add(4).write_bytes(0, U_SCALES - 4);
         let sc16 = _mm256_cvtepi8_epi16(load128(wp.add(OFFSET_SCALES)));
-        _mm256_storeu_si256(up.add(U_SCALES).cast(), sc16);
+        _mm256_storeu_si256(
+            up.add(U_SCALES).cast(),
+            _mm256_mullo_epi16(sc16, _mm256_set1_epi16(-32)),
+        );
         _mm256_storeu_si256(up.add(U_PAIRS).cast(), pair_scales(sc16));
         up.add(U_PAIRS + 32).write_bytes(0, U_QS - U_PAIRS - 32);
         for h in 0..2 {
@@ -183,7 +186,8 @@ unsafe fn add_paired_half<E: PairSum, const T: usize>(
 /// Q4_K's tile reads them: in [`arrange`]'s order, vectors 0 and 1 of a half hold its even
 /// 16-element groups (i16 `l`: group `2 (l % 4)`), 2 and 3 its odd ones, so each pair's two
 /// `maddubs` add as i16 (at most 4 * 63 * 128) before one `madd` + `add` (`E`) with those
-/// groups' scales; the offset `32 * (scales . bsums)` comes off the block's integer before
+/// groups' scales; the offset `32 * (scales . bsums)` comes off each token's lanes (one more
+/// `madd` + `add` with the stored `-32 * scales`) before one reduction and
 /// [`add_block_total`]. The same integers as [`dot`] per block, so bit for bit its results.
 /// Rows run one at a time; only inlined into the encodings' kernels (see [`encodings`]).
 #[inline(always)]
@@ -214,10 +218,12 @@ unsafe fn unpacked_dot<E: PairSum, const R: usize, const T: usize>(
                     h,
                 );
             }
-            let sc16 = load256(ub.add(U_SCALES));
-            let off: [__m256i; T] = std::array::from_fn(|t| _mm256_madd_epi16(sc16, bsums(ab[t])));
-            let total = _mm_sub_epi32(lane_sums(&sumi), _mm_slli_epi32::<5>(lane_sums(&off)));
-            add_block_total(acc, f32_at(ub.add(U_D)), &da, total);
+            // The offset into each token's sums before one reduction: the same integers.
+            let offset_scales = load256(ub.add(U_SCALES));
+            for t in 0..T {
+                sumi[t] = E::madd_add(sumi[t], offset_scales, bsums(ab[t]));
+            }
+            add_block_total(acc, f32_at(ub.add(U_D)), &da, lane_sums(&sumi));
         }
     }
     row_results(&acc)
