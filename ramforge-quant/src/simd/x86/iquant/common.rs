@@ -5,7 +5,7 @@ pub(super) use crate::simd::x86::kquant::common::{
     act_blocks, encodings, entry_points, f16_at, fold, hsum256, load128, load256, u32_at,
     weight_blocks, PairSum, Q8K_BSUMS, Q8K_BYTES, Q8K_QS,
 };
-use crate::simd::x86::prefetch::group_after_next;
+use crate::simd::x86::prefetch::{blocks_ahead, group_after_next};
 use std::arch::x86_64::*;
 
 /// A super-block format of 256 elements dotted with Q8_K, as eight chunks of 32. The
@@ -72,6 +72,8 @@ pub(super) unsafe fn dot<F: Codebook, E: PairSum, const R: usize, const T: usize
         let (ab, da) = act_blocks(&a, i);
         if R > 1 {
             group_after_next::<_MM_HINT_T0>(w, i, nb);
+        } else if T == 1 {
+            blocks_ahead(&wb, F::BYTES);
         }
         let mut prepared = [F::Prepared::default(); R];
         for r in 0..R {
