@@ -323,9 +323,10 @@ pub(in crate::simd::x86) use encodings;
 
 /// `arranged_layout!("Q4_K", q4_k)`, inside a format's `arranged` module: the layout's kernels
 /// in each encoding (`encodings!` over the module's `dot` and `unpacked_dot`, its `unpack`),
-/// and its table entries `RESIDENT` (AVX2), `RESIDENT_VEX` and `RESIDENT_EVEX`, whose `arrange` runs the module's `arrange_blocks` and whose
-/// `dequantize` and `quantize` wrap the reference's (`crate::formats::<key>`) with the module's
-/// `restore_block` and `arrange_blocks`. The module writes only what differs per format.
+/// and its table entries `RESIDENT` (AVX2), `RESIDENT_VEX` and `RESIDENT_EVEX`, whose
+/// `arrange` runs the module's `arrange_blocks` and whose `dequantize` and `quantize` wrap the
+/// reference's (`crate::formats::<key>`) with the module's `restore_block` and
+/// `arrange_blocks`. The module writes only what differs per format.
 macro_rules! arranged_layout {
     ($format:literal, $key:ident) => {
         encodings!($format, 1, unpacked unpacked_dot);

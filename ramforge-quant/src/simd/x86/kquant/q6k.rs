@@ -100,9 +100,10 @@ unsafe fn add_block_total<const T: usize>(acc: &mut __m128, d: f32, da: &[f32; T
 }
 
 /// Bytes of a Q6_K block as [`unpack`] writes it for the prefill tile: f32 `d`; the 16 scales
-/// times -32 as i16 (at most 4096 in magnitude: the offset's multipliers); per 128-element half `h` the scales of its even and odd 16-element groups as four
-/// i16 each (qwords `2h`, `2h + 1` at [`U_PAIRS`]); the 256 quants (stored + 32) as bytes in
-/// Q4_K's [`arrange`]d order.
+/// times -32 as i16 (at most 4096 in magnitude: the offset's multipliers); per 128-element
+/// half `h` the scales of its even and odd 16-element groups as four i16 each (qwords `2h`,
+/// `2h + 1` at [`U_PAIRS`]); the 256 quants (stored + 32) as bytes in Q4_K's [`arrange`]d
+/// order.
 const UNPACKED_BYTES: usize = 352;
 const U_D: usize = 0;
 const U_SCALES: usize = 8;
