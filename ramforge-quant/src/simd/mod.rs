@@ -71,11 +71,7 @@ pub(crate) fn kernels(isa: Isa, ty: GgmlType) -> Option<&'static Kernels> {
 pub(crate) fn resident(isa: Isa, ty: GgmlType) -> Option<&'static Resident> {
     match isa {
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => x86::resident(ty),
-        #[cfg(target_arch = "x86_64")]
-        Isa::AvxVnni => x86::vnni_resident(ty),
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512Vnni => x86::vnni512_resident(ty),
+        Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni => x86::resident(isa, ty),
         _ => {
             let _ = ty;
             None

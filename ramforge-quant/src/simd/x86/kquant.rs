@@ -25,33 +25,23 @@ mod q8k;
 #[cfg(test)]
 mod tests;
 
+use crate::isa::Isa;
 use crate::kernel_table::Resident;
 use crate::simd::register::encoding_tables;
 use crate::GgmlType;
 
-/// The arranged resident layout of `ty` for the AVX2 kernels, if it has one.
-pub(super) fn resident(ty: GgmlType) -> Option<&'static Resident> {
-    match ty {
-        GgmlType::Q4_K => Some(&q4k::arranged::RESIDENT),
-        GgmlType::Q6_K => Some(&q6k::arranged::RESIDENT),
-        _ => None,
-    }
-}
-
-/// The same layout for the AVX-VNNI kernels (the same arranged bytes, the same results).
-pub(super) fn vnni_resident(ty: GgmlType) -> Option<&'static Resident> {
-    match ty {
-        GgmlType::Q4_K => Some(&q4k::arranged::RESIDENT_VEX),
-        GgmlType::Q6_K => Some(&q6k::arranged::RESIDENT_VEX),
-        _ => None,
-    }
-}
-
-/// The same layout for the AVX512-VNNI kernels.
-pub(super) fn vnni512_resident(ty: GgmlType) -> Option<&'static Resident> {
-    match ty {
-        GgmlType::Q4_K => Some(&q4k::arranged::RESIDENT_EVEX),
-        GgmlType::Q6_K => Some(&q6k::arranged::RESIDENT_EVEX),
+/// The arranged resident layout of `ty` for `isa`'s kernels (AVX2, AVX-VNNI or AVX512-VNNI:
+/// the same arranged bytes, the same results), if it has one.
+pub(super) fn resident(isa: Isa, ty: GgmlType) -> Option<&'static Resident> {
+    let [avx2, vex, evex] = match ty {
+        GgmlType::Q4_K => &q4k::arranged::RESIDENT,
+        GgmlType::Q6_K => &q6k::arranged::RESIDENT,
+        _ => return None,
+    };
+    match isa {
+        Isa::Avx2 => Some(avx2),
+        Isa::AvxVnni => Some(vex),
+        Isa::Avx512Vnni => Some(evex),
         _ => None,
     }
 }

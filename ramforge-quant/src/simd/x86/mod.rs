@@ -9,6 +9,7 @@ mod kquant;
 mod legacy;
 mod prefetch;
 
+use crate::isa::Isa;
 use crate::kernel_table::{Kernels, Resident};
 use crate::GgmlType;
 
@@ -30,20 +31,10 @@ pub(crate) fn kernels(ty: GgmlType) -> Option<&'static Kernels> {
         .or_else(|| iquant::kernels(ty))
 }
 
-/// The arranged resident layout of `ty` for the AVX2 kernels, if there is one.
-pub(crate) fn resident(ty: GgmlType) -> Option<&'static Resident> {
-    kquant::resident(ty)
-}
-
-/// The same layout for the AVX-VNNI kernels: the same bytes as the AVX2 table's, its
-/// kernels returning the same bits.
-pub(crate) fn vnni_resident(ty: GgmlType) -> Option<&'static Resident> {
-    kquant::vnni_resident(ty)
-}
-
-/// The same layout for the AVX512-VNNI kernels.
-pub(crate) fn vnni512_resident(ty: GgmlType) -> Option<&'static Resident> {
-    kquant::vnni512_resident(ty)
+/// The arranged resident layout of `ty` for `isa`'s kernels (one of the x86 instruction sets),
+/// if there is one: the same layout for the AVX2 and both VNNI tables.
+pub(crate) fn resident(isa: Isa, ty: GgmlType) -> Option<&'static Resident> {
+    kquant::resident(isa, ty)
 }
 
 /// The AVX-VNNI kernels for `ty`: the VNNI ones where written (each returns bit for bit what

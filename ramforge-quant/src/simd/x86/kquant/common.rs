@@ -323,7 +323,7 @@ pub(in crate::simd::x86) use encodings;
 
 /// `arranged_layout!("Q4_K", q4_k)`, inside a format's `arranged` module: the layout's kernels
 /// in each encoding (`encodings!` over the module's `dot` and `unpacked_dot`, its `unpack`),
-/// and its table entries `RESIDENT` (AVX2), `RESIDENT_VEX` and `RESIDENT_EVEX`, whose
+/// and its table entries `RESIDENT` (one per encoding: AVX2, AVX-VNNI, AVX512-VNNI), whose
 /// `arrange` runs the module's `arrange_blocks` and whose `dequantize` and `quantize` wrap the
 /// reference's (`crate::formats::<key>`) with the module's `restore_block` and
 /// `arrange_blocks`. The module writes only what differs per format.
@@ -331,14 +331,13 @@ macro_rules! arranged_layout {
     ($format:literal, $key:ident) => {
         encodings!($format, 1, unpacked unpacked_dot);
 
-        /// The layout's entries in the AVX2, AVX-VNNI and AVX512-VNNI tables: one layout, its
-        /// kernels once per [`PairSum`] encoding (the same bits).
-        pub(in crate::simd::x86) static RESIDENT: $crate::kernel_table::Resident =
-            arranged_layout!(@resident avx2);
-        pub(in crate::simd::x86) static RESIDENT_VEX: $crate::kernel_table::Resident =
-            arranged_layout!(@resident vex);
-        pub(in crate::simd::x86) static RESIDENT_EVEX: $crate::kernel_table::Resident =
-            arranged_layout!(@resident evex);
+        /// The layout's entries in the AVX2, AVX-VNNI and AVX512-VNNI tables, in that order:
+        /// one layout, its kernels once per [`PairSum`] encoding (the same bits).
+        pub(in crate::simd::x86) static RESIDENT: [$crate::kernel_table::Resident; 3] = [
+            arranged_layout!(@resident avx2),
+            arranged_layout!(@resident vex),
+            arranged_layout!(@resident evex),
+        ];
 
         /// Whole blocks rewritten in place into the arranged layout.
         fn arrange_rows(w: &mut [u8]) {

@@ -655,24 +655,34 @@ fn matvec_through_rows_matches_the_reference() {
 /// A kernel table's lookup by type.
 type Table = fn(GgmlType) -> Option<&'static Kernels>;
 
-/// The VNNI tables of this CPU (AVX-VNNI, AVX512-VNNI), each named; says which it lacks (their
-/// comparisons do not run: an AVX2-only machine still runs every AVX2 test).
-fn vnni_tables() -> Vec<(&'static str, Table)> {
-    use crate::isa::Isa;
-    let all: [(Isa, &'static str, Table); 2] = [
-        (Isa::AvxVnni, "AVX-VNNI", super::vnni_kernels),
-        (Isa::Avx512Vnni, "AVX512-VNNI", super::vnni512_kernels),
-    ];
+/// The entries of `all` whose instruction set this CPU has, each named; says which it lacks
+/// (their comparisons of `what` do not run: an AVX2-only machine still runs every AVX2 test).
+fn available<T>(
+    all: Vec<(crate::isa::Isa, &'static str, T)>,
+    what: &str,
+) -> Vec<(&'static str, T)> {
     all.into_iter()
         .filter(|(isa, name, _)| {
             let here = isa.is_available();
             if !here {
-                eprintln!("no {name} on this CPU: its K-quant kernels were not compared");
+                eprintln!("no {name} on this CPU: its {what} were not compared");
             }
             here
         })
-        .map(|(_, name, table)| (name, table))
+        .map(|(_, name, entry)| (name, entry))
         .collect()
+}
+
+/// The VNNI tables of this CPU (AVX-VNNI, AVX512-VNNI), each named.
+fn vnni_tables() -> Vec<(&'static str, Table)> {
+    use crate::isa::Isa;
+    available(
+        vec![
+            (Isa::AvxVnni, "AVX-VNNI", super::vnni_kernels as Table),
+            (Isa::Avx512Vnni, "AVX512-VNNI", super::vnni512_kernels),
+        ],
+        "K-quant kernels",
+    )
 }
 
 /// `TILE_ROWS` rows against `TILE` activation rows through the AVX2 table and a VNNI one: every
@@ -800,9 +810,6 @@ proptest! {
     }
 }
 
-/// A table's arranged resident layouts by type.
-type ResidentTable = fn(GgmlType) -> Option<&'static crate::kernel_table::Resident>;
-
 /// The arranged layout (Q4_K, Q6_K) of the AVX2 table and of each VNNI table this CPU has:
 /// rows rewritten by its `arrange` and activations by its `arranged_acts` give, through its
 /// `vec_dot`, `rows` and tile, the bits of the AVX2 kernels on the file's rows; and its
@@ -810,26 +817,21 @@ type ResidentTable = fn(GgmlType) -> Option<&'static crate::kernel_table::Reside
 #[test]
 fn arranged_layouts_give_the_file_layouts_bits() {
     use crate::isa::Isa;
-    let mut tables: Vec<(&str, ResidentTable)> = vec![("AVX2", super::resident)];
-    for (isa, name, table) in [
-        (
-            Isa::AvxVnni,
-            "AVX-VNNI",
-            super::vnni_resident as ResidentTable,
-        ),
-        (Isa::Avx512Vnni, "AVX512-VNNI", super::vnni512_resident),
-    ] {
-        if isa.is_available() {
-            tables.push((name, table));
-        } else {
-            eprintln!("no {name} on this CPU: its arranged layout was not compared");
-        }
-    }
+    // AVX2 always (the kernel tests need it: `avx2` below asserts it), VNNI where present.
+    let mut tables = vec![("AVX2", Isa::Avx2)];
+    tables.extend(available(
+        vec![
+            (Isa::AvxVnni, "AVX-VNNI", Isa::AvxVnni),
+            (Isa::Avx512Vnni, "AVX512-VNNI", Isa::Avx512Vnni),
+        ],
+        "arranged layouts",
+    ));
     let mut rng = Rng(23);
-    for (name, table) in tables {
+    for (name, isa) in tables {
         for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
             let f = FORMATS.iter().find(|f| f.ty == ty).unwrap();
-            let resident = table(ty).unwrap_or_else(|| panic!("{name} {ty}: an arranged layout"));
+            let resident = super::resident(isa, ty)
+                .unwrap_or_else(|| panic!("{name} {ty}: an arranged layout"));
             let (k, a2) = (&resident.kernels, avx2(ty));
             let arrange_acts = k.arranged_acts.expect("arranged activations");
             for blocks in [1, 3] {
