@@ -26,14 +26,16 @@ const TOKEN_BLOCK_BYTES: usize = 16 * 1024;
 const MAX_PRODUCTS: usize = 4;
 /// Tokens below which a product with a [`Tile::Unpacked`] kernel runs token by token.
 const UNPACKED_MIN_TOKENS: usize = 2 * TILE;
-/// Unpacked weight bytes a thread holds at once for a [`Tile::Unpacked`] kernel: they stay in
-/// L2 while every token of the batch visits them.
-const UNPACKED_BYTES: usize = 256 * 1024;
+/// L1 data cache bytes a [`Tile::Unpacked`] kernel's working set is sized for (32 KiB: Zen 1-5;
+/// Intel cores have 32-48). A thread holds as many unpacked weight rows as fit beside one
+/// tile of tokens' activations ([`unpacked_group`]): the tile then reads its weights from L1
+/// and its activations from L2 once per group, instead of every weight byte from L2.
+const UNPACKED_L1_BYTES: usize = 32 * 1024;
 
 thread_local! {
-    /// Each thread's unpacked weight rows ([`Tile::Unpacked`]): at most [`UNPACKED_BYTES`], or
-    /// [`UNPACKED_ROWS`] rows where they unpack to more, whatever the batch; a fixed cost per
-    /// thread.
+    /// Each thread's unpacked weight rows ([`Tile::Unpacked`]): at most [`UNPACKED_L1_BYTES`],
+    /// or [`UNPACKED_ROWS`] rows where they unpack to more, whatever the batch; a fixed cost
+    /// per thread.
     static UNPACKED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
@@ -145,24 +147,35 @@ pub(crate) fn activation_scratch_bytes(
     Ok(most)
 }
 
-/// [`activation_scratch_bytes`] of one group of products whose kernels are `ks[i]`.
+/// [`activation_scratch_bytes`] of one group of products whose kernels are `ks[i]`: per
+/// activation type, one quantized copy and one more per distinct arrangement its products read
+/// ([`arrangement`]).
 fn group_scratch_bytes(
     group: &[GgmlType],
     ks: &[Option<&Kernels>; MAX_PRODUCTS],
     cols: usize,
     n: usize,
 ) -> Result<usize, QuantError> {
-    let mut acts: [Option<GgmlType>; MAX_PRODUCTS] = [None; MAX_PRODUCTS];
     let mut total = 0usize;
     for (i, &ty) in group.iter().enumerate() {
         let k = ks[i].ok_or(QuantError::Unsupported { ty })?;
         let Some(act) = act_type(k.dot) else {
             continue;
         };
-        if acts.contains(&Some(act)) {
+        let first_of_act = (0..i).all(|j| ks[j].and_then(|k| act_type(k.dot)) != Some(act));
+        let arrange = arrangement(k, n, false);
+        let new_arrangement = arrange.is_some_and(|f| {
+            (0..i).all(|j| {
+                let other = ks[j].filter(|k| act_type(k.dot) == Some(act));
+                !other
+                    .and_then(|k| arrangement(k, n, false))
+                    .is_some_and(|g| std::ptr::fn_addr_eq(f, g))
+            })
+        });
+        let copies = usize::from(first_of_act) + usize::from(new_arrangement);
+        if copies == 0 {
             continue;
         }
-        acts[i] = Some(act);
         let bytes = row_bytes(act, cols)?
             .checked_mul(n)
             .ok_or(QuantError::ByteLength {
@@ -170,35 +183,22 @@ fn group_scratch_bytes(
                 expected: usize::MAX,
                 got: 0,
             })?;
-        let copies = if arrange_for(group, ks, act, n, false).is_some() {
-            2
-        } else {
-            1
-        };
         total = total.saturating_add(bytes.saturating_mul(copies));
     }
     Ok(total)
 }
 
-/// How some product of `group` (kernels `ks[i]`) with activation type `act` reads its
-/// activations arranged, if one does: its kernels' [`Kernels::arranged_acts`] (an arranged
-/// layout's), or, where a batch of `n` tokens runs unpacked tiles (not `per_token`), its
-/// tile's [`Unpack::arrange`]. One arrangement per activation type: every kernel that arranges
-/// an activation type's rows reads them the same way.
-fn arrange_for(
-    group: &[GgmlType],
-    ks: &[Option<&Kernels>; MAX_PRODUCTS],
-    act: GgmlType,
-    n: usize,
-    per_token: bool,
-) -> Option<Arrange> {
+/// How a product with kernels `k` reads its activations arranged, if it does: its kernels'
+/// [`Kernels::arranged_acts`] (an arranged layout's), or, where a batch of `n` tokens runs
+/// unpacked tiles (not `per_token`), its tile's [`Unpack::arrange`]. Products of one group
+/// that arrange the same activation type differently (a codebook format's unpacked tile
+/// beside a resident K-quant) each get their own arranged copy; those arranging it alike
+/// share one.
+fn arrangement(k: &Kernels, n: usize, per_token: bool) -> Option<Arrange> {
     let tiles_unpack = n >= UNPACKED_MIN_TOKENS && !per_token;
-    (0..group.len()).find_map(|i| {
-        let k = ks[i].filter(|k| act_type(k.dot) == Some(act))?;
-        k.arranged_acts.or(match k.tile {
-            Some(Tile::Unpacked(u)) if tiles_unpack => u.arrange,
-            _ => None,
-        })
+    k.arranged_acts.or(match k.tile {
+        Some(Tile::Unpacked(u)) if tiles_unpack => u.arrange,
+        _ => None,
     })
 }
 
@@ -349,67 +349,75 @@ fn run_group(
         return Ok(());
     }
 
-    // Quantize the activations once per distinct activation type (and arrange them once
-    // more where a tile reads them arranged).
-    let mut tys = [GgmlType::F32; MAX_PRODUCTS];
-    for (slot, p) in tys.iter_mut().zip(products.iter()) {
-        *slot = p.ty;
-    }
-    let tys = &tys[..products.len()];
-    type Quantized = (GgmlType, usize, usize, Option<usize>);
-    let mut acts_of: [Option<Quantized>; MAX_PRODUCTS] = [None; MAX_PRODUCTS];
+    // Quantize the activations once per distinct activation type, and arrange them once per
+    // distinct arrangement some product's kernels read.
+    let mut quantized_at: [Option<(GgmlType, usize, usize)>; MAX_PRODUCTS] = [None; MAX_PRODUCTS];
+    let mut arranged_at: [Option<(GgmlType, Arrange, usize)>; MAX_PRODUCTS] = [None; MAX_PRODUCTS];
     let mut used = 0usize;
     for (i, p) in products.iter().enumerate() {
         let k = ks[i].ok_or(QuantError::Unsupported { ty: p.ty })?;
         let Some(act) = act_type(k.dot) else {
             continue;
         };
-        if acts_of.iter().flatten().any(|(a, ..)| *a == act) {
-            continue;
-        }
         let act_row = row_bytes(act, cols)?;
         let bytes = act_row * n;
-        let arrange = arrange_for(tys, ks, act, n, per_token);
-        let copies = if arrange.is_some() { 2 } else { 1 };
-        let end = used
-            .checked_add(bytes * copies)
-            .filter(|&e| e <= scratch.len());
-        let Some(end) = end else {
-            return Err(QuantError::ByteLength {
-                ty: act,
-                expected: used.saturating_add(bytes * copies),
-                got: scratch.len(),
-            });
-        };
-        let quantize = kernels(act)?.quantize;
-        let (region, rest) = scratch[used..end].split_at_mut(bytes);
         let parallel_rows = n >= 8 && bytes >= PARALLEL_MIN_BYTES / 4;
+        let len = scratch.len();
+        let take = |used: &mut usize| {
+            let start = *used;
+            let end = start.checked_add(bytes).filter(|&e| e <= len);
+            *used = end.ok_or(QuantError::ByteLength {
+                ty: act,
+                expected: start.saturating_add(bytes),
+                got: len,
+            })?;
+            Ok::<usize, QuantError>(start)
+        };
+        let base = match quantized_at.iter().flatten().find(|(a, ..)| *a == act) {
+            Some(&(_, off, _)) => off,
+            None => {
+                let off = take(&mut used)?;
+                let quantize = kernels(act)?.quantize;
+                let region = &mut scratch[off..off + bytes];
+                if parallel_rows {
+                    parallel::for_each_chunk_mut(region, act_row, |t, dst| {
+                        quantize(&x[t * cols..(t + 1) * cols], dst)
+                    });
+                } else {
+                    for (dst, src) in region.chunks_exact_mut(act_row).zip(x.chunks_exact(cols)) {
+                        quantize(src, dst);
+                    }
+                }
+                quantized_at[i] = Some((act, off, act_row));
+                off
+            }
+        };
+        let Some(arrange) = arrangement(k, n, per_token) else {
+            continue;
+        };
+        let known = arranged_at
+            .iter()
+            .flatten()
+            .any(|&(a, f, _)| a == act && std::ptr::fn_addr_eq(f, arrange));
+        if known {
+            continue;
+        }
+        let off = take(&mut used)?;
+        let (done, rest) = scratch.split_at_mut(off);
+        let (region, dst) = (&done[base..base + bytes], &mut rest[..bytes]);
         if parallel_rows {
-            parallel::for_each_chunk_mut(region, act_row, |t, dst| {
-                quantize(&x[t * cols..(t + 1) * cols], dst)
+            parallel::for_each_chunk_mut(dst, act_row, |t, dst| {
+                arrange(&region[t * act_row..(t + 1) * act_row], dst)
             });
         } else {
-            for (dst, src) in region.chunks_exact_mut(act_row).zip(x.chunks_exact(cols)) {
-                quantize(src, dst);
+            for (dst, src) in dst
+                .chunks_exact_mut(act_row)
+                .zip(region.chunks_exact(act_row))
+            {
+                arrange(src, dst);
             }
         }
-        if let Some(arrange) = arrange {
-            let region: &[u8] = region;
-            if parallel_rows {
-                parallel::for_each_chunk_mut(rest, act_row, |t, dst| {
-                    arrange(&region[t * act_row..(t + 1) * act_row], dst)
-                });
-            } else {
-                for (dst, src) in rest
-                    .chunks_exact_mut(act_row)
-                    .zip(region.chunks_exact(act_row))
-                {
-                    arrange(src, dst);
-                }
-            }
-        }
-        acts_of[i] = Some((act, used, act_row, arrange.map(|_| used + bytes)));
-        used = end;
+        arranged_at[i] = Some((act, arrange, off));
     }
     let scratch: &[u8] = scratch;
 
@@ -420,14 +428,21 @@ fn run_group(
         let (acts, arranged) = match act_type(k.dot) {
             None => (Acts::Float(x), None),
             Some(act) => {
-                let (_, off, act_row, arranged) = acts_of
+                let (_, off, act_row) = quantized_at
                     .iter()
                     .flatten()
                     .find(|(a, ..)| *a == act)
                     .copied()
                     .expect("every activation type was quantized above");
                 let len = act_row * n;
-                let arranged = arranged.map(|a| &scratch[a..a + len]);
+                let arranged = arrangement(k, n, per_token).map(|arrange| {
+                    let &(_, _, at) = arranged_at
+                        .iter()
+                        .flatten()
+                        .find(|&&(a, f, _)| a == act && std::ptr::fn_addr_eq(f, arrange))
+                        .expect("every arrangement was made above");
+                    &scratch[at..at + len]
+                });
                 let quantized = match k.arranged_acts {
                     Some(_) => arranged.expect("arranged for a kernel reading them so"),
                     None => &scratch[off..off + len],
@@ -628,8 +643,8 @@ fn run_item(p: &Prepared<'_>, cols: usize, n: usize, item: usize) {
     }
 }
 
-/// Rows `rows` of one product through its [`Tile::Unpacked`] kernel: as many rows as fit
-/// [`UNPACKED_BYTES`] unpacked at a time, then every token over them, [`TILE`] tokens and
+/// Rows `rows` of one product through its [`Tile::Unpacked`] kernel: [`unpacked_group`] rows
+/// unpacked at a time, then every token over them, [`TILE`] tokens and
 /// [`UNPACKED_ROWS`] rows a call (a group's last row, if it fills no call, with a copy of
 /// itself), a last tile short of tokens with its last token repeated; the activations as
 /// the kernel's [`Unpack::arrange`] wrote them where it has one.
@@ -644,7 +659,7 @@ fn run_unpacked(
         unreachable!("an unpacked tile belongs to a block format")
     };
     let urow = u.row_bytes(p.row);
-    let group = (UNPACKED_BYTES / urow.max(1) / UNPACKED_ROWS).max(1) * UNPACKED_ROWS;
+    let group = unpacked_group(urow, act_row);
     let weight_row = |o: usize| &p.weights[o * p.row..(o + 1) * p.row];
     UNPACKED.with_borrow_mut(|unpacked| {
         let mut g0 = rows.start;
@@ -689,6 +704,14 @@ fn run_unpacked(
             g0 = g1;
         }
     });
+}
+
+/// Rows of `urow` unpacked bytes a thread unpacks at once: a whole number of
+/// [`UNPACKED_ROWS`] calls, as many as fit [`UNPACKED_L1_BYTES`] beside a [`TILE`] of
+/// activation rows of `act_row` bytes, at least one call.
+fn unpacked_group(urow: usize, act_row: usize) -> usize {
+    let room = UNPACKED_L1_BYTES.saturating_sub(TILE * act_row);
+    (room / urow.max(1) / UNPACKED_ROWS).max(1) * UNPACKED_ROWS
 }
 
 /// The dot of weight row `row` with token `t`'s activations.
@@ -818,7 +841,7 @@ mod tests {
     }
 
     /// An unpacked tile that is `UNPACKED_ROWS * TILE` calls of the type's scalar dot, each
-    /// unpacked block the packed one and padding (so a few rows fill [`UNPACKED_BYTES`] and an
+    /// unpacked block the packed one and padding (so a few rows fill [`UNPACKED_L1_BYTES`] and an
     /// item's rows run in several groups): exercises the driver's unpacked path on every block
     /// type.
     fn per_token_unpacked_tile(ty: GgmlType) -> Option<Tile> {
@@ -1100,6 +1123,82 @@ mod tests {
                 let mut want = vec![0f32; rows * n];
                 matmul(*ty, w, *rows, cols, &x, n, &mut want).unwrap();
                 assert_eq!(y, &want, "{ty} n={n}");
+            }
+        }
+    }
+
+    /// Products that read one activation type arranged in different ways, fused in one
+    /// group: a codebook format whose tile reads the activations offset (IQ2_XXS), one that
+    /// reads them folded (IQ1_S), a resident K-quant that reads its own arrangement (Q4_K
+    /// arranged where the CPU has that layout), and one reading them as quantized (Q6_K).
+    /// Each gets its own arranged copy (three here, and the quantized one: the scratch size
+    /// counts them) and returns bit for bit what it does alone, on every batch size.
+    #[test]
+    fn fused_products_each_read_their_own_arrangement() {
+        let cols = 512;
+        let pool = crate::parallel::WorkerPool::new(2).unwrap();
+        let bits = |y: &[f32]| y.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        let types = [
+            (GgmlType::IQ2_XXS, 19),
+            (GgmlType::IQ1_S, 26),
+            (GgmlType::Q4_K, 23),
+            (GgmlType::Q6_K, 9),
+        ];
+        let tys: Vec<GgmlType> = types.iter().map(|t| t.0).collect();
+        let ws: Vec<(Vec<u8>, Layout)> = types
+            .iter()
+            .enumerate()
+            .map(|(i, &(ty, rows))| {
+                let (mut w, _) = quantized(ty, rows, cols, 70 + i as u64);
+                let layout = match ty {
+                    GgmlType::Q4_K => crate::arrange_rows(ty, &mut w).unwrap(),
+                    _ => Layout::Gguf,
+                };
+                (w, layout)
+            })
+            .collect();
+        let arranging = cfg!(target_arch = "x86_64") && ws[2].1 == Layout::Arranged;
+        for n in [1, 8, 9, 21] {
+            let x = random(n * cols, 80 + n as u64);
+            let need = activation_scratch_bytes(&tys, cols, n).unwrap();
+            let q8k = GgmlType::Q8_K.row_size(cols).unwrap() * n;
+            if arranging && n >= UNPACKED_MIN_TOKENS {
+                assert_eq!(
+                    need,
+                    4 * q8k,
+                    "n={n}: the quantized copy and three arrangements"
+                );
+            }
+            let mut ys: Vec<Vec<f32>> = types.iter().map(|&(_, r)| vec![f32::NAN; r * n]).collect();
+            let mut products: Vec<Product<'_>> = types
+                .iter()
+                .zip(&ws)
+                .zip(ys.iter_mut())
+                .map(|((&(ty, rows), (w, layout)), y)| Product {
+                    ty,
+                    layout: *layout,
+                    weights: w,
+                    rows,
+                    y,
+                })
+                .collect();
+            let mut scratch = vec![0u8; need];
+            pool.install(|| matmul_many_in(&mut products, cols, &x, n, &mut scratch, false))
+                .unwrap();
+            drop(products);
+            for (((ty, rows), (w, layout)), y) in types.iter().zip(&ws).zip(&ys) {
+                let mut want = vec![f32::NAN; rows * n];
+                let mut alone = [Product {
+                    ty: *ty,
+                    layout: *layout,
+                    weights: w,
+                    rows: *rows,
+                    y: &mut want,
+                }];
+                let mut scratch = vec![0u8; activation_scratch_bytes(&[*ty], cols, n).unwrap()];
+                pool.install(|| matmul_many_in(&mut alone, cols, &x, n, &mut scratch, false))
+                    .unwrap();
+                assert_eq!(bits(y), bits(&want), "{ty} n={n}");
             }
         }
     }

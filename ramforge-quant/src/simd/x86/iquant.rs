@@ -21,7 +21,9 @@
 //! unpacks a work item's rows once ([`common::unpack`]: each chunk's quants and scales as
 //! `chunk` returns them, IQ1's folded in pairs for fewer multiplies, the ternary formats'
 //! digits) and [`common::unpacked_dot`] runs every token of the batch over them, two rows
-//! and four tokens a call, bit for bit the packed kernel's result.
+//! and four tokens a call, bit for bit the packed kernel's result, on activations the driver
+//! arranges once per product ([`common::arrangement`]: offset to unsigned bytes, and folded
+//! as the quants are where they are).
 //! Dequantizing and quantizing stay the generated reference.
 
 mod common;

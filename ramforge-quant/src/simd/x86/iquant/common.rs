@@ -223,10 +223,10 @@ pub(super) unsafe fn unpack<F: Codebook>(w: &[u8], out: &mut [u8]) {
 }
 
 /// `R` rows unpacked by [`unpack`] (back to back in `w`) dotted with `T` Q8_K activation
-/// rows: bit for bit what [`dot`] returns on the packed rows. Digits run as in
-/// [`digit_sums`]. Otherwise, by another route to the same i32 lanes: the activations
-/// offset to unsigned bytes (`x + 128`, once per token and chunk for all rows) multiply the
-/// signed quants directly (`maddubs`: pairs at most 2 * 255 * 62, no saturation), `madd` +
+/// rows, arranged by [`arrangement`]'s function unless digits: bit for bit what [`dot`]
+/// returns on the packed rows. Digits run as in [`digit_sums`]. Otherwise, by another route
+/// to the same i32 lanes: the activations offset to unsigned bytes (`x + 128`, made once per
+/// token for the whole product by the arrangement) multiply the signed quants directly (`maddubs`: pairs at most 2 * 255 * 62, no saturation), `madd` +
 /// `add` (`E`) the scales as in [`dot`], and the block's stored `128 * sum q * sc` per lane
 /// comes off before the same float step. Where [`Codebook::FOLD`], the activations are
 /// folded as the quants were ([`fold`]) and two `maddubs` add as i16 (at most
@@ -240,7 +240,6 @@ pub(super) unsafe fn unpacked_dot<F: Codebook, E: PairSum, const R: usize, const
 ) -> [[f32; T]; R] {
     let row = w.len() / R;
     let nb = row / F::UNPACKED_BYTES;
-    let offset = _mm256_set1_epi8(-128);
     let mut acc = [[_mm256_setzero_ps(); T]; R];
     for i in 0..nb {
         let wb = weight_blocks::<R>(w, row, F::UNPACKED_BYTES, i);
@@ -264,26 +263,25 @@ pub(super) unsafe fn unpacked_dot<F: Codebook, E: PairSum, const R: usize, const
             for pair in 0..4 {
                 for t in 0..T {
                     let at = ab[t].add(Q8K_QS + 64 * pair);
-                    let (x0, x1) = (load256(at), load256(at.add(32)));
-                    let [xa, xb] = fold(_mm256_xor_si256(x0, offset), _mm256_xor_si256(x1, offset));
+                    let (xa, xb) = (pinned::<E>(load256(at)), pinned::<E>(load256(at.add(32))));
                     for r in 0..R {
                         let p = wb[r].add(UNPACKED_CHUNKS + FOLDED_PAIR_BYTES * pair);
                         let s = _mm256_add_epi16(
                             _mm256_maddubs_epi16(xa, load256(p)),
                             _mm256_maddubs_epi16(xb, load256(p.add(32))),
                         );
-                        sumi[r][t] = E::madd_add(sumi[r][t], s, load256(p.add(64)));
+                        sumi[r][t] = E::madd_add(pinned::<E>(sumi[r][t]), s, load256(p.add(64)));
                     }
                 }
             }
         } else {
             for c in 0..8 {
                 for t in 0..T {
-                    let x = _mm256_xor_si256(load256(ab[t].add(Q8K_QS + 32 * c)), offset);
+                    let x = pinned::<E>(load256(ab[t].add(Q8K_QS + 32 * c)));
                     for r in 0..R {
                         let p = wb[r].add(UNPACKED_CHUNKS + 64 * c);
                         let q = _mm256_maddubs_epi16(x, load256(p));
-                        sumi[r][t] = E::madd_add(sumi[r][t], q, load256(p.add(32)));
+                        sumi[r][t] = E::madd_add(pinned::<E>(sumi[r][t]), q, load256(p.add(32)));
                     }
                 }
             }
@@ -305,6 +303,81 @@ pub(super) unsafe fn unpacked_dot<F: Codebook, E: PairSum, const R: usize, const
         }
     }
     std::array::from_fn(|r| std::array::from_fn(|t| hsum256(acc[r][t])))
+}
+
+/// `x`, in a register where this stands: opaque to the compiler (an empty `asm!`, no cost).
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn in_register(mut x: __m256i) -> __m256i {
+    std::arch::asm!("/* {x} */", x = inout(ymm_reg) x, options(pure, nomem, nostack, preserves_flags));
+    x
+}
+
+/// A value of [`unpacked_dot`]'s loop (an accumulator, a token's loaded activations),
+/// [`in_register`] where `E` [`PairSum::REASSOCIATES`]: the compiler otherwise reorders that
+/// loop, unrolled, into trees of adds and loads moved away from their products, and spills
+/// (the AVX2 tiles ran 25-60% slower so). The VNNI forms run fastest left alone.
+#[inline(always)]
+unsafe fn pinned<E: PairSum>(x: __m256i) -> __m256i {
+    if E::REASSOCIATES {
+        in_register(x)
+    } else {
+        x
+    }
+}
+
+/// The activation arrangement [`unpacked_dot`] reads for `F`: none for digits (they meet
+/// the signed activations), [`offset_acts`] or, where [`Codebook::FOLD`], [`folded_acts`].
+/// Two formats that read alike share one function, so a fused product of both arranges once.
+pub(super) const fn arrangement<F: Codebook>() -> Option<crate::kernel_table::Arrange> {
+    if F::DIGITS {
+        None
+    } else if F::FOLD {
+        Some(folded_acts)
+    } else {
+        Some(offset_acts)
+    }
+}
+
+/// Q8_K rows `a` as a non-folding codebook's [`unpacked_dot`] reads them, into `out`: each
+/// block as quantized but its quants offset to unsigned bytes (`x + 128`), once per token for
+/// the whole product instead of once per token, chunk and pair of rows in the tile.
+fn offset_acts(a: &[u8], out: &mut [u8]) {
+    assert!(a.len() == out.len() && a.len().is_multiple_of(Q8K_BYTES));
+    // SAFETY: handed out only in the kernel tables, which exist only where the CPU has AVX2,
+    // FMA and F16C; the lengths are whole Q8_K blocks.
+    unsafe { arrange_acts::<false>(a, out) }
+}
+
+/// [`offset_acts`], then each pair of chunks [`fold`]ed as a folding codebook's unpacked quants
+/// are (`fold` moves bytes, so offsetting before or after is the same).
+fn folded_acts(a: &[u8], out: &mut [u8]) {
+    assert!(a.len() == out.len() && a.len().is_multiple_of(Q8K_BYTES));
+    // SAFETY: as in `offset_acts`.
+    unsafe { arrange_acts::<true>(a, out) }
+}
+
+/// [`offset_acts`] (`FOLD` false) and [`folded_acts`].
+///
+/// # Safety
+/// The CPU has AVX2, FMA and F16C; `a` and `out` are the same whole number of Q8_K blocks.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn arrange_acts<const FOLD: bool>(a: &[u8], out: &mut [u8]) {
+    let offset = _mm256_set1_epi8(-128);
+    for (ab, ob) in a
+        .chunks_exact(Q8K_BYTES)
+        .zip(out.chunks_exact_mut(Q8K_BYTES))
+    {
+        ob.copy_from_slice(ab);
+        for pair in 0..4 {
+            let at = Q8K_QS + 64 * pair;
+            let x0 = _mm256_xor_si256(load256(ab.as_ptr().add(at)), offset);
+            let x1 = _mm256_xor_si256(load256(ab.as_ptr().add(at + 32)), offset);
+            let [x0, x1] = if FOLD { fold(x0, x1) } else { [x0, x1] };
+            store256(&mut ob[at..at + 32], x0);
+            store256(&mut ob[at + 32..at + 64], x1);
+        }
+    }
 }
 
 /// A grid of 8-wide rows as little-endian u64 words (byte l is value l), each value times
@@ -479,8 +552,9 @@ macro_rules! codebook_entry_points {
         const _: () = assert!(<$codebook as Codebook>::BYTES == BYTES);
         /// Bytes of a block unpacked for the prefill tile.
         const UNPACKED_BYTES: usize = <$codebook as Codebook>::UNPACKED_BYTES;
-        /// The tile reads the activations as quantized.
-        const ARRANGE: Option<crate::kernel_table::Arrange> = None;
+        /// How the tile reads the activations (offset, folded where the format folds).
+        const ARRANGE: Option<crate::kernel_table::Arrange> =
+            crate::simd::x86::iquant::common::arrangement::<$codebook>();
 
         encodings!($name, $group $(, vex $vex_group)?, unpacked unpacked_dot);
 

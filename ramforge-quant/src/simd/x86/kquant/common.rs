@@ -204,6 +204,10 @@ pub(in crate::simd::x86) trait PairSum {
     /// with VNNI does), so a reduction may `hadd` 256-bit vectors; Zen 1 and 2, which run
     /// the AVX2 encoding, split each into two 128-bit halves at several times the cost.
     const WIDE_SHUFFLES: bool;
+    /// Whether `madd_add` is plain intrinsics the compiler may reassociate across a loop's
+    /// iterations (AVX2's `madd` + `add`; the VNNI forms are one opaque instruction): a
+    /// kernel that keeps more sums live than registers hold pins its accumulators then.
+    const REASSOCIATES: bool;
     /// `acc + madd(a, b)`.
     unsafe fn madd_add(acc: __m256i, a: __m256i, b: __m256i) -> __m256i;
 }
@@ -221,6 +225,7 @@ pub(in crate::simd::x86) struct EvexPairs;
 
 impl PairSum for Avx2Pairs {
     const WIDE_SHUFFLES: bool = false;
+    const REASSOCIATES: bool = true;
     #[inline(always)]
     unsafe fn madd_add(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
         _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
@@ -229,6 +234,7 @@ impl PairSum for Avx2Pairs {
 
 impl PairSum for VexPairs {
     const WIDE_SHUFFLES: bool = true;
+    const REASSOCIATES: bool = false;
     #[inline(always)]
     unsafe fn madd_add(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
         dpwssd_vex(acc, a, b)
@@ -237,6 +243,7 @@ impl PairSum for VexPairs {
 
 impl PairSum for EvexPairs {
     const WIDE_SHUFFLES: bool = true;
+    const REASSOCIATES: bool = false;
     #[inline(always)]
     unsafe fn madd_add(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
         dpwssd_evex(acc, a, b)
