@@ -157,22 +157,28 @@ fn group_scratch_bytes(
     n: usize,
 ) -> Result<usize, QuantError> {
     let mut total = 0usize;
+    let mut acts: [Option<GgmlType>; MAX_PRODUCTS] = [None; MAX_PRODUCTS];
+    let mut arranged: [Option<(GgmlType, Arrange)>; MAX_PRODUCTS] = [None; MAX_PRODUCTS];
     for (i, &ty) in group.iter().enumerate() {
         let k = ks[i].ok_or(QuantError::Unsupported { ty })?;
         let Some(act) = act_type(k.dot) else {
             continue;
         };
-        let first_of_act = (0..i).all(|j| ks[j].and_then(|k| act_type(k.dot)) != Some(act));
-        let arrange = arrangement(k, n, false);
-        let new_arrangement = arrange.is_some_and(|f| {
-            (0..i).all(|j| {
-                let other = ks[j].filter(|k| act_type(k.dot) == Some(act));
-                !other
-                    .and_then(|k| arrangement(k, n, false))
-                    .is_some_and(|g| std::ptr::fn_addr_eq(f, g))
-            })
-        });
-        let copies = usize::from(first_of_act) + usize::from(new_arrangement);
+        let mut copies = 0usize;
+        if !acts.contains(&Some(act)) {
+            acts[i] = Some(act);
+            copies += 1;
+        }
+        if let Some(arrange) = arrangement(k, n, false) {
+            let known = arranged
+                .iter()
+                .flatten()
+                .any(|&(a, f)| a == act && std::ptr::fn_addr_eq(f, arrange));
+            if !known {
+                arranged[i] = Some((act, arrange));
+                copies += 1;
+            }
+        }
         if copies == 0 {
             continue;
         }
@@ -350,9 +356,11 @@ fn run_group(
     }
 
     // Quantize the activations once per distinct activation type, and arrange them once per
-    // distinct arrangement some product's kernels read.
-    let mut quantized_at: [Option<(GgmlType, usize, usize)>; MAX_PRODUCTS] = [None; MAX_PRODUCTS];
+    // distinct arrangement some product's kernels read; each product's (row bytes, quantized
+    // offset, arranged offset) in `acts_of`.
+    let mut quantized_at: [Option<(GgmlType, usize)>; MAX_PRODUCTS] = [None; MAX_PRODUCTS];
     let mut arranged_at: [Option<(GgmlType, Arrange, usize)>; MAX_PRODUCTS] = [None; MAX_PRODUCTS];
+    let mut acts_of: [Option<(usize, usize, Option<usize>)>; MAX_PRODUCTS] = [None; MAX_PRODUCTS];
     let mut used = 0usize;
     for (i, p) in products.iter().enumerate() {
         let k = ks[i].ok_or(QuantError::Unsupported { ty: p.ty })?;
@@ -373,8 +381,8 @@ fn run_group(
             })?;
             Ok::<usize, QuantError>(start)
         };
-        let base = match quantized_at.iter().flatten().find(|(a, ..)| *a == act) {
-            Some(&(_, off, _)) => off,
+        let base = match quantized_at.iter().flatten().find(|(a, _)| *a == act) {
+            Some(&(_, off)) => off,
             None => {
                 let off = take(&mut used)?;
                 let quantize = kernels(act)?.quantize;
@@ -388,18 +396,20 @@ fn run_group(
                         quantize(src, dst);
                     }
                 }
-                quantized_at[i] = Some((act, off, act_row));
+                quantized_at[i] = Some((act, off));
                 off
             }
         };
+        acts_of[i] = Some((act_row, base, None));
         let Some(arrange) = arrangement(k, n, per_token) else {
             continue;
         };
         let known = arranged_at
             .iter()
             .flatten()
-            .any(|&(a, f, _)| a == act && std::ptr::fn_addr_eq(f, arrange));
-        if known {
+            .find(|&&(a, f, _)| a == act && std::ptr::fn_addr_eq(f, arrange));
+        if let Some(&(_, _, at)) = known {
+            acts_of[i] = Some((act_row, base, Some(at)));
             continue;
         }
         let off = take(&mut used)?;
@@ -418,6 +428,7 @@ fn run_group(
             }
         }
         arranged_at[i] = Some((act, arrange, off));
+        acts_of[i] = Some((act_row, base, Some(off)));
     }
     let scratch: &[u8] = scratch;
 
@@ -425,24 +436,11 @@ fn run_group(
     let mut total_bytes = 0usize;
     for (i, p) in products.iter_mut().enumerate() {
         let k = ks[i].ok_or(QuantError::Unsupported { ty: p.ty })?;
-        let (acts, arranged) = match act_type(k.dot) {
+        let (acts, arranged) = match acts_of[i] {
             None => (Acts::Float(x), None),
-            Some(act) => {
-                let (_, off, act_row) = quantized_at
-                    .iter()
-                    .flatten()
-                    .find(|(a, ..)| *a == act)
-                    .copied()
-                    .expect("every activation type was quantized above");
+            Some((act_row, off, arranged)) => {
                 let len = act_row * n;
-                let arranged = arrangement(k, n, per_token).map(|arrange| {
-                    let &(_, _, at) = arranged_at
-                        .iter()
-                        .flatten()
-                        .find(|&&(a, f, _)| a == act && std::ptr::fn_addr_eq(f, arrange))
-                        .expect("every arrangement was made above");
-                    &scratch[at..at + len]
-                });
+                let arranged = arranged.map(|at| &scratch[at..at + len]);
                 let quantized = match k.arranged_acts {
                     Some(_) => arranged.expect("arranged for a kernel reading them so"),
                     None => &scratch[off..off + len],

@@ -23,7 +23,7 @@ mod q5k;
 mod q6k;
 mod q8k;
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;
 
 use crate::isa::Isa;
 use crate::kernel_table::Resident;

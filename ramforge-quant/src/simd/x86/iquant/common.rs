@@ -226,8 +226,9 @@ pub(super) unsafe fn unpack<F: Codebook>(w: &[u8], out: &mut [u8]) {
 /// rows, arranged by [`arrangement`]'s function unless digits: bit for bit what [`dot`]
 /// returns on the packed rows. Digits run as in [`digit_sums`]. Otherwise, by another route
 /// to the same i32 lanes: the activations offset to unsigned bytes (`x + 128`, made once per
-/// token for the whole product by the arrangement) multiply the signed quants directly (`maddubs`: pairs at most 2 * 255 * 62, no saturation), `madd` +
-/// `add` (`E`) the scales as in [`dot`], and the block's stored `128 * sum q * sc` per lane
+/// token for the whole product by the arrangement) multiply the signed quants directly
+/// (`maddubs`: pairs at most 2 * 255 * 62, no saturation), `madd` + `add` (`E`) the scales
+/// as in [`dot`], and the block's stored `128 * sum q * sc` per lane
 /// comes off before the same float step. Where [`Codebook::FOLD`], the activations are
 /// folded as the quants were ([`fold`]) and two `maddubs` add as i16 (at most
 /// 4 * 255 * 32) before one `madd`: three integer multiplies per 64 elements instead of

@@ -8,7 +8,8 @@ use super::kernels;
 use crate::dispatch::scalar_kernels;
 use crate::formats::{self, q8_k};
 use crate::isa::Isa;
-use crate::kernel_table::{Dot, Kernels, Tile, ROWS, TILE, TILE_ROWS, UNPACKED_ROWS};
+use crate::kernel_table::{Dot, Kernels, ROWS, TILE, TILE_ROWS};
+use crate::simd::x86::kquant::tests::tile_rows_of;
 use crate::GgmlType;
 use proptest::prelude::*;
 
@@ -363,41 +364,6 @@ fn dots_of_minus_128_activations_match_the_reference() {
             });
             assert_dot_matches(f, &w, &a, &format!("{blocks} blocks, mixed -128"));
         }
-    }
-}
-
-/// `k`'s prefill tile on `TILE_ROWS` equally long rows, an unpacked one with the activations
-/// arranged as the driver does. `out[r][t]`: row r, token t.
-fn tile_rows_of(k: &Kernels, rows: &[Vec<u8>], a: [&[u8]; TILE]) -> Vec<[f32; TILE]> {
-    assert_eq!(rows.len(), TILE_ROWS);
-    match k.tile {
-        Some(Tile::Quant(tile)) => rows.iter().map(|w| tile(w, a)).collect(),
-        Some(Tile::QuantRows(tile)) => tile(&rows.concat(), a).to_vec(),
-        Some(Tile::Unpacked(u)) => {
-            let arranged: Vec<Vec<u8>> = a
-                .iter()
-                .map(|a| match u.arrange {
-                    Some(arrange) => {
-                        let mut out = vec![0x5Au8; a.len()];
-                        arrange(a, &mut out);
-                        out
-                    }
-                    None => a.to_vec(),
-                })
-                .collect();
-            let a: [&[u8]; TILE] = std::array::from_fn(|t| &arranged[t][..]);
-            rows.chunks_exact(UNPACKED_ROWS)
-                .flat_map(|pair| {
-                    let urow = u.row_bytes(pair[0].len());
-                    let mut unpacked = vec![0xA5u8; UNPACKED_ROWS * urow];
-                    for (w, out) in pair.iter().zip(unpacked.chunks_exact_mut(urow)) {
-                        (u.unpack)(w, out);
-                    }
-                    (u.tile)(&unpacked, a)
-                })
-                .collect()
-        }
-        _ => panic!("no quantized tile"),
     }
 }
 

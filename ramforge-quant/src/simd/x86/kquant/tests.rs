@@ -380,7 +380,11 @@ fn tiles_of_extreme_quants_equal_their_vec_dot() {
 /// `k`'s prefill tile on `TILE_ROWS` equally long rows: the one-row kernel once per row, the
 /// multi-row kernel on the rows back to back, or the unpacked kernel on the rows unpacked (in
 /// pairs) with the activations arranged as the driver does. `out[r][t]`: row r, token t.
-fn tile_rows_of(k: &Kernels, rows: &[Vec<u8>], a: [&[u8]; TILE]) -> Vec<[f32; TILE]> {
+pub(in crate::simd::x86) fn tile_rows_of(
+    k: &Kernels,
+    rows: &[Vec<u8>],
+    a: [&[u8]; TILE],
+) -> Vec<[f32; TILE]> {
     assert_eq!(rows.len(), TILE_ROWS);
     match k.tile {
         Some(Tile::Quant(tile)) => rows.iter().map(|w| tile(w, a)).collect(),
