@@ -32,6 +32,16 @@ const UNPACKED_MIN_TOKENS: usize = 2 * TILE;
 /// and its activations from L2 once per group, instead of every weight byte from L2.
 const UNPACKED_L1_BYTES: usize = 32 * 1024;
 
+/// Alignment of each token's row in an arranged activation copy (its stride rounded up to
+/// it, the copy's start aligned in the scratch): the kernels reading arranged rows load
+/// their quants as whole vectors, which measured slower where they cross a cache line.
+const ARRANGED_ALIGN: usize = 64;
+
+/// The distance between tokens' rows of `act_row` bytes in an arranged copy.
+fn arranged_stride(act_row: usize) -> usize {
+    act_row.next_multiple_of(ARRANGED_ALIGN)
+}
+
 thread_local! {
     /// Each thread's unpacked weight rows ([`Tile::Unpacked`]): at most [`UNPACKED_L1_BYTES`],
     /// or [`UNPACKED_ROWS`] rows where they unpack to more, whatever the batch; a fixed cost
@@ -60,11 +70,26 @@ unsafe impl Send for OutPtr {}
 unsafe impl Sync for OutPtr {}
 
 /// Activations quantized for a type's `dot`: the f32 rows for float weights, else the
-/// `act`-type rows (bytes, row length).
+/// `act`-type rows.
 #[derive(Clone, Copy)]
 enum Acts<'a> {
     Float(&'a [f32]),
-    Quant(&'a [u8], usize),
+    Quant(QuantRows<'a>),
+}
+
+/// Tokens' quantized (or arranged) activation rows of `row` bytes, `stride` apart in `buf`.
+#[derive(Clone, Copy)]
+struct QuantRows<'a> {
+    buf: &'a [u8],
+    row: usize,
+    stride: usize,
+}
+
+impl<'a> QuantRows<'a> {
+    /// Token `t`'s row.
+    fn token(&self, t: usize) -> &'a [u8] {
+        &self.buf[t * self.stride..t * self.stride + self.row]
+    }
 }
 
 /// Checked shapes of a weight matrix: (bytes per row).
@@ -99,7 +124,7 @@ struct Prepared<'a> {
     acts: Acts<'a>,
     /// The activations as the tile's [`Unpack::arrange`] wrote them, where it has one and
     /// the batch runs unpacked tiles.
-    arranged: Option<&'a [u8]>,
+    arranged: Option<QuantRows<'a>>,
     y: OutPtr,
     /// Each token's dots as for `n = 1` (the rows kernel and the dot, or a tile that equals
     /// the dot bit for bit), so a token's results do not depend on the others in the batch.
@@ -182,14 +207,24 @@ fn group_scratch_bytes(
         if copies == 0 {
             continue;
         }
-        let bytes = row_bytes(act, cols)?
+        let act_row = row_bytes(act, cols)?;
+        let too_big = QuantError::ByteLength {
+            ty: act,
+            expected: usize::MAX,
+            got: 0,
+        };
+        let quantized = act_row.checked_mul(n).ok_or(too_big.clone())?;
+        // An arranged copy: aligned rows, and room to align its start.
+        let arranged = arranged_stride(act_row)
             .checked_mul(n)
-            .ok_or(QuantError::ByteLength {
-                ty: act,
-                expected: usize::MAX,
-                got: 0,
-            })?;
-        total = total.saturating_add(bytes.saturating_mul(copies));
+            .and_then(|b| b.checked_add(ARRANGED_ALIGN))
+            .ok_or(too_big)?;
+        let bytes = if acts[i].is_some() {
+            quantized.saturating_add(arranged.saturating_mul(copies - 1))
+        } else {
+            arranged.saturating_mul(copies)
+        };
+        total = total.saturating_add(bytes);
     }
     Ok(total)
 }
@@ -412,19 +447,32 @@ fn run_group(
             acts_of[i] = Some((act_row, base, Some(at)));
             continue;
         }
-        let off = take(&mut used)?;
+        // Aligned rows, from an aligned start (the scratch sizes count both).
+        let stride = arranged_stride(act_row);
+        let start = scratch.as_ptr() as usize + used;
+        used += start.next_multiple_of(ARRANGED_ALIGN) - start;
+        let off = used;
+        let end =
+            off.checked_add(stride * n)
+                .filter(|&e| e <= len)
+                .ok_or(QuantError::ByteLength {
+                    ty: act,
+                    expected: off.saturating_add(stride * n),
+                    got: len,
+                })?;
+        used = end;
         let (done, rest) = scratch.split_at_mut(off);
-        let (region, dst) = (&done[base..base + bytes], &mut rest[..bytes]);
+        let (region, dst) = (&done[base..base + bytes], &mut rest[..stride * n]);
         if parallel_rows {
-            parallel::for_each_chunk_mut(dst, act_row, |t, dst| {
-                arrange(&region[t * act_row..(t + 1) * act_row], dst)
+            parallel::for_each_chunk_mut(dst, stride, |t, dst| {
+                arrange(&region[t * act_row..(t + 1) * act_row], &mut dst[..act_row])
             });
         } else {
             for (dst, src) in dst
-                .chunks_exact_mut(act_row)
+                .chunks_exact_mut(stride)
                 .zip(region.chunks_exact(act_row))
             {
-                arrange(src, dst);
+                arrange(src, &mut dst[..act_row]);
             }
         }
         arranged_at[i] = Some((act, arrange, off));
@@ -439,13 +487,23 @@ fn run_group(
         let (acts, arranged) = match acts_of[i] {
             None => (Acts::Float(x), None),
             Some((act_row, off, arranged)) => {
-                let len = act_row * n;
-                let arranged = arranged.map(|at| &scratch[at..at + len]);
+                let arranged = arranged.map(|at| {
+                    let stride = arranged_stride(act_row);
+                    QuantRows {
+                        buf: &scratch[at..at + stride * n],
+                        row: act_row,
+                        stride,
+                    }
+                });
                 let quantized = match k.arranged_acts {
                     Some(_) => arranged.expect("arranged for a kernel reading them so"),
-                    None => &scratch[off..off + len],
+                    None => QuantRows {
+                        buf: &scratch[off..off + act_row * n],
+                        row: act_row,
+                        stride: act_row,
+                    },
                 };
-                (Acts::Quant(quantized, act_row), arranged)
+                (Acts::Quant(quantized), arranged)
             }
         };
         if p.rows == 0 {
@@ -567,8 +625,8 @@ fn run_item(p: &Prepared<'_>, cols: usize, n: usize, item: usize) {
         // The item's weight rows stay in cache while each token visits them.
         for t in t0..n {
             let mut o = o0;
-            if let (Some(rows), Acts::Quant(buf, act_row)) = (p.rows_kernel, p.acts) {
-                let act = &buf[t * act_row..(t + 1) * act_row];
+            if let (Some(rows), Acts::Quant(acts)) = (p.rows_kernel, p.acts) {
+                let act = acts.token(t);
                 while o + ROWS <= o1 {
                     let out = rows(&p.weights[o * p.row..(o + ROWS) * p.row], act);
                     for (k, v) in out.into_iter().enumerate() {
@@ -590,7 +648,7 @@ fn run_item(p: &Prepared<'_>, cols: usize, n: usize, item: usize) {
     // Token blocks sized to stay in L1; every weight row of the item visits each block.
     let act_row = match p.acts {
         Acts::Float(_) => cols * 4,
-        Acts::Quant(_, r) => r,
+        Acts::Quant(acts) => acts.row,
     };
     let block = (TOKEN_BLOCK_BYTES / act_row.max(1) / TILE * TILE).max(TILE);
     let mut t0 = 0;
@@ -653,9 +711,10 @@ fn run_unpacked(
     rows: std::ops::Range<usize>,
     write: &impl Fn(usize, usize, f32),
 ) {
-    let Acts::Quant(buf, act_row) = p.acts else {
+    let Acts::Quant(quantized) = p.acts else {
         unreachable!("an unpacked tile belongs to a block format")
     };
+    let act_row = quantized.row;
     let urow = u.row_bytes(p.row);
     let group = unpacked_group(urow, act_row);
     let weight_row = |o: usize| &p.weights[o * p.row..(o + 1) * p.row];
@@ -680,13 +739,10 @@ fn run_unpacked(
                 Some(_) => p
                     .arranged
                     .expect("activations arranged for an arranging tile"),
-                None => buf,
+                None => quantized,
             };
             for t in (0..n).step_by(TILE) {
-                let a = std::array::from_fn(|k| {
-                    let tk = (t + k).min(n - 1);
-                    &acts[tk * act_row..(tk + 1) * act_row]
-                });
+                let a = std::array::from_fn(|k| acts.token((t + k).min(n - 1)));
                 let tokens = TILE.min(n - t);
                 for (c, ur) in held.chunks_exact(UNPACKED_ROWS * urow).enumerate() {
                     for (r, out) in (u.tile)(ur, a).into_iter().enumerate() {
@@ -717,9 +773,7 @@ fn unpacked_group(urow: usize, act_row: usize) -> usize {
 fn dot_token(dot: Dot, acts: Acts<'_>, cols: usize, row: &[u8], t: usize) -> f32 {
     match (dot, acts) {
         (Dot::Float(f), Acts::Float(x)) => f(row, &x[t * cols..(t + 1) * cols]),
-        (Dot::Quant { vec_dot, .. }, Acts::Quant(buf, act_row)) => {
-            vec_dot(row, &buf[t * act_row..(t + 1) * act_row])
-        }
+        (Dot::Quant { vec_dot, .. }, Acts::Quant(acts)) => vec_dot(row, acts.token(t)),
         _ => unreachable!("activations are built from the same Dot"),
     }
 }
@@ -743,10 +797,7 @@ fn dot_rows_tile(
             w,
             std::array::from_fn(|k| &x[(t + k) * cols..(t + k + 1) * cols]),
         ),
-        (Tile::QuantRows(f), Acts::Quant(buf, act_row)) => f(
-            w,
-            std::array::from_fn(|k| &buf[(t + k) * act_row..(t + k + 1) * act_row]),
-        ),
+        (Tile::QuantRows(f), Acts::Quant(acts)) => f(w, std::array::from_fn(|k| acts.token(t + k))),
         _ => unreachable!("a type's multi-row tile kernel matches its dot kernel"),
     }
 }
@@ -755,10 +806,7 @@ fn dot_rows_tile(
 #[inline]
 fn dot_tile(tile: Tile, acts: Acts<'_>, row: &[u8], t: usize) -> [f32; TILE] {
     match (tile, acts) {
-        (Tile::Quant(f), Acts::Quant(buf, act_row)) => f(
-            row,
-            std::array::from_fn(|k| &buf[(t + k) * act_row..(t + k + 1) * act_row]),
-        ),
+        (Tile::Quant(f), Acts::Quant(acts)) => f(row, std::array::from_fn(|k| acts.token(t + k))),
         _ => unreachable!("a type's one-row tile kernel matches its dot kernel"),
     }
 }
@@ -1128,9 +1176,9 @@ mod tests {
     /// Products that read one activation type arranged in different ways, fused in one
     /// group: a codebook format whose tile reads the activations offset (IQ2_XXS), one that
     /// reads them folded (IQ1_S), a resident K-quant that reads its own arrangement (Q4_K
-    /// arranged where the CPU has that layout), and one reading them as quantized (Q6_K).
-    /// Each gets its own arranged copy (three here, and the quantized one: the scratch size
-    /// counts them) and returns bit for bit what it does alone, on every batch size.
+    /// arranged where the CPU has that layout, in quads), and Q6_K, whose tile reads them in
+    /// pairs. Each gets its own arranged copy (four here, and the quantized one: the scratch
+    /// size counts them) and returns bit for bit what it does alone, on every batch size.
     #[test]
     fn fused_products_each_read_their_own_arrangement() {
         let cols = 512;
@@ -1161,10 +1209,12 @@ mod tests {
             let need = activation_scratch_bytes(&tys, cols, n).unwrap();
             let q8k = GgmlType::Q8_K.row_size(cols).unwrap() * n;
             if arranging && n >= UNPACKED_MIN_TOKENS {
+                let row = GgmlType::Q8_K.row_size(cols).unwrap();
+                let arranged = arranged_stride(row) * n + ARRANGED_ALIGN;
                 assert_eq!(
                     need,
-                    4 * q8k,
-                    "n={n}: the quantized copy and three arrangements"
+                    q8k + 4 * arranged,
+                    "n={n}: the quantized copy and four arrangements, aligned"
                 );
             }
             let mut ys: Vec<Vec<f32>> = types.iter().map(|&(_, r)| vec![f32::NAN; r * n]).collect();

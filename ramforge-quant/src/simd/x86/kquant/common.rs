@@ -149,6 +149,56 @@ pub(in crate::simd::x86) unsafe fn act_blocks<const T: usize>(
     (ptrs, ds)
 }
 
+/// Where block `i`'s parts lie in an arranged Q8_K row of `nb` blocks, which the K-quants'
+/// arrangements write planar (same length as the row): every block's 256 quants first, back
+/// to back, so that each is as aligned as the row (the driver aligns arranged rows), then
+/// every block's `d`, then every block's 16 bsums. (quants, `d`, bsums) offsets.
+pub(in crate::simd::x86) const fn planar_at(nb: usize, i: usize) -> (usize, usize, usize) {
+    (256 * i, 256 * nb + 4 * i, 260 * nb + 32 * i)
+}
+
+/// `T` planar arranged activation rows ([`planar_at`]): where each one's quants, scales `d`
+/// and bsums start, found once per call rather than per block.
+#[derive(Clone, Copy)]
+pub(in crate::simd::x86) struct Planar<const T: usize> {
+    qs: [*const u8; T],
+    d: [*const u8; T],
+    bsums: [*const u8; T],
+}
+
+impl<const T: usize> Planar<T> {
+    /// The planes of the rows `a` (whole Q8_K rows).
+    #[inline(always)]
+    pub(in crate::simd::x86) fn new(a: &[&[u8]; T]) -> Self {
+        let at = |t: usize, k: usize| {
+            let (qs, d, bsums) = planar_at(a[t].len() / Q8K_BYTES, 0);
+            a[t][[qs, d, bsums][k]..].as_ptr()
+        };
+        Planar {
+            qs: std::array::from_fn(|t| at(t, 0)),
+            d: std::array::from_fn(|t| at(t, 1)),
+            bsums: std::array::from_fn(|t| at(t, 2)),
+        }
+    }
+
+    /// Block `i` of every row: pointers to its quants, its scales `d`, pointers to its
+    /// bsums.
+    ///
+    /// # Safety
+    /// `i` is below the rows' block count.
+    #[inline(always)]
+    pub(in crate::simd::x86) unsafe fn block(
+        &self,
+        i: usize,
+    ) -> ([*const u8; T], [f32; T], [*const u8; T]) {
+        (
+            std::array::from_fn(|t| self.qs[t].add(256 * i)),
+            std::array::from_fn(|t| f32_at(self.d[t].add(4 * i))),
+            std::array::from_fn(|t| self.bsums[t].add(32 * i)),
+        )
+    }
+}
+
 /// One 32-quant chunk `c` (0..8) of a weight block, `q` as unsigned bytes with its 16-element
 /// group scales `sc` (i16), against every token's Q8_K block: `sumi[t] += sc . (q x a_t)`.
 /// (`#[inline(always)]`: only ever inlined into a kernel whose target features allow `E`.)
@@ -210,6 +260,12 @@ pub(in crate::simd::x86) trait PairSum {
     const REASSOCIATES: bool;
     /// `acc + madd(a, b)`.
     unsafe fn madd_add(acc: __m256i, a: __m256i, b: __m256i) -> __m256i;
+    /// Whether [`PairSum::dpbusd`] is one instruction (the VNNI encodings): kernels then sum
+    /// four byte products into an i32 lane at once instead of by `maddubs` and adds.
+    const DPBUSD: bool;
+    /// `acc` plus, per i32 lane, the four products of unsigned bytes of `a` with signed bytes
+    /// of `b`. Only called where [`PairSum::DPBUSD`].
+    unsafe fn dpbusd(acc: __m256i, a: __m256i, b: __m256i) -> __m256i;
 }
 
 /// AVX2: `vpmaddwd` then `vpaddd`.
@@ -230,6 +286,14 @@ impl PairSum for Avx2Pairs {
     unsafe fn madd_add(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
         _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
     }
+    const DPBUSD: bool = false;
+    #[inline(always)]
+    unsafe fn dpbusd(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+        // Not one instruction here (kernels check `DPBUSD` first). The same sums wherever a
+        // pair of products fits an i16, as for every caller's quants (at most 15 or 31).
+        let pairs = _mm256_maddubs_epi16(a, b);
+        _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
+    }
 }
 
 impl PairSum for VexPairs {
@@ -238,6 +302,11 @@ impl PairSum for VexPairs {
     #[inline(always)]
     unsafe fn madd_add(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
         dpwssd_vex(acc, a, b)
+    }
+    const DPBUSD: bool = true;
+    #[inline(always)]
+    unsafe fn dpbusd(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+        dpbusd_vex(acc, a, b)
     }
 }
 
@@ -248,19 +317,28 @@ impl PairSum for EvexPairs {
     unsafe fn madd_add(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
         dpwssd_evex(acc, a, b)
     }
+    const DPBUSD: bool = true;
+    #[inline(always)]
+    unsafe fn dpbusd(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+        dpbusd_evex(acc, a, b)
+    }
 }
 
-/// `fn $name(s, a, b) = s + madd(a, b)` by `vpdpwssd` in the encoding `$prefix` names (the
-/// caller checked the instruction set). Inline assembly, not the intrinsic: for a generic
-/// x86-64 target LLVM splits the intrinsic back into `vpmaddwd` + `vpaddd`, which measured
-/// slower here than the fused instruction.
+/// `fn $name(s, a, b) = s + madd(a, b)` by `vpdpwssd` (or with `vpdpbusd`, four byte
+/// products per lane) in the encoding `$prefix` names (the caller checked the instruction
+/// set). Inline assembly, not the intrinsic: for a generic x86-64 target LLVM splits the
+/// `vpdpwssd` intrinsic back into `vpmaddwd` + `vpaddd`, which measured slower here than the
+/// fused instruction.
 macro_rules! dpwssd {
     ($name:ident, $prefix:literal) => {
+        dpwssd!($name, $prefix, "vpdpwssd");
+    };
+    ($name:ident, $prefix:literal, $instruction:literal) => {
         #[target_feature(enable = "avx2")]
         #[inline]
         unsafe fn $name(mut s: __m256i, a: __m256i, b: __m256i) -> __m256i {
             std::arch::asm!(
-                concat!($prefix, " vpdpwssd {s}, {a}, {b}"),
+                concat!($prefix, " ", $instruction, " {s}, {a}, {b}"),
                 s = inout(ymm_reg) s,
                 a = in(ymm_reg) a,
                 b = in(ymm_reg) b,
@@ -272,6 +350,8 @@ macro_rules! dpwssd {
 }
 dpwssd!(dpwssd_vex, "{{vex}}");
 dpwssd!(dpwssd_evex, "{{evex}}");
+dpwssd!(dpbusd_vex, "{{vex}}", "vpdpbusd");
+dpwssd!(dpbusd_evex, "{{evex}}", "vpdpbusd");
 
 /// A super-block format's kernels once per [`PairSum`] encoding, as the modules `avx2`, `vex`
 /// and `evex`, each with the [`entry_points`] of the format's

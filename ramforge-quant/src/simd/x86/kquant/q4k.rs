@@ -1,9 +1,10 @@
 //! Q4_K x Q8_K: per 32-element group, `maddubs` of the unsigned nibbles with the int8
 //! activations, `madd` with the group's 6-bit scale; the mins come from Q8_K's bsums. Each
 //! block's integer dot and mins term are reduced to one integer each before the float step
-//! ([`add_block_sums`]), so the prefill tile, which reads rows unpacked into another element
-//! order ([`unpack`], [`arrange`]: four groups' products added as i16 before one `madd`),
-//! gives the same bits as the decode kernels on the packed blocks. Q5_K shares all of it.
+//! ([`add_block_sums`]), so the prefill tile and the resident layout's kernels, which read
+//! quants in another element order ([`quads`]: eight elements of each of four groups per
+//! vector), give the same bits as the decode kernels on the packed blocks. Q5_K shares all
+//! of it.
 
 use super::common::*;
 use crate::formats::q4_k::{BYTES, OFFSET_D, OFFSET_DMIN, OFFSET_QS, OFFSET_SCALES};
@@ -45,7 +46,13 @@ pub(super) unsafe fn scales_mins(p: *const u8) -> __m256i {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn bsums32(ab: *const u8) -> __m128i {
-    let bs = bsums(ab);
+    group_sums(bsums(ab))
+}
+
+/// The 8 sums of pairs of the 16 bsums `bs`: one per Q4_K group.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn group_sums(bs: __m256i) -> __m128i {
     _mm_hadd_epi16(
         _mm256_castsi256_si128(bs),
         _mm256_extracti128_si256::<1>(bs),
@@ -297,6 +304,73 @@ pub(super) unsafe fn arrange(g: [__m256i; 4]) -> [__m256i; 4] {
     ]
 }
 
+/// The 128 elements of four 32-element groups (`g[k]`: group `k` in element order) as four
+/// vectors of eight elements of each group in turn: qword `q` of vector `k` is elements
+/// `8k .. 8k + 8` of group `q`. So every i32 lane holds four elements of one group (one
+/// `vpdpbusd` lane) and every i16 two ([`arrange`]'s property): Q4_K's and Q5_K's layout for
+/// the prefill tile and the resident blocks. A transpose of qwords: four unpacks, four lane
+/// swaps.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn quads(g: [__m256i; 4]) -> [__m256i; 4] {
+    let lo01 = _mm256_unpacklo_epi64(g[0], g[1]);
+    let hi01 = _mm256_unpackhi_epi64(g[0], g[1]);
+    let lo23 = _mm256_unpacklo_epi64(g[2], g[3]);
+    let hi23 = _mm256_unpackhi_epi64(g[2], g[3]);
+    [
+        _mm256_permute2x128_si256::<0x20>(lo01, lo23),
+        _mm256_permute2x128_si256::<0x20>(hi01, hi23),
+        _mm256_permute2x128_si256::<0x31>(lo01, lo23),
+        _mm256_permute2x128_si256::<0x31>(hi01, hi23),
+    ]
+}
+
+/// Where element `l` of group `g` (of four) lies in [`quads`]' four vectors: (vector, byte).
+pub(super) fn quad_at(g: usize, l: usize) -> (usize, usize) {
+    (l / 8, 8 * g + l % 8)
+}
+
+/// Four 32-element groups stored at `p` in [`quads`]' order (128 bytes).
+#[inline(always)]
+unsafe fn store_quads(p: *mut u8, groups: [__m256i; 4]) {
+    for (k, v) in quads(groups).into_iter().enumerate() {
+        _mm256_storeu_si256(p.add(32 * k).cast(), v);
+    }
+}
+
+/// `vpshufb` controls taking a half's four group scales (i16 `4h .. 4h + 4` of the eight in
+/// each 128-bit lane) to [`quads`]' lanes: for `madd`, every i16 its group's scale
+/// (`[h][0]`); for `vpdpwssd` on `vpdpbusd` sums, each i32 lane its group's scale in the low
+/// i16 and zero in the high one (`[h][1]`).
+static QUAD_SCALES: [[[u8; 32]; 2]; 2] = {
+    let mut t = [[[0x80u8; 32]; 2]; 2];
+    let mut h = 0;
+    while h < 2 {
+        let mut i = 0;
+        while i < 32 {
+            // Byte i lies in i16 lane i / 2, whose group is (i / 2) / 4 of the half.
+            let g = 4 * h + i / 8;
+            let byte = (2 * g + i % 2) as u8;
+            t[h][0][i] = byte;
+            if i % 4 < 2 {
+                t[h][1][i] = byte;
+            }
+            i += 1;
+        }
+        h += 1;
+    }
+    t
+};
+
+/// Half `h`'s scales of the eight at `p` (i16) as [`QUAD_SCALES`] `[h][wide]` spreads them.
+#[inline(always)]
+unsafe fn quad_scales(p: *const u8, h: usize, wide: usize) -> __m256i {
+    _mm256_shuffle_epi8(
+        _mm256_broadcastsi128_si256(load128(p)),
+        load256(QUAD_SCALES[h][wide].as_ptr()),
+    )
+}
+
 /// Where element `l` of group `g` (of four) lies in [`arrange`]'s four vectors: (vector, byte).
 pub(super) fn arranged_at(g: usize, l: usize) -> (usize, usize) {
     (l / 8, 2 * (4 * ((l % 8) / 2) + g) + l % 2)
@@ -346,7 +420,7 @@ pub(super) unsafe fn unpack_block(wp: *const u8, qs: *const u8, qh: Option<__m25
                 *group = _mm256_or_si256(*group, _mm256_slli_epi16::<4>(bit));
             }
         }
-        store_arranged(up.add(U_QS + 128 * h), groups);
+        store_quads(up.add(U_QS + 128 * h), groups);
     }
 }
 
@@ -402,67 +476,115 @@ pub(super) unsafe fn arranged_products(v: &[__m256i; 4], x: *const u8) -> [__m25
     std::array::from_fn(|k| _mm256_maddubs_epi16(v[k], load256(x.add(32 * k))))
 }
 
-/// A Q8_K activation row in the form the K-quant prefill tiles read: each block's quants in
-/// [`arrange`]'s order, `d` and the 16-element sums as they were. One form for every tile that
-/// arranges Q8_K rows (Q4_K, Q5_K, Q6_K): the driver arranges a product group's rows once.
+/// A Q8_K activation row in the form Q6_K's prefill tile and resident kernels read: each
+/// block's quants in [`arrange`]'s order, the row planar ([`planar_at`]).
 fn arrange_activations(a: &[u8], out: &mut [u8]) {
     assert!(a.len().is_multiple_of(Q8K_BYTES) && out.len() == a.len());
     // SAFETY: as in `unpack`; the lengths are whole Q8_K blocks.
-    unsafe { arrange_activation_blocks(a, out) }
+    unsafe { arrange_activation_blocks::<false>(a, out) }
 }
 
+/// A Q8_K activation row in the form Q4_K's and Q5_K's read: each block's quants in
+/// [`quads`]' order, the row planar ([`planar_at`]).
+fn quad_activations(a: &[u8], out: &mut [u8]) {
+    assert!(a.len().is_multiple_of(Q8K_BYTES) && out.len() == a.len());
+    // SAFETY: as in `unpack`; the lengths are whole Q8_K blocks.
+    unsafe { arrange_activation_blocks::<true>(a, out) }
+}
+
+/// [`arrange_activations`], or with `QUADS` [`quad_activations`].
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn arrange_activation_blocks(a: &[u8], out: &mut [u8]) {
-    for (ab, ob) in a
-        .chunks_exact(Q8K_BYTES)
-        .zip(out.chunks_exact_mut(Q8K_BYTES))
-    {
-        let (ap, op) = (ab.as_ptr(), ob.as_mut_ptr());
-        op.add(Q8K_D)
+unsafe fn arrange_activation_blocks<const QUADS: bool>(a: &[u8], out: &mut [u8]) {
+    let nb = a.len() / Q8K_BYTES;
+    let op = out.as_mut_ptr();
+    for (i, ab) in a.chunks_exact(Q8K_BYTES).enumerate() {
+        let ap = ab.as_ptr();
+        let (qs, d, bs) = planar_at(nb, i);
+        op.add(d)
             .cast::<f32>()
             .write_unaligned(f32_at(ap.add(Q8K_D)));
-        _mm256_storeu_si256(op.add(Q8K_BSUMS).cast(), bsums(ap));
+        _mm256_storeu_si256(op.add(bs).cast(), bsums(ap));
         for h in 0..2 {
-            let p = Q8K_QS + 128 * h;
-            store_arranged(op.add(p), load_arranged(ap.add(p)));
+            let groups = load_arranged(ap.add(Q8K_QS + 128 * h));
+            if QUADS {
+                store_quads(op.add(qs + 128 * h), groups);
+            } else {
+                store_arranged(op.add(qs + 128 * h), groups);
+            }
         }
     }
 }
 
-/// How the driver turns an activation row into what [`unpacked_dot`] reads.
-pub(super) const ARRANGE: Option<crate::kernel_table::Arrange> = Some(arrange_activations);
+/// How the driver turns an activation row into what [`unpacked_dot`] and the resident
+/// layout's kernels read (Q4_K's and Q5_K's).
+pub(super) const ARRANGE: Option<crate::kernel_table::Arrange> = Some(quad_activations);
 
-/// `R` rows [`unpack`]ed (back to back in `u`) dotted with `T` activation rows
-/// [`arrange_activations`] made: per 128 elements, row and token four `maddubs` added as i16
-/// (at most 8 * 15 * 128 per i16), one `madd` + `add` (`E`) with the four groups' scales; per
-/// block [`add_block_sums`]. The same integers as [`dot`] per block, so bit for bit its
-/// results. Rows run one at a time (two at once spilled); only inlined into the encodings'
-/// kernels (see [`encodings`]).
+/// Q6_K's activation arrangement ([`arrange`]'s order).
+pub(super) const PAIRS_ARRANGE: Option<crate::kernel_table::Arrange> = Some(arrange_activations);
+
+/// `R` Q4_K rows [`unpack`]ed (back to back in `u`) dotted with `T` activation rows
+/// [`quad_activations`] made: [`quad_dot`] with its 4-bit quants.
 #[inline(always)]
 pub(super) unsafe fn unpacked_dot<E: PairSum, const R: usize, const T: usize>(
     u: &[u8],
     a: [&[u8]; T],
 ) -> [[f32; T]; R] {
+    quad_dot::<E, R, T, true>(u, a)
+}
+
+/// The same for Q5_K's unpacked rows (5-bit quants).
+#[inline(always)]
+pub(super) unsafe fn unpacked_dot5<E: PairSum, const R: usize, const T: usize>(
+    u: &[u8],
+    a: [&[u8]; T],
+) -> [[f32; T]; R] {
+    quad_dot::<E, R, T, false>(u, a)
+}
+
+/// `R` rows [`unpack`]ed (back to back in `u`) dotted with `T` activation rows
+/// [`quad_activations`] made, per 128 elements, row and token: with VNNI and `NIBBLES`
+/// (quants at most 15), four `vpdpbusd` (each i32 lane sixteen products of one group, at most
+/// 16 * 15 * 128, so an i16) and one `vpdpwssd` with each group's scale in the low i16 of its
+/// lanes; otherwise four `maddubs` added as i16 (at most 8 * 31 * 128 per i16) and one
+/// `madd` and `add` (`E`) with the scales. Per block [`add_block_sums`]. The same integers as
+/// [`dot`] per block, so bit for bit its results. Rows run one at a time (two at once spilled); only
+/// inlined into the encodings' kernels (see [`encodings`]).
+#[inline(always)]
+unsafe fn quad_dot<E: PairSum, const R: usize, const T: usize, const NIBBLES: bool>(
+    u: &[u8],
+    a: [&[u8]; T],
+) -> [[f32; T]; R] {
     let row = u.len() / R;
     let mut acc = [_mm_setzero_ps(); R];
+    let wide = E::DPBUSD && NIBBLES;
+    let planar = Planar::new(&a);
     for (r, acc) in acc.iter_mut().enumerate() {
         for i in 0..row / UNPACKED_BYTES {
             let ub = u.as_ptr().add(r * row + i * UNPACKED_BYTES);
-            let (ab, da) = act_blocks(&a, i);
+            let (xq, da, xb) = planar.block(i);
             let mut sumi = [_mm256_setzero_si256(); T];
             for h in 0..2 {
-                let sc = _mm256_broadcastq_epi64(_mm_loadl_epi64(ub.add(U_SCALES + 8 * h).cast()));
+                let sc = quad_scales(ub.add(U_SCALES), h, wide as usize);
                 let v = load_arranged(ub.add(U_QS + 128 * h));
                 for t in 0..T {
-                    let [p0, p1, p2, p3] = arranged_products(&v, ab[t].add(Q8K_QS + 128 * h));
-                    let p = _mm256_add_epi16(_mm256_add_epi16(p0, p1), _mm256_add_epi16(p2, p3));
+                    let x = xq[t].add(128 * h);
+                    let p = if wide {
+                        let mut s = E::dpbusd(_mm256_setzero_si256(), v[0], load256(x));
+                        for (k, &v) in v.iter().enumerate().skip(1) {
+                            s = E::dpbusd(s, v, load256(x.add(32 * k)));
+                        }
+                        s
+                    } else {
+                        let [p0, p1, p2, p3] = arranged_products(&v, x);
+                        _mm256_add_epi16(_mm256_add_epi16(p0, p1), _mm256_add_epi16(p2, p3))
+                    };
                     sumi[t] = E::madd_add(sumi[t], sc, p);
                 }
             }
             // Each min twice against the 16-element sums: the same integer as the packed
             // kernels' mins against the 32-element group sums.
             let mins = load256(ub.add(U_MINS));
-            let m: [__m256i; T] = std::array::from_fn(|t| _mm256_madd_epi16(mins, bsums(ab[t])));
+            let m: [__m256i; T] = std::array::from_fn(|t| _mm256_madd_epi16(mins, load256(xb[t])));
             let (isum, msum) = lane_sums_pair::<E, T>(&sumi, &m);
             add_block_sums(
                 acc,
@@ -479,10 +601,11 @@ pub(super) unsafe fn unpacked_dot<E: PairSum, const R: usize, const T: usize>(
 
 /// Q4_K blocks held in the x86 kernels' arranged layout ([`crate::Layout::Arranged`]): each
 /// 64 bytes of quants (128 elements, four groups) rewritten so that the low and high nibbles
-/// of their two halves are [`arrange`]'s four vectors. The decode kernel then adds four
-/// groups' `maddubs` as i16 before one `madd`, with neither the packed route's madd per group
-/// nor its scale shuffles, reading the same bytes from memory; the prefill tile unpacks the
-/// blocks without shuffles. The scales and super-block scales stay where they were.
+/// of their two halves are [`quads`]' four vectors. The decode kernel then adds four
+/// groups' `maddubs` as i16 before one `madd` (with VNNI: four `vpdpbusd`, one `vpdpwssd`),
+/// with neither the packed route's madd per group nor its scale shuffles, reading the same
+/// bytes from memory; the prefill tile unpacks the blocks without shuffles. The scales and
+/// super-block scales stay where they were.
 pub(super) mod arranged {
     use super::*;
 
@@ -496,7 +619,7 @@ pub(super) mod arranged {
             return (32 * (g / 2) + l, 4 * (g % 2) as u32);
         }
         // Vectors 0 and 1 of a half are the low and high nibbles of its first 32 bytes.
-        let (k, b) = arranged_at(g % 4, l);
+        let (k, b) = quad_at(g % 4, l);
         (64 * (g / 4) + 32 * (k / 2) + b, 4 * (k % 2) as u32)
     }
 
@@ -507,7 +630,7 @@ pub(super) mod arranged {
             let qs = b.as_mut_ptr().add(OFFSET_QS);
             for h in 0..2 {
                 let q = qs.add(64 * h);
-                let [a0, a1, a2, a3] = arrange(nibble_vectors(q));
+                let [a0, a1, a2, a3] = quads(nibble_vectors(q));
                 let pack = |lo, hi| _mm256_or_si256(lo, _mm256_slli_epi16::<4>(hi));
                 _mm256_storeu_si256(q.cast(), pack(a0, a1));
                 _mm256_storeu_si256(q.add(32).cast(), pack(a2, a3));
@@ -568,11 +691,12 @@ pub(super) mod arranged {
         // the same order, placed where the out-of-order window finds their inputs ready
         // (measured faster on Zen 1, benches/README.md).
         let mut pending = None;
+        let planar = Planar::new(&a);
         for i in 0..row / BYTES {
             let wb = weight_blocks::<R>(w, row, BYTES, i);
-            let (ab, _) = act_blocks(&a, i);
+            let (xq, _, _) = planar.block(i);
             let sm: [([__m256i; 2], __m128i); R] =
-                std::array::from_fn(|r| split_scales_mins(wb[r].add(OFFSET_SCALES)));
+                std::array::from_fn(|r| split_scales_mins(wb[r].add(OFFSET_SCALES), E::DPBUSD));
             if R > 1 {
                 group_after_next::<_MM_HINT_T0>(w, i, row / BYTES);
             } else if T == 1 {
@@ -581,33 +705,43 @@ pub(super) mod arranged {
             let mut sumi = [[_mm256_setzero_si256(); T]; R];
             for h in 0..2 {
                 let x: [[__m256i; 4]; T] =
-                    std::array::from_fn(|t| load_arranged(ab[t].add(Q8K_QS + 128 * h)));
+                    std::array::from_fn(|t| load_arranged(xq[t].add(128 * h)));
                 for r in 0..R {
                     let sc = sm[r].0[h];
                     let v = nibble_vectors(wb[r].add(OFFSET_QS + 64 * h));
                     for t in 0..T {
-                        let p = _mm256_add_epi16(
+                        // As in `quad_dot`: with VNNI, four `vpdpbusd` (sixteen products of
+                        // one group per i32 lane, an i16) and the scales in the low i16.
+                        let p = if E::DPBUSD {
+                            let mut s = E::dpbusd(_mm256_setzero_si256(), v[0], x[t][0]);
+                            for k in 1..4 {
+                                s = E::dpbusd(s, v[k], x[t][k]);
+                            }
+                            s
+                        } else {
                             _mm256_add_epi16(
-                                _mm256_maddubs_epi16(v[0], x[t][0]),
-                                _mm256_maddubs_epi16(v[1], x[t][1]),
-                            ),
-                            _mm256_add_epi16(
-                                _mm256_maddubs_epi16(v[2], x[t][2]),
-                                _mm256_maddubs_epi16(v[3], x[t][3]),
-                            ),
-                        );
+                                _mm256_add_epi16(
+                                    _mm256_maddubs_epi16(v[0], x[t][0]),
+                                    _mm256_maddubs_epi16(v[1], x[t][1]),
+                                ),
+                                _mm256_add_epi16(
+                                    _mm256_maddubs_epi16(v[2], x[t][2]),
+                                    _mm256_maddubs_epi16(v[3], x[t][3]),
+                                ),
+                            )
+                        };
                         sumi[r][t] = E::madd_add(sumi[r][t], sc, p);
                     }
                 }
             }
             let mins: [__m128i; R] = std::array::from_fn(|r| sm[r].1);
             if let Some((j, mins, sumi)) = pending {
-                finish_block(&mut acc, w, row, &a, j, &mins, &sumi);
+                finish_block(&mut acc, w, row, &planar, j, &mins, &sumi);
             }
             pending = Some((i, mins, sumi));
         }
         if let Some((j, mins, sumi)) = pending {
-            finish_block(&mut acc, w, row, &a, j, &mins, &sumi);
+            finish_block(&mut acc, w, row, &planar, j, &mins, &sumi);
         }
         row_results(&acc)
     }
@@ -619,26 +753,40 @@ pub(super) mod arranged {
         acc: &mut [__m128; R],
         w: &[u8],
         row: usize,
-        a: &[&[u8]; T],
+        planar: &Planar<T>,
         i: usize,
         mins: &[__m128i; R],
         sumi: &[[__m256i; T]; R],
     ) {
         let wb = weight_blocks::<R>(w, row, BYTES, i);
-        let (ab, da) = act_blocks(a, i);
-        let bs: [__m128i; T] = std::array::from_fn(|t| bsums32(ab[t]));
+        let (_, da, xb) = planar.block(i);
+        let bs: [__m128i; T] = std::array::from_fn(|t| group_sums(load256(xb[t])));
         for r in 0..R {
             add_block_with_mins(&mut acc[r], wb[r], mins[r], &da, &bs, &sumi[r]);
         }
     }
 
-    /// [`scales_mins`] as the arranged kernel takes them: each half's four group scales as
-    /// i16, repeated in every qword, and the eight mins as i16; built from 32-bit words, so
-    /// no lane-crossing widen or permute.
+    /// [`scales_mins`] as the arranged kernel takes them: each half's four group scales in
+    /// [`quads`]' lanes (every i16 its group's, or with `wide` the low i16 of every i32 and
+    /// zero in the high one, for `vpdpwssd` on `vpdpbusd` sums), and the eight mins as i16;
+    /// built from 32-bit words, so no lane-crossing widen or permute.
     #[inline(always)]
-    unsafe fn split_scales_mins(p: *const u8) -> ([__m256i; 2], __m128i) {
+    unsafe fn split_scales_mins(p: *const u8, wide: bool) -> ([__m256i; 2], __m128i) {
         let [sc_lo, sc_hi, mn_lo, mn_hi] = scale_min_words(p);
-        let quad = |v: u32| _mm256_broadcastq_epi64(_mm_cvtepu8_epi16(_mm_cvtsi32_si128(v as i32)));
+        // Byte i of the result: byte i / 8 of the word (its i16 lane's group) or zero.
+        let spread = if wide {
+            _mm256_setr_epi8(
+                0, -128, -128, -128, 0, -128, -128, -128, 1, -128, -128, -128, 1, -128, -128,
+                -128, //
+                2, -128, -128, -128, 2, -128, -128, -128, 3, -128, -128, -128, 3, -128, -128, -128,
+            )
+        } else {
+            _mm256_setr_epi8(
+                0, -128, 0, -128, 0, -128, 0, -128, 1, -128, 1, -128, 1, -128, 1, -128, //
+                2, -128, 2, -128, 2, -128, 2, -128, 3, -128, 3, -128, 3, -128, 3, -128,
+            )
+        };
+        let quad = |v: u32| _mm256_shuffle_epi8(_mm256_set1_epi32(v as i32), spread);
         let mins = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(
             (mn_lo as u64 | (mn_hi as u64) << 32) as i64,
         ));

@@ -3,7 +3,7 @@
 use super::common::*;
 use super::q4k::{
     add_block_with_mins, add_scaled_pair, bsums32, pair_activations, row_results, scales_mins,
-    unpack_block, unpacked_dot, ARRANGE, UNPACKED_BYTES,
+    unpack_block, unpacked_dot5 as unpacked_dot, ARRANGE, UNPACKED_BYTES,
 };
 use crate::formats::q4_k;
 use crate::formats::q5_k::{BYTES, OFFSET_D, OFFSET_DMIN, OFFSET_QH, OFFSET_QS, OFFSET_SCALES};

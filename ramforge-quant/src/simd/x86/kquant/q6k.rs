@@ -7,7 +7,7 @@
 use super::common::*;
 use super::q4k::{
     arrange, arranged_at, arranged_products, da_lanes, lane_sums, load_arranged, row_results,
-    store_arranged, ARRANGE,
+    store_arranged, PAIRS_ARRANGE as ARRANGE,
 };
 use crate::formats::q6_k::{BYTES, OFFSET_D, OFFSET_QH, OFFSET_QL, OFFSET_SCALES};
 use crate::simd::x86::prefetch::blocks_ahead;
@@ -165,7 +165,7 @@ unsafe fn unpack_blocks<const ARRANGED: bool>(w: &[u8], out: &mut [u8]) {
 }
 
 /// Half `h` of a block in the tile's order (`v`, four vectors) against every token's arranged
-/// activations `ab[t]`: the even 16-element groups' two `maddubs` and the odd groups' two added
+/// quants `xq[t]` (a block's, [`Planar::block`]): the even 16-element groups' two `maddubs` and the odd groups' two added
 /// as i16 (at most 4 * 63 * 128), one `madd` + `add` (`E`) each with their scales.
 #[inline(always)]
 unsafe fn add_paired_half<E: PairSum, const T: usize>(
@@ -173,11 +173,11 @@ unsafe fn add_paired_half<E: PairSum, const T: usize>(
     v: &[__m256i; 4],
     even: __m256i,
     odd: __m256i,
-    ab: &[*const u8; T],
+    xq: &[*const u8; T],
     h: usize,
 ) {
     for t in 0..T {
-        let [p0, p1, p2, p3] = arranged_products(v, ab[t].add(Q8K_QS + 128 * h));
+        let [p0, p1, p2, p3] = arranged_products(v, xq[t].add(128 * h));
         let (p_even, p_odd) = (_mm256_add_epi16(p0, p1), _mm256_add_epi16(p2, p3));
         sumi[t] = E::madd_add(E::madd_add(sumi[t], even, p_even), odd, p_odd);
     }
@@ -198,10 +198,11 @@ unsafe fn unpacked_dot<E: PairSum, const R: usize, const T: usize>(
 ) -> [[f32; T]; R] {
     let row = u.len() / R;
     let mut acc = [_mm_setzero_ps(); R];
+    let planar = Planar::new(&a);
     for (r, acc) in acc.iter_mut().enumerate() {
         for i in 0..row / UNPACKED_BYTES {
             let ub = u.as_ptr().add(r * row + i * UNPACKED_BYTES);
-            let (ab, da) = act_blocks(&a, i);
+            let (xq, da, xb) = planar.block(i);
             let mut sumi = [_mm256_setzero_si256(); T];
             for h in 0..2 {
                 let scale = |p: usize| {
@@ -215,14 +216,14 @@ unsafe fn unpacked_dot<E: PairSum, const R: usize, const T: usize>(
                     &load_arranged(ub.add(U_QS + 128 * h)),
                     even,
                     odd,
-                    &ab,
+                    &xq,
                     h,
                 );
             }
             // The offset into each token's sums before one reduction: the same integers.
             let offset_scales = load256(ub.add(U_SCALES));
             for t in 0..T {
-                sumi[t] = E::madd_add(sumi[t], offset_scales, bsums(ab[t]));
+                sumi[t] = E::madd_add(sumi[t], offset_scales, load256(xb[t]));
             }
             add_block_total(acc, f32_at(ub.add(U_D)), &da, lane_sums(&sumi));
         }
@@ -319,10 +320,11 @@ pub(super) mod arranged {
         // the same order, placed where the out-of-order window finds their inputs ready
         // (measured faster on Zen 1, benches/README.md).
         let mut pending: Option<(usize, [__m128i; R])> = None;
+        let planar = Planar::new(&a);
         for i in 0..row / BYTES {
             let wb = weight_blocks::<R>(w, row, BYTES, i);
-            let (ab, _) = act_blocks(&a, i);
-            let bs: [__m256i; T] = std::array::from_fn(|t| bsums(ab[t]));
+            let (xq, _, xb) = planar.block(i);
+            let bs: [__m256i; T] = std::array::from_fn(|t| load256(xb[t]));
             if T == 1 {
                 blocks_ahead(&wb, BYTES);
             }
@@ -342,17 +344,17 @@ pub(super) mod arranged {
                     };
                     let even = _mm256_unpacklo_epi64(half, half);
                     let odd = _mm256_unpackhi_epi64(half, half);
-                    add_paired_half::<E, T>(&mut sumi, &half_quants(wb[r], h), even, odd, &ab, h);
+                    add_paired_half::<E, T>(&mut sumi, &half_quants(wb[r], h), even, odd, &xq, h);
                 }
                 totals[r] = lane_sums(&sumi);
             }
             if let Some((j, totals)) = pending {
-                finish_block(&mut acc, w, row, &a, j, &totals);
+                finish_block(&mut acc, w, row, &planar, j, &totals);
             }
             pending = Some((i, totals));
         }
         if let Some((j, totals)) = pending {
-            finish_block(&mut acc, w, row, &a, j, &totals);
+            finish_block(&mut acc, w, row, &planar, j, &totals);
         }
         row_results(&acc)
     }
@@ -364,12 +366,12 @@ pub(super) mod arranged {
         acc: &mut [__m128; R],
         w: &[u8],
         row: usize,
-        a: &[&[u8]; T],
+        planar: &Planar<T>,
         i: usize,
         totals: &[__m128i; R],
     ) {
         let wb = weight_blocks::<R>(w, row, BYTES, i);
-        let (_, da) = act_blocks(a, i);
+        let (_, da, _) = planar.block(i);
         for r in 0..R {
             add_block_total(&mut acc[r], f16_at(wb[r].add(OFFSET_D)), &da, totals[r]);
         }
