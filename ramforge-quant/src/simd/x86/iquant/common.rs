@@ -2,8 +2,8 @@
 //! bit spreads its formats build their quants from.
 
 pub(super) use crate::simd::x86::kquant::common::{
-    act_blocks, encodings, entry_points, f16_at, fold, hsum256, load128, load256, u32_at,
-    weight_blocks, PairSum, Q8K_BSUMS, Q8K_BYTES, Q8K_QS,
+    act_blocks, encodings, entry_points, f16_at, fold, hsum256, load128, load256, planar_at,
+    u32_at, weight_blocks, PairSum, Planar, Q8K_BSUMS, Q8K_BYTES, Q8K_D, Q8K_QS,
 };
 use crate::simd::x86::prefetch::{blocks_ahead, group_after_next};
 use std::arch::x86_64::*;
@@ -242,13 +242,22 @@ pub(super) unsafe fn unpacked_dot<F: Codebook, E: PairSum, const R: usize, const
     let row = w.len() / R;
     let nb = row / F::UNPACKED_BYTES;
     let mut acc = [[_mm256_setzero_ps(); T]; R];
+    // The arranged rows are planar: `xq[t]` a block's quants, `da` its scales.
+    let planar = Planar::new(&a);
     for i in 0..nb {
         let wb = weight_blocks::<R>(w, row, F::UNPACKED_BYTES, i);
-        let (ab, da) = act_blocks(&a, i);
+        // `ab[t]`: a digit format's (quantized) blocks; `xq[t]`: every token's block quants.
+        let (ab, xq, da) = if F::DIGITS {
+            let (ab, da) = act_blocks(&a, i);
+            (ab, ab.map(|b| b.add(Q8K_QS)), da)
+        } else {
+            let (xq, da, _) = planar.block(i);
+            (xq, xq, da)
+        };
         let mut sumi = [[_mm256_setzero_si256(); T]; R];
         if F::DIGITS {
             for c in 0..8 {
-                let x: [__m256i; T] = std::array::from_fn(|t| load256(ab[t].add(Q8K_QS + 32 * c)));
+                let x: [__m256i; T] = std::array::from_fn(|t| load256(xq[t].add(32 * c)));
                 for r in 0..R {
                     let d = load256(wb[r].add(UNPACKED_CORRECTION + 32 * c));
                     for t in 0..T {
@@ -265,7 +274,7 @@ pub(super) unsafe fn unpacked_dot<F: Codebook, E: PairSum, const R: usize, const
             // stay in registers (the weights are reloaded from L1 per token).
             for pair in 0..4 {
                 for t in 0..T {
-                    let at = ab[t].add(Q8K_QS + 64 * pair);
+                    let at = xq[t].add(64 * pair);
                     let (xa, xb) = (pinned::<E>(load256(at)), pinned::<E>(load256(at.add(32))));
                     for r in 0..R {
                         let p = wb[r].add(UNPACKED_CHUNKS + FOLDED_PAIR_BYTES * pair);
@@ -280,7 +289,7 @@ pub(super) unsafe fn unpacked_dot<F: Codebook, E: PairSum, const R: usize, const
         } else {
             for c in 0..8 {
                 for t in 0..T {
-                    let x = pinned::<E>(load256(ab[t].add(Q8K_QS + 32 * c)));
+                    let x = pinned::<E>(load256(xq[t].add(32 * c)));
                     for r in 0..R {
                         let p = wb[r].add(UNPACKED_CHUNKS + 64 * c);
                         let q = _mm256_maddubs_epi16(x, load256(p));
@@ -367,18 +376,19 @@ fn folded_acts(a: &[u8], out: &mut [u8]) {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn arrange_acts<const FOLD: bool>(a: &[u8], out: &mut [u8]) {
     let offset = _mm256_set1_epi8(-128);
-    for (ab, ob) in a
-        .chunks_exact(Q8K_BYTES)
-        .zip(out.chunks_exact_mut(Q8K_BYTES))
-    {
-        ob.copy_from_slice(ab);
+    let nb = a.len() / Q8K_BYTES;
+    for (i, ab) in a.chunks_exact(Q8K_BYTES).enumerate() {
+        // Planar, as the K-quants' arrangements (`planar_at`): the driver aligns the rows.
+        let (qs, d, bsums) = planar_at(nb, i);
+        out[d..d + 4].copy_from_slice(&ab[Q8K_D..Q8K_D + 4]);
+        out[bsums..bsums + 32].copy_from_slice(&ab[Q8K_BSUMS..Q8K_BSUMS + 32]);
         for pair in 0..4 {
-            let at = Q8K_QS + 64 * pair;
+            let (at, to) = (Q8K_QS + 64 * pair, qs + 64 * pair);
             let x0 = _mm256_xor_si256(load256(ab.as_ptr().add(at)), offset);
             let x1 = _mm256_xor_si256(load256(ab.as_ptr().add(at + 32)), offset);
             let [x0, x1] = if FOLD { fold(x0, x1) } else { [x0, x1] };
-            store256(&mut ob[at..at + 32], x0);
-            store256(&mut ob[at + 32..at + 64], x1);
+            store256(&mut out[to..to + 32], x0);
+            store256(&mut out[to + 32..to + 64], x1);
         }
     }
 }
