@@ -167,17 +167,16 @@ pub(in crate::simd::x86) struct Planar<const T: usize> {
 }
 
 impl<const T: usize> Planar<T> {
-    /// The planes of the rows `a` (whole Q8_K rows).
+    /// The planes of the rows `a` (whole Q8_K rows). Pointer arithmetic only: the kernels
+    /// run it once per call, which for a decode kernel is once per row.
     #[inline(always)]
     pub(in crate::simd::x86) fn new(a: &[&[u8]; T]) -> Self {
-        let at = |t: usize, k: usize| {
-            let (qs, d, bsums) = planar_at(a[t].len() / Q8K_BYTES, 0);
-            a[t][[qs, d, bsums][k]..].as_ptr()
-        };
+        let nb = |t: usize| a[t].len() / Q8K_BYTES;
+        // Every plane starts within its row: `planar_at(nb, 0)` is at most `260 nb`.
         Planar {
-            qs: std::array::from_fn(|t| at(t, 0)),
-            d: std::array::from_fn(|t| at(t, 1)),
-            bsums: std::array::from_fn(|t| at(t, 2)),
+            qs: std::array::from_fn(|t| a[t].as_ptr()),
+            d: std::array::from_fn(|t| a[t].as_ptr().wrapping_add(planar_at(nb(t), 0).1)),
+            bsums: std::array::from_fn(|t| a[t].as_ptr().wrapping_add(planar_at(nb(t), 0).2)),
         }
     }
 
@@ -193,7 +192,10 @@ impl<const T: usize> Planar<T> {
     ) -> ([*const u8; T], [f32; T], [*const u8; T]) {
         (
             std::array::from_fn(|t| self.qs[t].add(256 * i)),
-            std::array::from_fn(|t| f32_at(self.d[t].add(4 * i))),
+            // Plain reads, not `f32_at`: a closure here would call a target-feature function.
+            std::array::from_fn(|t| {
+                f32::from_le_bytes(self.d[t].add(4 * i).cast::<[u8; 4]>().read_unaligned())
+            }),
             std::array::from_fn(|t| self.bsums[t].add(32 * i)),
         )
     }

@@ -695,8 +695,11 @@ pub(super) mod arranged {
         for i in 0..row / BYTES {
             let wb = weight_blocks::<R>(w, row, BYTES, i);
             let (xq, _, _) = planar.block(i);
-            let sm: [([__m256i; 2], __m128i); R] =
-                std::array::from_fn(|r| split_scales_mins(wb[r].add(OFFSET_SCALES), E::DPBUSD));
+            // A loop, not `array::from_fn`: a closure's call would not inline.
+            let mut sm = [([_mm256_setzero_si256(); 2], _mm_setzero_si128()); R];
+            for r in 0..R {
+                sm[r] = split_scales_mins(wb[r].add(OFFSET_SCALES), E::DPBUSD);
+            }
             if R > 1 {
                 group_after_next::<_MM_HINT_T0>(w, i, row / BYTES);
             } else if T == 1 {
@@ -769,27 +772,37 @@ pub(super) mod arranged {
     /// [`scales_mins`] as the arranged kernel takes them: each half's four group scales in
     /// [`quads`]' lanes (every i16 its group's, or with `wide` the low i16 of every i32 and
     /// zero in the high one, for `vpdpwssd` on `vpdpbusd` sums), and the eight mins as i16;
-    /// built from 32-bit words, so no lane-crossing widen or permute.
-    #[inline(always)]
+    /// built from 32-bit words, so no lane-crossing widen or permute. A target-feature
+    /// function, not an `#[inline(always)]` one: called from the kernel's closures, whose
+    /// intrinsics would otherwise stay calls.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn split_scales_mins(p: *const u8, wide: bool) -> ([__m256i; 2], __m128i) {
         let [sc_lo, sc_hi, mn_lo, mn_hi] = scale_min_words(p);
-        // Byte i of the result: byte i / 8 of the word (its i16 lane's group) or zero.
-        let spread = if wide {
-            _mm256_setr_epi8(
-                0, -128, -128, -128, 0, -128, -128, -128, 1, -128, -128, -128, 1, -128, -128,
-                -128, //
-                2, -128, -128, -128, 2, -128, -128, -128, 3, -128, -128, -128, 3, -128, -128, -128,
-            )
-        } else {
-            _mm256_setr_epi8(
-                0, -128, 0, -128, 0, -128, 0, -128, 1, -128, 1, -128, 1, -128, 1, -128, //
-                2, -128, 2, -128, 2, -128, 2, -128, 3, -128, 3, -128, 3, -128, 3, -128,
-            )
-        };
-        let quad = |v: u32| _mm256_shuffle_epi8(_mm256_set1_epi32(v as i32), spread);
+        let spread = load256(SCALE_SPREAD[wide as usize].as_ptr());
+        let lo = _mm256_shuffle_epi8(_mm256_set1_epi32(sc_lo as i32), spread);
+        let hi = _mm256_shuffle_epi8(_mm256_set1_epi32(sc_hi as i32), spread);
         let mins = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(
             (mn_lo as u64 | (mn_hi as u64) << 32) as i64,
         ));
-        ([quad(sc_lo), quad(sc_hi)], mins)
+        ([lo, hi], mins)
     }
+
+    /// [`split_scales_mins`]' `vpshufb` controls: byte `i` of the result is byte `i / 8` of
+    /// a 32-bit word of four scales (its i16 lane's group), or zero: in every i16's low byte
+    /// (`[0]`), or only in each i32's (`[1]`).
+    static SCALE_SPREAD: [[u8; 32]; 2] = {
+        let mut t = [[0x80u8; 32]; 2];
+        let mut i = 0;
+        while i < 32 {
+            if i % 2 == 0 {
+                t[0][i] = (i / 8) as u8;
+            }
+            if i % 4 == 0 {
+                t[1][i] = (i / 8) as u8;
+            }
+            i += 1;
+        }
+        t
+    };
 }
