@@ -432,10 +432,15 @@ pub(super) const fn rows4<const N: usize>(grid: &[[i8; 4]; N]) -> [u32; N] {
 #[inline(always)]
 pub(super) unsafe fn words4(t: &[u64], i: [usize; 4]) -> __m256i {
     debug_assert!(i.iter().all(|&i| i < t.len()));
-    let b = |k: usize| _mm256_set1_epi64x(*t.get_unchecked(i[k]) as i64);
+    // No closures: an intrinsic called in one stays a call wherever the closure is not
+    // inlined first (profiles of a test build showed such calls).
+    let b0 = _mm256_set1_epi64x(*t.get_unchecked(i[0]) as i64);
+    let b1 = _mm256_set1_epi64x(*t.get_unchecked(i[1]) as i64);
+    let b2 = _mm256_set1_epi64x(*t.get_unchecked(i[2]) as i64);
+    let b3 = _mm256_set1_epi64x(*t.get_unchecked(i[3]) as i64);
     _mm256_blend_epi32::<0xF0>(
-        _mm256_blend_epi32::<0x0C>(b(0), b(1)),
-        _mm256_blend_epi32::<0xC0>(b(2), b(3)),
+        _mm256_blend_epi32::<0x0C>(b0, b1),
+        _mm256_blend_epi32::<0xC0>(b2, b3),
     )
 }
 
@@ -446,11 +451,20 @@ pub(super) unsafe fn words4(t: &[u64], i: [usize; 4]) -> __m256i {
 #[inline(always)]
 pub(super) unsafe fn words8(t: &[u32], i: [usize; 8]) -> __m256i {
     debug_assert!(i.iter().all(|&i| i < t.len()));
-    let b = |k: usize| _mm256_set1_epi32(*t.get_unchecked(i[k]) as i32);
-    // Pairs (even dwords from the first), then pairs of pairs, then the halves.
-    let pairs = |k: usize| _mm256_blend_epi32::<0xAA>(b(k), b(k + 1));
-    let quads = |k: usize| _mm256_blend_epi32::<0xCC>(pairs(k), pairs(k + 2));
-    _mm256_blend_epi32::<0xF0>(quads(0), quads(4))
+    let mut b = [_mm256_setzero_si256(); 8];
+    for k in 0..8 {
+        b[k] = _mm256_set1_epi32(*t.get_unchecked(i[k]) as i32);
+    }
+    // Pairs (even dwords from the first), then pairs of pairs, then the halves; no closures,
+    // as in `words4`.
+    let p0 = _mm256_blend_epi32::<0xAA>(b[0], b[1]);
+    let p2 = _mm256_blend_epi32::<0xAA>(b[2], b[3]);
+    let p4 = _mm256_blend_epi32::<0xAA>(b[4], b[5]);
+    let p6 = _mm256_blend_epi32::<0xAA>(b[6], b[7]);
+    _mm256_blend_epi32::<0xF0>(
+        _mm256_blend_epi32::<0xCC>(p0, p2),
+        _mm256_blend_epi32::<0xCC>(p4, p6),
+    )
 }
 
 /// A `shuffle_epi8` control that gives every u16 lane of qword q byte `bytes[q]` of its
