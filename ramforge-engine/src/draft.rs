@@ -118,7 +118,8 @@ pub fn vocabulary_difference(target: &Tokenizer, draft: &Tokenizer) -> Option<St
 /// Longest n-gram prompt lookup matches (it tries shorter ones after).
 const MAX_NGRAM: usize = 4;
 
-/// A source of drafts for [`Engine::generate`] (set with [`Engine::set_drafter`]).
+/// A source of drafts for [`Engine::generate`](crate::Engine::generate) (set with
+/// [`Engine::set_drafter`](crate::Engine::set_drafter)).
 pub enum Drafter {
     /// Prompt lookup: n-gram matches in the context so far.
     Lookup,

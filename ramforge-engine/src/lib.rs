@@ -39,6 +39,8 @@
 //! # Ok::<(), ramforge_engine::EngineError>(())
 //! ```
 #![warn(missing_docs)]
+// The docs describe the internals too and link them (`cargo doc --document-private-items`).
+#![allow(rustdoc::private_intra_doc_links)]
 
 mod batch;
 pub mod budget;

@@ -3,7 +3,7 @@
 //!
 //! Why not rayon's pool for these: a decoding step is hundreds of short regions, and an idle
 //! rayon worker calls `sched_yield` between them, which hands its core to any other runnable
-//! process for a whole time slice. Here an idle worker spins (without yielding) for [`SPIN`]
+//! process for a whole time slice. Here an idle worker spins (without yielding) for `SPIN`
 //! before it sleeps, and the caller takes part in its own region. A claim takes a share of
 //! the items left (at least one), so a region costs a few claims and its last items go one at
 //! a time. [`WorkerPool::install_with`] can keep the regions on the calling thread, for when
