@@ -303,12 +303,8 @@ impl PairSum for Avx2Pairs {
         _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
     }
     const DPBUSD: bool = false;
-    #[inline(always)]
-    unsafe fn dpbusd(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
-        // Not one instruction here (kernels check `DPBUSD` first). The same sums wherever a
-        // pair of products fits an i16, as for every caller's quants (at most 15 or 31).
-        let pairs = _mm256_maddubs_epi16(a, b);
-        _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
+    unsafe fn dpbusd(_: __m256i, _: __m256i, _: __m256i) -> __m256i {
+        unreachable!("AVX2 has no vpdpbusd: kernels check PairSum::DPBUSD first")
     }
 }
 

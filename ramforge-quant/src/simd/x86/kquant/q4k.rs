@@ -338,29 +338,28 @@ unsafe fn store_quads(p: *mut u8, groups: [__m256i; 4]) {
     }
 }
 
-/// `vpshufb` controls taking a half's four group scales (i16 `4h .. 4h + 4` of the eight in
-/// each 128-bit lane) to [`quads`]' lanes: for `madd`, every i16 its group's scale
-/// (`[h][0]`); for `vpdpwssd` on `vpdpbusd` sums, each i32 lane its group's scale in the low
-/// i16 and zero in the high one (`[h][1]`).
-static QUAD_SCALES: [[[u8; 32]; 2]; 2] = {
-    let mut t = [[[0x80u8; 32]; 2]; 2];
-    let mut h = 0;
-    while h < 2 {
-        let mut i = 0;
-        while i < 32 {
-            // Byte i lies in i16 lane i / 2, whose group is (i / 2) / 4 of the half.
-            let g = 4 * h + i / 8;
-            let byte = (2 * g + i % 2) as u8;
-            t[h][0][i] = byte;
-            if i % 4 < 2 {
-                t[h][1][i] = byte;
-            }
-            i += 1;
+/// A `vpshufb` control spreading four group scales to [`quads`]' lanes: byte `i` of the
+/// result takes the low byte of scale `first + i / 8` (its i16 lane's group; a 6-bit scale's
+/// high byte is zero) from a 128-bit lane holding scales `width` bytes apart, and every other
+/// byte is zero: each i16 its group's scale, for `madd`, or with `wide` only each i32's low
+/// i16, for `vpdpwssd` on `vpdpbusd` sums.
+const fn quad_spread(first: usize, width: usize, wide: bool) -> [u8; 32] {
+    let mut t = [0x80u8; 32];
+    let mut i = 0;
+    while i < 32 {
+        if i % (if wide { 4 } else { 2 }) == 0 {
+            t[i] = (width * (first + i / 8)) as u8;
         }
-        h += 1;
+        i += 1;
     }
     t
-};
+}
+
+/// [`quad_spread`] for the unpacked block's eight i16 scales, half `h`: `[h][wide]`.
+static QUAD_SCALES: [[[u8; 32]; 2]; 2] = [
+    [quad_spread(0, 2, false), quad_spread(0, 2, true)],
+    [quad_spread(4, 2, false), quad_spread(4, 2, true)],
+];
 
 /// Half `h`'s scales of the eight at `p` (i16) as [`QUAD_SCALES`] `[h][wide]` spreads them.
 #[inline(always)]
@@ -476,23 +475,16 @@ pub(super) unsafe fn arranged_products(v: &[__m256i; 4], x: *const u8) -> [__m25
     std::array::from_fn(|k| _mm256_maddubs_epi16(v[k], load256(x.add(32 * k))))
 }
 
-/// A Q8_K activation row in the form Q6_K's prefill tile and resident kernels read: each
-/// block's quants in [`arrange`]'s order, the row planar ([`planar_at`]).
-fn arrange_activations(a: &[u8], out: &mut [u8]) {
+/// A Q8_K activation row in the form the K-quant tiles and resident kernels read, the row
+/// planar ([`planar_at`]): each block's quants in [`quads`]' order (`QUADS`: Q4_K's and
+/// Q5_K's) or [`arrange`]'s (Q6_K's).
+fn arrange_activations<const QUADS: bool>(a: &[u8], out: &mut [u8]) {
     assert!(a.len().is_multiple_of(Q8K_BYTES) && out.len() == a.len());
     // SAFETY: as in `unpack`; the lengths are whole Q8_K blocks.
-    unsafe { arrange_activation_blocks::<false>(a, out) }
+    unsafe { arrange_activation_blocks::<QUADS>(a, out) }
 }
 
-/// A Q8_K activation row in the form Q4_K's and Q5_K's read: each block's quants in
-/// [`quads`]' order, the row planar ([`planar_at`]).
-fn quad_activations(a: &[u8], out: &mut [u8]) {
-    assert!(a.len().is_multiple_of(Q8K_BYTES) && out.len() == a.len());
-    // SAFETY: as in `unpack`; the lengths are whole Q8_K blocks.
-    unsafe { arrange_activation_blocks::<true>(a, out) }
-}
-
-/// [`arrange_activations`], or with `QUADS` [`quad_activations`].
+/// [`arrange_activations`].
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn arrange_activation_blocks<const QUADS: bool>(a: &[u8], out: &mut [u8]) {
     let nb = a.len() / Q8K_BYTES;
@@ -517,13 +509,41 @@ unsafe fn arrange_activation_blocks<const QUADS: bool>(a: &[u8], out: &mut [u8])
 
 /// How the driver turns an activation row into what [`unpacked_dot`] and the resident
 /// layout's kernels read (Q4_K's and Q5_K's).
-pub(super) const ARRANGE: Option<crate::kernel_table::Arrange> = Some(quad_activations);
+pub(super) const ARRANGE: Option<crate::kernel_table::Arrange> = Some(arrange_activations::<true>);
 
 /// Q6_K's activation arrangement ([`arrange`]'s order).
-pub(super) const PAIRS_ARRANGE: Option<crate::kernel_table::Arrange> = Some(arrange_activations);
+pub(super) const PAIRS_ARRANGE: Option<crate::kernel_table::Arrange> =
+    Some(arrange_activations::<false>);
+
+/// One half block's integer sums of four [`quads`] weight vectors `v` with four activation
+/// vectors `x`, for one `madd` + `add` (`E`) with [`quad_scales`]' spread: with `wide` (VNNI,
+/// quants at most 15) four `vpdpbusd`, each i32 lane sixteen products of one group (at most
+/// 16 * 15 * 128, an i16); otherwise four `maddubs` added as i16 (at most 8 * 31 * 128).
+#[inline(always)]
+unsafe fn quad_sums<E: PairSum>(wide: bool, v: &[__m256i; 4], x: &[__m256i; 4]) -> __m256i {
+    if wide {
+        let mut s = E::dpbusd(_mm256_setzero_si256(), v[0], x[0]);
+        for k in 1..4 {
+            s = E::dpbusd(s, v[k], x[k]);
+        }
+        s
+    } else {
+        // No closure: its intrinsics could stay calls (benches/README, 2026-12-07).
+        _mm256_add_epi16(
+            _mm256_add_epi16(
+                _mm256_maddubs_epi16(v[0], x[0]),
+                _mm256_maddubs_epi16(v[1], x[1]),
+            ),
+            _mm256_add_epi16(
+                _mm256_maddubs_epi16(v[2], x[2]),
+                _mm256_maddubs_epi16(v[3], x[3]),
+            ),
+        )
+    }
+}
 
 /// `R` Q4_K rows [`unpack`]ed (back to back in `u`) dotted with `T` activation rows
-/// [`quad_activations`] made: [`quad_dot`] with its 4-bit quants.
+/// [`ARRANGE`] made: [`quad_dot`] with its 4-bit quants.
 #[inline(always)]
 pub(super) unsafe fn unpacked_dot<E: PairSum, const R: usize, const T: usize>(
     u: &[u8],
@@ -542,12 +562,10 @@ pub(super) unsafe fn unpacked_dot5<E: PairSum, const R: usize, const T: usize>(
 }
 
 /// `R` rows [`unpack`]ed (back to back in `u`) dotted with `T` activation rows
-/// [`quad_activations`] made, per 128 elements, row and token: with VNNI and `NIBBLES`
-/// (quants at most 15), four `vpdpbusd` (each i32 lane sixteen products of one group, at most
-/// 16 * 15 * 128, so an i16) and one `vpdpwssd` with each group's scale in the low i16 of its
-/// lanes; otherwise four `maddubs` added as i16 (at most 8 * 31 * 128 per i16) and one
-/// `madd` and `add` (`E`) with the scales. Per block [`add_block_sums`]. The same integers as
-/// [`dot`] per block, so bit for bit its results. Rows run one at a time (two at once spilled); only
+/// [`ARRANGE`] made, per 128 elements, row and token: [`quad_sums`] (by `vpdpbusd`
+/// with VNNI and `NIBBLES`, quants at most 15) and one `madd` + `add` (`E`) with the scales.
+/// Per block [`add_block_sums`]. The same integers as [`dot`] per block, so bit for bit its
+/// results. Rows run one at a time (two at once spilled); only
 /// inlined into the encodings' kernels (see [`encodings`]).
 #[inline(always)]
 unsafe fn quad_dot<E: PairSum, const R: usize, const T: usize, const NIBBLES: bool>(
@@ -567,17 +585,8 @@ unsafe fn quad_dot<E: PairSum, const R: usize, const T: usize, const NIBBLES: bo
                 let sc = quad_scales(ub.add(U_SCALES), h, wide as usize);
                 let v = load_arranged(ub.add(U_QS + 128 * h));
                 for t in 0..T {
-                    let x = xq[t].add(128 * h);
-                    let p = if wide {
-                        let mut s = E::dpbusd(_mm256_setzero_si256(), v[0], load256(x));
-                        for (k, &v) in v.iter().enumerate().skip(1) {
-                            s = E::dpbusd(s, v, load256(x.add(32 * k)));
-                        }
-                        s
-                    } else {
-                        let [p0, p1, p2, p3] = arranged_products(&v, x);
-                        _mm256_add_epi16(_mm256_add_epi16(p0, p1), _mm256_add_epi16(p2, p3))
-                    };
+                    let x = load_arranged(xq[t].add(128 * h));
+                    let p = quad_sums::<E>(wide, &v, &x);
                     sumi[t] = E::madd_add(sumi[t], sc, p);
                 }
             }
@@ -713,26 +722,7 @@ pub(super) mod arranged {
                     let sc = sm[r].0[h];
                     let v = nibble_vectors(wb[r].add(OFFSET_QS + 64 * h));
                     for t in 0..T {
-                        // As in `quad_dot`: with VNNI, four `vpdpbusd` (sixteen products of
-                        // one group per i32 lane, an i16) and the scales in the low i16.
-                        let p = if E::DPBUSD {
-                            let mut s = E::dpbusd(_mm256_setzero_si256(), v[0], x[t][0]);
-                            for k in 1..4 {
-                                s = E::dpbusd(s, v[k], x[t][k]);
-                            }
-                            s
-                        } else {
-                            _mm256_add_epi16(
-                                _mm256_add_epi16(
-                                    _mm256_maddubs_epi16(v[0], x[t][0]),
-                                    _mm256_maddubs_epi16(v[1], x[t][1]),
-                                ),
-                                _mm256_add_epi16(
-                                    _mm256_maddubs_epi16(v[2], x[t][2]),
-                                    _mm256_maddubs_epi16(v[3], x[t][3]),
-                                ),
-                            )
-                        };
+                        let p = quad_sums::<E>(E::DPBUSD, &v, &x[t]);
                         sumi[r][t] = E::madd_add(sumi[r][t], sc, p);
                     }
                 }
@@ -788,21 +778,6 @@ pub(super) mod arranged {
         ([lo, hi], mins)
     }
 
-    /// [`split_scales_mins`]' `vpshufb` controls: byte `i` of the result is byte `i / 8` of
-    /// a 32-bit word of four scales (its i16 lane's group), or zero: in every i16's low byte
-    /// (`[0]`), or only in each i32's (`[1]`).
-    static SCALE_SPREAD: [[u8; 32]; 2] = {
-        let mut t = [[0x80u8; 32]; 2];
-        let mut i = 0;
-        while i < 32 {
-            if i % 2 == 0 {
-                t[0][i] = (i / 8) as u8;
-            }
-            if i % 4 == 0 {
-                t[1][i] = (i / 8) as u8;
-            }
-            i += 1;
-        }
-        t
-    };
+    /// [`quad_spread`] for a 32-bit word of four scale bytes (broadcast): `[wide]`.
+    static SCALE_SPREAD: [[u8; 32]; 2] = [quad_spread(0, 1, false), quad_spread(0, 1, true)];
 }
