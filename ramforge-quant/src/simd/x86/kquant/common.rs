@@ -157,20 +157,6 @@ pub(in crate::simd::x86) const fn planar_at(nb: usize, i: usize) -> (usize, usiz
     (256 * i, 256 * nb + 4 * i, 260 * nb + 32 * i)
 }
 
-/// `p`, opaque to the compiler (an empty `asm!`): so that loads from it address it alone.
-/// Otherwise LLVM shares one index among the planes' pointers and the quants' loads take an
-/// indexed address, which Intel cores split in two on the VEX instructions that fold them
-/// (the resident Q4_K decode kernel ran 3% slower so on the AVX2 table).
-#[inline(always)]
-pub(in crate::simd::x86) fn own_register(p: *const u8) -> *const u8 {
-    let mut addr = p.addr();
-    // SAFETY: an empty assembly block on an integer; it only pins the value in a register.
-    unsafe {
-        std::arch::asm!("/* {a} */", a = inout(reg) addr, options(pure, nomem, nostack, preserves_flags));
-    }
-    p.with_addr(addr)
-}
-
 /// `T` planar arranged activation rows ([`planar_at`]): where each one's quants, scales `d`
 /// and bsums start, found once per call rather than per block.
 #[derive(Clone, Copy)]
@@ -194,8 +180,8 @@ impl<const T: usize> Planar<T> {
         }
     }
 
-    /// Block `i` of every row: pointers to its quants (each in a register of its own, see
-    /// [`own_register`]), its scales `d`, pointers to its bsums.
+    /// Block `i` of every row: pointers to its quants, its scales `d`, pointers to its
+    /// bsums.
     ///
     /// # Safety
     /// `i` is below the rows' block count.
@@ -205,7 +191,7 @@ impl<const T: usize> Planar<T> {
         i: usize,
     ) -> ([*const u8; T], [f32; T], [*const u8; T]) {
         (
-            std::array::from_fn(|t| own_register(self.qs[t].add(256 * i))),
+            std::array::from_fn(|t| self.qs[t].add(256 * i)),
             // Plain reads, not `f32_at`: a closure here would call a target-feature function.
             std::array::from_fn(|t| {
                 f32::from_le_bytes(self.d[t].add(4 * i).cast::<[u8; 4]>().read_unaligned())
