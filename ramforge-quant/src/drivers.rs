@@ -1176,7 +1176,7 @@ mod tests {
     /// Products that read one activation type arranged in different ways, fused in one
     /// group: a codebook format whose tile reads the activations offset (IQ2_XXS), one that
     /// reads them folded (IQ1_S), a resident K-quant that reads its own arrangement (Q4_K
-    /// arranged where the CPU has that layout, in quads), and Q6_K, whose tile reads them in
+    /// arranged where the CPU has that layout, in octs), and Q6_K, whose tile reads them in
     /// pairs. Each gets its own arranged copy (four here, and the quantized one: the scratch
     /// size counts them) and returns bit for bit what it does alone, on every batch size.
     #[test]

@@ -2,7 +2,7 @@
 //! activations, `madd` with the group's 6-bit scale; the mins come from Q8_K's bsums. Each
 //! block's integer dot and mins term are reduced to one integer each before the float step
 //! ([`add_block_sums`]), so the prefill tile and the resident layout's kernels, which read
-//! quants in another element order ([`quads`]: eight elements of each of four groups per
+//! quants in another element order ([`octs`]: four elements of each of the eight groups per
 //! vector), give the same bits as the decode kernels on the packed blocks. Q5_K shares all
 //! of it.
 
@@ -116,31 +116,6 @@ pub(super) unsafe fn add_block_sums(
         _mm_cvtepi32_ps(msum),
         sum,
     );
-}
-
-/// [`lane_sums`] of `a` and of `b`: with [`PairSum::WIDE_SHUFFLES`] by 256-bit `hadd`s (six,
-/// instead of eight extracts, eight adds and six 128-bit `hadd`s for `T` = 4). The same
-/// integers: sums of the same lanes.
-#[inline(always)]
-pub(super) unsafe fn lane_sums_pair<E: PairSum, const T: usize>(
-    a: &[__m256i; T],
-    b: &[__m256i; T],
-) -> (__m128i, __m128i) {
-    const { assert!(T >= 1 && T <= 4) };
-    if !E::WIDE_SHUFFLES || T == 1 {
-        return (lane_sums(a), lane_sums(b));
-    }
-    // Each 128-bit lane: the partial sums of vectors 0..4 in turn.
-    let tree = |v: &[__m256i; T]| {
-        let at = |t: usize| if t < T { v[t] } else { _mm256_setzero_si256() };
-        _mm256_hadd_epi32(
-            _mm256_hadd_epi32(at(0), at(1)),
-            _mm256_hadd_epi32(at(2), at(3)),
-        )
-    };
-    let lanes =
-        |v: __m256i| _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
-    (lanes(tree(a)), lanes(tree(b)))
 }
 
 /// Lane `t`: the sum of the lanes of `v[t]` (`T` at most 4).
@@ -268,13 +243,13 @@ unsafe fn dot<E: PairSum, const R: usize, const T: usize>(
 }
 
 /// Bytes of a Q4_K/Q5_K block as [`unpack`] writes it for the prefill tile: f32 `d` and
-/// `dmin`, the 8 mins as i16 each twice (one per 16-element sum of Q8_K's `bsums`), the 8
-/// scales as i16, then the 256 quants as bytes in [`arrange`]'s order.
+/// `dmin`, the 8 mins as i16, the 8 scales as i16, zeros, then the 256 quants as bytes in
+/// [`octs`]' order.
 pub(super) const UNPACKED_BYTES: usize = 320;
 const U_D: usize = 0;
 const U_DMIN: usize = 4;
 const U_MINS: usize = 8;
-const U_SCALES: usize = 40;
+const U_SCALES: usize = 24;
 const U_QS: usize = 64;
 
 /// The 128 elements of four 32-element groups (`g[k]`: group `k` in element order), each
@@ -306,13 +281,11 @@ pub(super) unsafe fn arrange(g: [__m256i; 4]) -> [__m256i; 4] {
 
 /// The 128 elements of four 32-element groups (`g[k]`: group `k` in element order) as four
 /// vectors of eight elements of each group in turn: qword `q` of vector `k` is elements
-/// `8k .. 8k + 8` of group `q`. So every i32 lane holds four elements of one group (one
-/// `vpdpbusd` lane) and every i16 two ([`arrange`]'s property): Q4_K's and Q5_K's layout for
-/// the prefill tile and the resident blocks. A transpose of qwords: four unpacks, four lane
-/// swaps.
+/// `8k .. 8k + 8` of group `q`. A transpose of qwords: four unpacks, four lane swaps;
+/// [`octs`]' first step.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn quads(g: [__m256i; 4]) -> [__m256i; 4] {
+unsafe fn quads(g: [__m256i; 4]) -> [__m256i; 4] {
     let lo01 = _mm256_unpacklo_epi64(g[0], g[1]);
     let hi01 = _mm256_unpackhi_epi64(g[0], g[1]);
     let lo23 = _mm256_unpacklo_epi64(g[2], g[3]);
@@ -325,48 +298,75 @@ pub(super) unsafe fn quads(g: [__m256i; 4]) -> [__m256i; 4] {
     ]
 }
 
-/// Where element `l` of group `g` (of four) lies in [`quads`]' four vectors: (vector, byte).
-pub(super) fn quad_at(g: usize, l: usize) -> (usize, usize) {
-    (l / 8, 8 * g + l % 8)
+/// A block's eight 32-element groups (`g[k]`: group `k` in element order) as eight vectors
+/// each holding four elements of every group: i32 lane `P` of every vector belongs to group
+/// [`oct_group`]`(P)` ([`oct_at`] says which elements). So the `maddubs` of all eight vectors
+/// add as i16 (sixteen products of one group in each) before one `madd` with the groups'
+/// scales, and every i32 lane is one `vpdpbusd` lane of one group: Q4_K's and Q5_K's layout
+/// for the prefill tile, the resident blocks and the activations they read. [`quads`] of
+/// each half, then each pair of vectors' i32 lanes interleaved (two blends, one swap).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn octs(g: [__m256i; 8]) -> [__m256i; 8] {
+    let a = quads([g[0], g[1], g[2], g[3]]);
+    let b = quads([g[4], g[5], g[6], g[7]]);
+    let mut out = [_mm256_setzero_si256(); 8];
+    for k in 0..4 {
+        out[2 * k] = _mm256_blend_epi32::<0xAA>(a[k], b[k]);
+        out[2 * k + 1] = _mm256_shuffle_epi32::<0xB1>(_mm256_blend_epi32::<0x55>(a[k], b[k]));
+    }
+    out
 }
 
-/// Four 32-element groups stored at `p` in [`quads`]' order (128 bytes).
+/// The group whose elements i32 lane `p` (0..8) of every [`octs`] vector holds.
+pub(super) const fn oct_group(p: usize) -> usize {
+    4 * (p % 2) + p / 2
+}
+
+/// Where element `e` (0..256) of a block lies in [`octs`]' eight vectors: (vector, byte).
+pub(super) fn oct_at(e: usize) -> (usize, usize) {
+    let (g, l) = (e / 32, e % 32);
+    let (h, q) = (g / 4, g % 4);
+    // In `quads` of half h: vector l / 8, i32 lane 2q + s, s = which four of the eight.
+    let s = (l % 8) / 4;
+    let p = 2 * q + s;
+    let flip = (s != h) as usize;
+    (2 * (l / 8) + flip, 4 * (p ^ flip) + l % 4)
+}
+
+/// A block's eight groups (in element order) stored at `p` in [`octs`]' order (256 bytes).
 #[inline(always)]
-unsafe fn store_quads(p: *mut u8, groups: [__m256i; 4]) {
-    for (k, v) in quads(groups).into_iter().enumerate() {
+unsafe fn store_octs(p: *mut u8, groups: [__m256i; 8]) {
+    for (k, v) in octs(groups).into_iter().enumerate() {
         _mm256_storeu_si256(p.add(32 * k).cast(), v);
     }
 }
 
-/// A `vpshufb` control spreading four group scales to [`quads`]' lanes: byte `i` of the
-/// result takes the low byte of scale `first + i / 8` (its i16 lane's group; a 6-bit scale's
-/// high byte is zero) from a 128-bit lane holding scales `width` bytes apart, and every other
-/// byte is zero: each i16 its group's scale, for `madd`, or with `wide` only each i32's low
-/// i16, for `vpdpwssd` on `vpdpbusd` sums.
-const fn quad_spread(first: usize, width: usize, wide: bool) -> [u8; 32] {
+/// A `vpshufb` control spreading eight group scales `width` bytes apart in each 128-bit
+/// lane to [`octs`]' lanes: each i16 its group's scale (the low byte; a 6-bit scale's high
+/// byte is zero), for `madd`, or with `wide` only each i32's low i16 and the high one zero,
+/// for `vpdpwssd` on `vpdpbusd` sums.
+const fn oct_spread(width: usize, wide: bool) -> [u8; 32] {
     let mut t = [0x80u8; 32];
     let mut i = 0;
     while i < 32 {
         if i % (if wide { 4 } else { 2 }) == 0 {
-            t[i] = (width * (first + i / 8)) as u8;
+            t[i] = (width * oct_group(i / 4)) as u8;
         }
         i += 1;
     }
     t
 }
 
-/// [`quad_spread`] for the unpacked block's eight i16 scales, half `h`: `[h][wide]`.
-static QUAD_SCALES: [[[u8; 32]; 2]; 2] = [
-    [quad_spread(0, 2, false), quad_spread(0, 2, true)],
-    [quad_spread(4, 2, false), quad_spread(4, 2, true)],
-];
+/// [`oct_spread`] for the unpacked block's eight i16 scales: `[wide]`.
+static OCT_SCALES: [[u8; 32]; 2] = [oct_spread(2, false), oct_spread(2, true)];
 
-/// Half `h`'s scales of the eight at `p` (i16) as [`QUAD_SCALES`] `[h][wide]` spreads them.
+/// The eight i16 scales at `p` as [`OCT_SCALES`] `[wide]` spreads them.
 #[inline(always)]
-unsafe fn quad_scales(p: *const u8, h: usize, wide: usize) -> __m256i {
+unsafe fn oct_scales(p: *const u8, wide: usize) -> __m256i {
     _mm256_shuffle_epi8(
         _mm256_broadcastsi128_si256(load128(p)),
-        load256(QUAD_SCALES[h][wide].as_ptr()),
+        load256(OCT_SCALES[wide].as_ptr()),
     )
 }
 
@@ -398,29 +398,20 @@ unsafe fn unpack_blocks(w: &[u8], out: &mut [u8]) {
 /// (its 32 bytes of fifth bits) a Q5_K block, whose `d`, `dmin` and scales sit where Q4_K's do.
 #[inline(always)]
 pub(super) unsafe fn unpack_block(wp: *const u8, qs: *const u8, qh: Option<__m256i>, up: *mut u8) {
-    let m4 = _mm256_set1_epi8(0x0F);
     let one = _mm256_set1_epi8(1);
     unpack_header(wp, up);
-    for h in 0..2 {
-        // Chunks 2h and 2h + 1 hold groups 4h, 4h + 1 (low, high nibbles) and 4h + 2, 4h + 3.
-        let c0 = load256(qs.add(64 * h));
-        let c1 = load256(qs.add(64 * h + 32));
-        let mut groups = [
-            _mm256_and_si256(c0, m4),
-            _mm256_and_si256(_mm256_srli_epi16::<4>(c0), m4),
-            _mm256_and_si256(c1, m4),
-            _mm256_and_si256(_mm256_srli_epi16::<4>(c1), m4),
-        ];
-        if let Some(qh) = qh {
-            // Element l of group g has its fifth bit in bit g of qh[l].
-            for (k, group) in groups.iter_mut().enumerate() {
-                let g = _mm_cvtsi32_si128((4 * h + k) as i32);
-                let bit = _mm256_and_si256(_mm256_srl_epi16(qh, g), one);
-                *group = _mm256_or_si256(*group, _mm256_slli_epi16::<4>(bit));
-            }
+    // Chunks 2h and 2h + 1 hold groups 4h, 4h + 1 (low, high nibbles) and 4h + 2, 4h + 3.
+    let [g0, g1, g2, g3] = nibble_vectors(qs);
+    let [g4, g5, g6, g7] = nibble_vectors(qs.add(64));
+    let mut groups = [g0, g1, g2, g3, g4, g5, g6, g7];
+    if let Some(qh) = qh {
+        // Element l of group g has its fifth bit in bit g of qh[l].
+        for (g, group) in groups.iter_mut().enumerate() {
+            let bit = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(g as i32)), one);
+            *group = _mm256_or_si256(*group, _mm256_slli_epi16::<4>(bit));
         }
-        store_quads(up.add(U_QS + 128 * h), groups);
     }
+    store_octs(up.add(U_QS), groups);
 }
 
 /// The scales, mins and super-block scales of the Q4_K/Q5_K block at `wp` into the unpacked
@@ -434,9 +425,7 @@ unsafe fn unpack_header(wp: *const u8, up: *mut u8) {
     up.add(U_DMIN)
         .cast::<f32>()
         .write_unaligned(f16_at(wp.add(OFFSET_DMIN)));
-    let mins = _mm256_extracti128_si256::<1>(sm);
-    _mm_storeu_si128(up.add(U_MINS).cast(), _mm_unpacklo_epi16(mins, mins));
-    _mm_storeu_si128(up.add(U_MINS + 16).cast(), _mm_unpackhi_epi16(mins, mins));
+    _mm_storeu_si128(up.add(U_MINS).cast(), _mm256_extracti128_si256::<1>(sm));
     _mm_storeu_si128(up.add(U_SCALES).cast(), _mm256_castsi256_si128(sm));
     up.add(U_SCALES + 16).write_bytes(0, U_QS - U_SCALES - 16);
 }
@@ -476,17 +465,18 @@ pub(super) unsafe fn arranged_products(v: &[__m256i; 4], x: *const u8) -> [__m25
 }
 
 /// A Q8_K activation row in the form the K-quant tiles and resident kernels read, the row
-/// planar ([`planar_at`]): each block's quants in [`quads`]' order (`QUADS`: Q4_K's and
-/// Q5_K's) or [`arrange`]'s (Q6_K's).
-fn arrange_activations<const QUADS: bool>(a: &[u8], out: &mut [u8]) {
+/// planar ([`planar_at`]): with `OCTS` (Q4_K's and Q5_K's) each block's quants in [`octs`]'
+/// order and, in place of its bsums, its eight 32-element group sums (i16, then 16 zero
+/// bytes); otherwise (Q6_K's) its quants in [`arrange`]'s order and its bsums.
+fn arrange_activations<const OCTS: bool>(a: &[u8], out: &mut [u8]) {
     assert!(a.len().is_multiple_of(Q8K_BYTES) && out.len() == a.len());
     // SAFETY: as in `unpack`; the lengths are whole Q8_K blocks.
-    unsafe { arrange_activation_blocks::<QUADS>(a, out) }
+    unsafe { arrange_activation_blocks::<OCTS>(a, out) }
 }
 
 /// [`arrange_activations`].
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn arrange_activation_blocks<const QUADS: bool>(a: &[u8], out: &mut [u8]) {
+unsafe fn arrange_activation_blocks<const OCTS: bool>(a: &[u8], out: &mut [u8]) {
     let nb = a.len() / Q8K_BYTES;
     let op = out.as_mut_ptr();
     for (i, ab) in a.chunks_exact(Q8K_BYTES).enumerate() {
@@ -495,12 +485,16 @@ unsafe fn arrange_activation_blocks<const QUADS: bool>(a: &[u8], out: &mut [u8])
         op.add(d)
             .cast::<f32>()
             .write_unaligned(f32_at(ap.add(Q8K_D)));
-        _mm256_storeu_si256(op.add(bs).cast(), bsums(ap));
-        for h in 0..2 {
-            let groups = load_arranged(ap.add(Q8K_QS + 128 * h));
-            if QUADS {
-                store_quads(op.add(qs + 128 * h), groups);
-            } else {
+        if OCTS {
+            let sums = _mm256_zextsi128_si256(group_sums(bsums(ap)));
+            _mm256_storeu_si256(op.add(bs).cast(), sums);
+            let [g0, g1, g2, g3] = load_arranged(ap.add(Q8K_QS));
+            let [g4, g5, g6, g7] = load_arranged(ap.add(Q8K_QS + 128));
+            store_octs(op.add(qs), [g0, g1, g2, g3, g4, g5, g6, g7]);
+        } else {
+            _mm256_storeu_si256(op.add(bs).cast(), bsums(ap));
+            for h in 0..2 {
+                let groups = load_arranged(ap.add(Q8K_QS + 128 * h));
                 store_arranged(op.add(qs + 128 * h), groups);
             }
         }
@@ -515,10 +509,11 @@ pub(super) const ARRANGE: Option<crate::kernel_table::Arrange> = Some(arrange_ac
 pub(super) const PAIRS_ARRANGE: Option<crate::kernel_table::Arrange> =
     Some(arrange_activations::<false>);
 
-/// One half block's integer sums of four [`quads`] weight vectors `v` with four activation
-/// vectors `x`, for one `madd` + `add` (`E`) with [`quad_scales`]' spread: with `wide` (VNNI,
+/// One half block's integer sums of four [`octs`] weight vectors `v` with four activation
+/// vectors `x`, for one `madd` + `add` (`E`) with [`oct_scales`]' spread: with `wide` (VNNI,
 /// quants at most 15) four `vpdpbusd`, each i32 lane sixteen products of one group (at most
-/// 16 * 15 * 128, an i16); otherwise four `maddubs` added as i16 (at most 8 * 31 * 128).
+/// 16 * 15 * 128, an i16); otherwise four `maddubs` added as i16 (at most 8 * 31 * 128, and
+/// the two halves' sums of 4-bit quants added at most 16 * 15 * 128).
 #[inline(always)]
 unsafe fn quad_sums<E: PairSum>(wide: bool, v: &[__m256i; 4], x: &[__m256i; 4]) -> __m256i {
     if wide {
@@ -543,13 +538,13 @@ unsafe fn quad_sums<E: PairSum>(wide: bool, v: &[__m256i; 4], x: &[__m256i; 4]) 
 }
 
 /// `R` Q4_K rows [`unpack`]ed (back to back in `u`) dotted with `T` activation rows
-/// [`ARRANGE`] made: [`quad_dot`] with its 4-bit quants.
+/// [`ARRANGE`] made: [`oct_dot`] with its 4-bit quants.
 #[inline(always)]
 pub(super) unsafe fn unpacked_dot<E: PairSum, const R: usize, const T: usize>(
     u: &[u8],
     a: [&[u8]; T],
 ) -> [[f32; T]; R] {
-    quad_dot::<E, R, T, true>(u, a)
+    oct_dot::<E, R, T, true>(u, a)
 }
 
 /// The same for Q5_K's unpacked rows (5-bit quants).
@@ -558,20 +553,56 @@ pub(super) unsafe fn unpacked_dot5<E: PairSum, const R: usize, const T: usize>(
     u: &[u8],
     a: [&[u8]; T],
 ) -> [[f32; T]; R] {
-    quad_dot::<E, R, T, false>(u, a)
+    oct_dot::<E, R, T, false>(u, a)
 }
 
-/// `R` rows [`unpack`]ed (back to back in `u`) dotted with `T` activation rows
-/// [`ARRANGE`] made, per 128 elements, row and token: [`quad_sums`] (by `vpdpbusd`
-/// with VNNI and `NIBBLES`, quants at most 15) and one `madd` + `add` (`E`) with the scales.
-/// Per block [`add_block_sums`]. The same integers as [`dot`] per block, so bit for bit its
-/// results. Rows run one at a time (two at once spilled); only
-/// inlined into the encodings' kernels (see [`encodings`]).
+/// Every token's sums of the lanes of `v[t]` (lane `t`): with [`PairSum::WIDE_SHUFFLES`] by
+/// 256-bit `hadd`s, else halves added first (Zen 1 splits 256-bit shuffles). The same
+/// integers either way.
 #[inline(always)]
-unsafe fn quad_dot<E: PairSum, const R: usize, const T: usize, const NIBBLES: bool>(
+pub(super) unsafe fn token_sums<E: PairSum, const T: usize>(v: &[__m256i; T]) -> __m128i {
+    const { assert!(T >= 1 && T <= 4) };
+    if !E::WIDE_SHUFFLES || T == 1 {
+        return lane_sums(v);
+    }
+    let mut w = [_mm256_setzero_si256(); 4];
+    w[..T].copy_from_slice(v);
+    let tree = _mm256_hadd_epi32(_mm256_hadd_epi32(w[0], w[1]), _mm256_hadd_epi32(w[2], w[3]));
+    _mm_add_epi32(
+        _mm256_castsi256_si128(tree),
+        _mm256_extracti128_si256::<1>(tree),
+    )
+}
+
+/// Every token's mins term of a block (lane `t`): the block's eight mins `mins` (i16, in
+/// both 128-bit lanes) dotted with the token's eight group sums, two tokens per `madd`
+/// (`gs[k]`: tokens 2k and 2k + 1's group sums, one per 128-bit lane).
+#[inline(always)]
+unsafe fn mins_terms(mins: __m256i, gs: &[__m256i; 2]) -> __m128i {
+    let m0 = _mm256_madd_epi16(mins, gs[0]);
+    let m1 = _mm256_madd_epi16(mins, gs[1]);
+    lane_sums128(&[
+        _mm256_castsi256_si128(m0),
+        _mm256_extracti128_si256::<1>(m0),
+        _mm256_castsi256_si128(m1),
+        _mm256_extracti128_si256::<1>(m1),
+    ])
+}
+
+/// `R` rows [`unpack`]ed (back to back in `u`) dotted with `T` activation rows [`ARRANGE`]
+/// made. Per row, block and token: with 4-bit quants (`NIBBLES`) the whole block's eight
+/// `maddubs` added as i16 and one `madd` with the scales (with VNNI two [`quad_sums`] by
+/// `vpdpbusd`, each with a `vpdpwssd`); Q5_K's quants one `madd` + `add` per half. Per block
+/// [`add_block_sums`], the mins terms two tokens per `madd`. The same integers as [`dot`] per
+/// block, so bit for bit its results. Rows run one at a time (blocks outer, LLVM copies
+/// the tokens' activations to the stack); only inlined into the encodings' kernels (see
+/// [`encodings`]).
+#[inline(always)]
+unsafe fn oct_dot<E: PairSum, const R: usize, const T: usize, const NIBBLES: bool>(
     u: &[u8],
     a: [&[u8]; T],
 ) -> [[f32; T]; R] {
+    const { assert!(T >= 1 && T <= 4) };
     let row = u.len() / R;
     let mut acc = [_mm_setzero_ps(); R];
     let wide = E::DPBUSD && NIBBLES;
@@ -579,29 +610,48 @@ unsafe fn quad_dot<E: PairSum, const R: usize, const T: usize, const NIBBLES: bo
     for (r, acc) in acc.iter_mut().enumerate() {
         for i in 0..row / UNPACKED_BYTES {
             let ub = u.as_ptr().add(r * row + i * UNPACKED_BYTES);
-            let (xq, da, xb) = planar.block(i);
+            let (xq, da, xg) = planar.block(i);
+            let sc = oct_scales(ub.add(U_SCALES), wide as usize);
             let mut sumi = [_mm256_setzero_si256(); T];
-            for h in 0..2 {
-                let sc = quad_scales(ub.add(U_SCALES), h, wide as usize);
-                let v = load_arranged(ub.add(U_QS + 128 * h));
+            if NIBBLES && !wide {
+                let mut p = [_mm256_setzero_si256(); T];
+                for h in 0..2 {
+                    let v = load_arranged(ub.add(U_QS + 128 * h));
+                    for t in 0..T {
+                        let x = load_arranged(xq[t].add(128 * h));
+                        p[t] = _mm256_add_epi16(p[t], quad_sums::<E>(false, &v, &x));
+                    }
+                }
                 for t in 0..T {
-                    let x = load_arranged(xq[t].add(128 * h));
-                    let p = quad_sums::<E>(wide, &v, &x);
-                    sumi[t] = E::madd_add(sumi[t], sc, p);
+                    sumi[t] = _mm256_madd_epi16(sc, p[t]);
+                }
+            } else {
+                for h in 0..2 {
+                    let v = load_arranged(ub.add(U_QS + 128 * h));
+                    for t in 0..T {
+                        let x = load_arranged(xq[t].add(128 * h));
+                        let p = quad_sums::<E>(wide, &v, &x);
+                        sumi[t] = E::madd_add(sumi[t], sc, p);
+                    }
                 }
             }
-            // Each min twice against the 16-element sums: the same integer as the packed
-            // kernels' mins against the 32-element group sums.
-            let mins = load256(ub.add(U_MINS));
-            let m: [__m256i; T] = std::array::from_fn(|t| _mm256_madd_epi16(mins, load256(xb[t])));
-            let (isum, msum) = lane_sums_pair::<E, T>(&sumi, &m);
+            // No closure: its intrinsics could stay calls (benches/README, 2026-12-07).
+            let mut sums = [_mm_setzero_si128(); 4];
+            for t in 0..T {
+                sums[t] = load128(xg[t]);
+            }
+            let gs = [
+                _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(sums[0]), sums[1]),
+                _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(sums[2]), sums[3]),
+            ];
+            let mins = _mm256_broadcastsi128_si256(load128(ub.add(U_MINS)));
             add_block_sums(
                 acc,
                 f32_at(ub.add(U_D)),
                 f32_at(ub.add(U_DMIN)),
                 da_lanes(&da),
-                isum,
-                msum,
+                token_sums::<E, T>(&sumi),
+                mins_terms(mins, &gs),
             );
         }
     }
@@ -609,12 +659,12 @@ unsafe fn quad_dot<E: PairSum, const R: usize, const T: usize, const NIBBLES: bo
 }
 
 /// Q4_K blocks held in the x86 kernels' arranged layout ([`crate::Layout::Arranged`]): each
-/// 64 bytes of quants (128 elements, four groups) rewritten so that the low and high nibbles
-/// of their two halves are [`quads`]' four vectors. The decode kernel then adds four
-/// groups' `maddubs` as i16 before one `madd` (with VNNI: four `vpdpbusd`, one `vpdpwssd`),
-/// with neither the packed route's madd per group nor its scale shuffles, reading the same
-/// bytes from memory; the prefill tile unpacks the blocks without shuffles. The scales and
-/// super-block scales stay where they were.
+/// block's 128 bytes of quants rewritten so that the low and high nibbles of each 32 bytes
+/// are two of [`octs`]' eight vectors, in order. The decode kernel then adds the block's
+/// eight `maddubs` as i16 before one `madd` (with VNNI: two sets of four `vpdpbusd`, each
+/// with a `vpdpwssd`), with neither the packed route's madd per group nor its scale
+/// shuffles, reading the same bytes from memory; the prefill tile unpacks the blocks
+/// without shuffles. The scales and super-block scales stay where they were.
 pub(super) mod arranged {
     use super::*;
 
@@ -627,22 +677,22 @@ pub(super) mod arranged {
         if !arranged {
             return (32 * (g / 2) + l, 4 * (g % 2) as u32);
         }
-        // Vectors 0 and 1 of a half are the low and high nibbles of its first 32 bytes.
-        let (k, b) = quad_at(g % 4, l);
-        (64 * (g / 4) + 32 * (k / 2) + b, 4 * (k % 2) as u32)
+        // Octs vectors 2m and 2m + 1 are the low and high nibbles of bytes 32m .. 32m + 32.
+        let (k, b) = oct_at(e);
+        (32 * (k / 2) + b, 4 * (k % 2) as u32)
     }
 
     /// Whole blocks rewritten in place into the arranged layout.
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn arrange_blocks(w: &mut [u8]) {
         for b in w.chunks_exact_mut(BYTES) {
-            let qs = b.as_mut_ptr().add(OFFSET_QS);
-            for h in 0..2 {
-                let q = qs.add(64 * h);
-                let [a0, a1, a2, a3] = quads(nibble_vectors(q));
-                let pack = |lo, hi| _mm256_or_si256(lo, _mm256_slli_epi16::<4>(hi));
-                _mm256_storeu_si256(q.cast(), pack(a0, a1));
-                _mm256_storeu_si256(q.add(32).cast(), pack(a2, a3));
+            let q = b.as_mut_ptr().add(OFFSET_QS);
+            let [g0, g1, g2, g3] = nibble_vectors(q);
+            let [g4, g5, g6, g7] = nibble_vectors(q.add(64));
+            let o = octs([g0, g1, g2, g3, g4, g5, g6, g7]);
+            for m in 0..4 {
+                let packed = _mm256_or_si256(o[2 * m], _mm256_slli_epi16::<4>(o[2 * m + 1]));
+                _mm256_storeu_si256(q.add(32 * m).cast(), packed);
             }
         }
     }
@@ -684,11 +734,11 @@ pub(super) mod arranged {
         }
     }
 
-    /// `R` arranged rows by `T` activation rows [`arrange_activations`] made: per 128
-    /// elements, row and token, four `maddubs` added as i16 and one `madd` + `add` (`E`) with
-    /// the four groups' scales; per block [`add_block_with_mins`]. The same integers per
-    /// block as [`super::dot`] on the file's blocks, so its bits. Only inlined into the
-    /// encoding's kernels.
+    /// `R` arranged rows by `T` activation rows [`arrange_activations`] made: per block, row
+    /// and token, the eight `maddubs` added as i16 and one `madd` with the eight groups'
+    /// scales (with VNNI per half four `vpdpbusd` and one `vpdpwssd`); per block
+    /// [`add_block_with_mins`]. The same integers per block as [`super::dot`] on the file's
+    /// blocks, so its bits. Only inlined into the encoding's kernels.
     #[inline(always)]
     unsafe fn dot<E: PairSum, const R: usize, const T: usize>(
         w: &[u8],
@@ -705,7 +755,7 @@ pub(super) mod arranged {
             let wb = weight_blocks::<R>(w, row, BYTES, i);
             let (xq, _, _) = planar.block(i);
             // A loop, not `array::from_fn`: a closure's call would not inline.
-            let mut sm = [([_mm256_setzero_si256(); 2], _mm_setzero_si128()); R];
+            let mut sm = [(_mm256_setzero_si256(), _mm_setzero_si128()); R];
             for r in 0..R {
                 sm[r] = split_scales_mins(wb[r].add(OFFSET_SCALES), E::DPBUSD);
             }
@@ -715,15 +765,27 @@ pub(super) mod arranged {
                 crate::simd::x86::prefetch::blocks_ahead(&wb, BYTES);
             }
             let mut sumi = [[_mm256_setzero_si256(); T]; R];
+            // Without VNNI the halves' i16 sums (`p`) add before one `madd`.
+            let mut p = [[_mm256_setzero_si256(); T]; R];
             for h in 0..2 {
                 let x: [[__m256i; 4]; T] =
                     std::array::from_fn(|t| load_arranged(xq[t].add(128 * h)));
                 for r in 0..R {
-                    let sc = sm[r].0[h];
                     let v = nibble_vectors(wb[r].add(OFFSET_QS + 64 * h));
                     for t in 0..T {
-                        let p = quad_sums::<E>(E::DPBUSD, &v, &x[t]);
-                        sumi[r][t] = E::madd_add(sumi[r][t], sc, p);
+                        let s = quad_sums::<E>(E::DPBUSD, &v, &x[t]);
+                        if E::DPBUSD {
+                            sumi[r][t] = E::madd_add(sumi[r][t], sm[r].0, s);
+                        } else {
+                            p[r][t] = _mm256_add_epi16(p[r][t], s);
+                        }
+                    }
+                }
+            }
+            if !E::DPBUSD {
+                for r in 0..R {
+                    for t in 0..T {
+                        sumi[r][t] = _mm256_madd_epi16(sm[r].0, p[r][t]);
                     }
                 }
             }
@@ -752,32 +814,32 @@ pub(super) mod arranged {
         sumi: &[[__m256i; T]; R],
     ) {
         let wb = weight_blocks::<R>(w, row, BYTES, i);
-        let (_, da, xb) = planar.block(i);
-        let bs: [__m128i; T] = std::array::from_fn(|t| group_sums(load256(xb[t])));
+        let (_, da, xg) = planar.block(i);
+        let gs: [__m128i; T] = std::array::from_fn(|t| load128(xg[t]));
         for r in 0..R {
-            add_block_with_mins(&mut acc[r], wb[r], mins[r], &da, &bs, &sumi[r]);
+            add_block_with_mins(&mut acc[r], wb[r], mins[r], &da, &gs, &sumi[r]);
         }
     }
 
-    /// [`scales_mins`] as the arranged kernel takes them: each half's four group scales in
-    /// [`quads`]' lanes (every i16 its group's, or with `wide` the low i16 of every i32 and
+    /// [`scales_mins`] as the arranged kernel takes them: the eight group scales spread to
+    /// [`octs`]' lanes (every i16 its group's, or with `wide` the low i16 of every i32 and
     /// zero in the high one, for `vpdpwssd` on `vpdpbusd` sums), and the eight mins as i16;
     /// built from 32-bit words, so no lane-crossing widen or permute. A target-feature
     /// function, not an `#[inline(always)]` one: called from the kernel's closures, whose
     /// intrinsics would otherwise stay calls.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn split_scales_mins(p: *const u8, wide: bool) -> ([__m256i; 2], __m128i) {
+    unsafe fn split_scales_mins(p: *const u8, wide: bool) -> (__m256i, __m128i) {
         let [sc_lo, sc_hi, mn_lo, mn_hi] = scale_min_words(p);
         let spread = load256(SCALE_SPREAD[wide as usize].as_ptr());
-        let lo = _mm256_shuffle_epi8(_mm256_set1_epi32(sc_lo as i32), spread);
-        let hi = _mm256_shuffle_epi8(_mm256_set1_epi32(sc_hi as i32), spread);
+        let scales = (sc_lo as u64 | (sc_hi as u64) << 32) as i64;
+        let sc = _mm256_shuffle_epi8(_mm256_set1_epi64x(scales), spread);
         let mins = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(
             (mn_lo as u64 | (mn_hi as u64) << 32) as i64,
         ));
-        ([lo, hi], mins)
+        (sc, mins)
     }
 
-    /// [`quad_spread`] for a 32-bit word of four scale bytes (broadcast): `[wide]`.
-    static SCALE_SPREAD: [[u8; 32]; 2] = [quad_spread(0, 1, false), quad_spread(0, 1, true)];
+    /// [`oct_spread`] for the eight scale bytes (a broadcast qword): `[wide]`.
+    static SCALE_SPREAD: [[u8; 32]; 2] = [oct_spread(1, false), oct_spread(1, true)];
 }
