@@ -357,13 +357,13 @@ dpwssd!(dpbusd_evex, "{{evex}}", "vpdpbusd");
 /// target features. `$group` is the decode kernel's rows per call; `vex N` gives the VEX
 /// table its own, where the CPUs that use it (Intel's with AVX-VNNI) measured another best.
 macro_rules! encodings {
-    ($format:literal, $group:literal $(, vex $vex_group:literal)? $(, tile rows $tile_group:literal)? $(, unpacked $unpacked:ident)? $(, shared $shared:ident)?) => {
-        encodings!(@one avx2, "avx2,fma,f16c", $crate::simd::x86::kquant::common::Avx2Pairs, $format, $group $(, tile rows $tile_group)? $(, unpacked $unpacked)? $(, shared $shared)?);
+    ($format:literal, $group:literal $(, vex $vex_group:literal)? $(, unpacked $unpacked:ident)? $(, shared $shared:ident)?) => {
+        encodings!(@one avx2, "avx2,fma,f16c", $crate::simd::x86::kquant::common::Avx2Pairs, $format, $group $(, unpacked $unpacked)? $(, shared $shared)?);
         encodings!(@one vex, "avx2,fma,f16c,avxvnni", $crate::simd::x86::kquant::common::VexPairs, $format,
-            { #[allow(unused_variables)] let g = $group; $(let g = $vex_group;)? g } $(, tile rows $tile_group)? $(, unpacked $unpacked)? $(, shared $shared)?);
-        encodings!(@one evex, "avx2,fma,f16c", $crate::simd::x86::kquant::common::EvexPairs, $format, $group $(, tile rows $tile_group)? $(, unpacked $unpacked)? $(, shared $shared)?);
+            { #[allow(unused_variables)] let g = $group; $(let g = $vex_group;)? g } $(, unpacked $unpacked)? $(, shared $shared)?);
+        encodings!(@one evex, "avx2,fma,f16c", $crate::simd::x86::kquant::common::EvexPairs, $format, $group $(, unpacked $unpacked)? $(, shared $shared)?);
     };
-    (@one $module:ident, $features:literal, $pairs:path, $format:literal, $group:expr $(, tile rows $tile_group:literal)? $(, unpacked $unpacked:ident)? $(, shared $shared:ident)?) => {
+    (@one $module:ident, $features:literal, $pairs:path, $format:literal, $group:expr $(, unpacked $unpacked:ident)? $(, shared $shared:ident)?) => {
         pub(in crate::simd::x86) mod $module {
             use super::*;
 
@@ -400,7 +400,7 @@ macro_rules! encodings {
             }
             )?
 
-            entry_points!($format, $group $(, tile rows $tile_group)? $(, unpacked $unpacked)? $(, shared $shared)?);
+            entry_points!($format, $group $(, unpacked $unpacked)? $(, shared $shared)?);
         }
     };
 }
@@ -501,15 +501,13 @@ pub(in crate::simd::x86) unsafe fn weight_blocks<const R: usize>(
 /// `dot::<R, T>` (`R` weight rows back to back, each dotted with `T` activation rows; every
 /// (row, token) pair runs the same arithmetic whatever `R` and `T` are) and its block size
 /// `BYTES`: `vec_dot` (one row, one token), `tile` (one row, [`TILE`] tokens, each weight
-/// block unpacked once) or, with `tile rows $tile_group`, `tile_rows` ([`TILE_ROWS`] rows,
-/// [`TILE`] tokens, run as calls of `$tile_group` rows: where that measured faster), `rows`
+/// block unpacked once), or with `unpacked` or `shared` the tiles those arms describe, `rows`
 /// ([`ROWS`] rows, one token, each activation block loaded once; run as `ROWS / $group`
 /// calls of `$group` rows: 8 where that measured faster, 1, a plain loop of single rows,
 /// where the wider kernel spilled and measured slower) and the length check they make
 /// first. All of them return bit for bit what `vec_dot` does.
 ///
 /// [`TILE`]: crate::kernel_table::TILE
-/// [`TILE_ROWS`]: crate::kernel_table::TILE_ROWS
 /// [`ROWS`]: crate::kernel_table::ROWS
 macro_rules! entry_points {
     ($format:literal, $group:expr) => {
@@ -610,39 +608,6 @@ macro_rules! entry_points {
             }
             // SAFETY: as in `vec_dot`; `w` is whole rows of the checked length.
             unsafe { $shared(w, a) }
-        }
-
-        /// The prefill kernel the kernel table registers.
-        pub(in crate::simd::x86) const PREFILL: crate::kernel_table::Tile =
-            crate::kernel_table::Tile::QuantRows(tile_rows);
-    };
-    ($format:literal, $group:expr, tile rows $tile_group:literal) => {
-        entry_points!(@common $format, $group);
-
-        #[doc = concat!(
-            "[`TILE_ROWS`](crate::kernel_table::TILE_ROWS) rows of ", $format,
-            " blocks, back to back, dotted with 4 tokens' Q8_K rows, run as calls of ",
-            stringify!($tile_group), " rows (each activation block loaded once for them)."
-        )]
-        pub(in crate::simd::x86) fn tile_rows(
-            w: &[u8],
-            a: [&[u8]; crate::kernel_table::TILE],
-        ) -> [[f32; crate::kernel_table::TILE]; crate::kernel_table::TILE_ROWS] {
-            const ROWS: usize = crate::kernel_table::TILE_ROWS;
-            const GROUP: usize = $tile_group;
-            const _: () = assert!(GROUP > 0 && ROWS / GROUP * GROUP == ROWS);
-            assert!(w.len() % ROWS == 0);
-            let row = w.len() / ROWS;
-            for a in a {
-                check(&w[..row], a);
-            }
-            let mut out = [[0f32; crate::kernel_table::TILE]; ROWS];
-            for (g, part) in w.chunks_exact(GROUP * row).enumerate() {
-                // SAFETY: as in `vec_dot`; `part` is `GROUP` rows of the checked length.
-                let got = unsafe { dot::<GROUP, { crate::kernel_table::TILE }>(part, a) };
-                out[g * GROUP..(g + 1) * GROUP].copy_from_slice(&got);
-            }
-            out
         }
 
         /// The prefill kernel the kernel table registers.
