@@ -2,8 +2,8 @@
 //! bit spreads its formats build their quants from.
 
 pub(super) use crate::simd::x86::kquant::common::{
-    act_blocks, encodings, entry_points, f16_at, fold, hsum256, load128, load256, planar_at,
-    u32_at, weight_blocks, PairSum, Planar, Q8K_BSUMS, Q8K_BYTES, Q8K_D, Q8K_QS,
+    act_blocks, encodings, entry_points, f16_at, fold, hsum256, load128, load256, planar_block,
+    u32_at, weight_blocks, PairSum, Planar, Q8K_BSUMS, Q8K_BYTES, Q8K_QS,
 };
 use crate::simd::x86::prefetch::{blocks_ahead, group_after_next};
 use std::arch::x86_64::*;
@@ -379,9 +379,8 @@ unsafe fn arrange_acts<const FOLD: bool>(a: &[u8], out: &mut [u8]) {
     let nb = a.len() / Q8K_BYTES;
     for (i, ab) in a.chunks_exact(Q8K_BYTES).enumerate() {
         // Planar, as the K-quants' arrangements (`planar_at`): the driver aligns the rows.
-        let (qs, d, bsums) = planar_at(nb, i);
-        out[d..d + 4].copy_from_slice(&ab[Q8K_D..Q8K_D + 4]);
-        out[bsums..bsums + 32].copy_from_slice(&ab[Q8K_BSUMS..Q8K_BSUMS + 32]);
+        let bsums = load256(ab.as_ptr().add(Q8K_BSUMS));
+        let qs = planar_block(out.as_mut_ptr(), nb, i, ab.as_ptr(), bsums);
         for pair in 0..4 {
             let (at, to) = (Q8K_QS + 64 * pair, qs + 64 * pair);
             let x0 = _mm256_xor_si256(load256(ab.as_ptr().add(at)), offset);

@@ -157,6 +157,26 @@ pub(in crate::simd::x86) const fn planar_at(nb: usize, i: usize) -> (usize, usiz
     (256 * i, 256 * nb + 4 * i, 260 * nb + 32 * i)
 }
 
+/// Block `i` of a planar arranged row of `nb` blocks at `op` ([`planar_at`]): the Q8_K
+/// block at `ap`'s scale `d` and the 32 bytes `sums` (its bsums, or what an arrangement keeps
+/// in their place) written to their planes. Returns where the block's quants go.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(in crate::simd::x86) unsafe fn planar_block(
+    op: *mut u8,
+    nb: usize,
+    i: usize,
+    ap: *const u8,
+    sums: __m256i,
+) -> usize {
+    let (qs, d, bs) = planar_at(nb, i);
+    op.add(d)
+        .cast::<f32>()
+        .write_unaligned(f32_at(ap.add(Q8K_D)));
+    _mm256_storeu_si256(op.add(bs).cast(), sums);
+    qs
+}
+
 /// `T` planar arranged activation rows ([`planar_at`]): where each one's quants, scales `d`
 /// and bsums start, found once per call rather than per block.
 #[derive(Clone, Copy)]

@@ -157,11 +157,7 @@ unsafe fn arrange_activation_blocks(a: &[u8], out: &mut [u8]) {
     let op = out.as_mut_ptr();
     for (i, ab) in a.chunks_exact(Q8K_BYTES).enumerate() {
         let ap = ab.as_ptr();
-        let (qs, d, bs) = planar_at(nb, i);
-        op.add(d)
-            .cast::<f32>()
-            .write_unaligned(f32_at(ap.add(Q8K_D)));
-        _mm256_storeu_si256(op.add(bs).cast(), bsums(ap));
+        let qs = planar_block(op, nb, i, ap, bsums(ap));
         for p in 0..4 {
             let v0 = load256(ap.add(Q8K_QS + 64 * p));
             let v1 = load256(ap.add(Q8K_QS + 64 * p + 32));

@@ -481,18 +481,14 @@ unsafe fn arrange_activation_blocks<const OCTS: bool>(a: &[u8], out: &mut [u8]) 
     let op = out.as_mut_ptr();
     for (i, ab) in a.chunks_exact(Q8K_BYTES).enumerate() {
         let ap = ab.as_ptr();
-        let (qs, d, bs) = planar_at(nb, i);
-        op.add(d)
-            .cast::<f32>()
-            .write_unaligned(f32_at(ap.add(Q8K_D)));
         if OCTS {
             let sums = _mm256_zextsi128_si256(group_sums(bsums(ap)));
-            _mm256_storeu_si256(op.add(bs).cast(), sums);
+            let qs = planar_block(op, nb, i, ap, sums);
             let [g0, g1, g2, g3] = load_arranged(ap.add(Q8K_QS));
             let [g4, g5, g6, g7] = load_arranged(ap.add(Q8K_QS + 128));
             store_octs(op.add(qs), [g0, g1, g2, g3, g4, g5, g6, g7]);
         } else {
-            _mm256_storeu_si256(op.add(bs).cast(), bsums(ap));
+            let qs = planar_block(op, nb, i, ap, bsums(ap));
             for h in 0..2 {
                 let groups = load_arranged(ap.add(Q8K_QS + 128 * h));
                 store_arranged(op.add(qs + 128 * h), groups);
