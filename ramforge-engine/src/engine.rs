@@ -10,7 +10,7 @@ use crate::forward::{block, output_rows, rope_tables, scale, LayerWeights, Rows,
 use crate::kv::KvCache;
 use crate::model::arch::Role;
 use crate::model::{Model, ModelConfig};
-use crate::options::{EngineOptions, DEFAULT_CTX};
+use crate::options::{EngineOptions, BUDGETED_MIN_BATCH, DEFAULT_CTX};
 use crate::plan::{MemoryPlan, PlanRequest};
 use crate::stream::depth::{DepthControl, DepthDecision, Ring};
 use crate::stream::identity::{FileChange, ModelIdentity};
@@ -88,20 +88,45 @@ impl Model {
             0
         };
         // Twice: after a rollback on a hybrid model the accepted tokens join the next pass.
-        let batch = options.batch.clamp(1, ctx).max(2 * verify_rows).min(ctx);
-        MemoryPlan::new(
-            &self.config,
-            &self.tensors,
-            PlanRequest {
-                budget: options.ram,
-                ctx,
-                batch,
-                kv_type: options.kv_type,
-                sequences: options.sequences.max(1),
-                scratch_bytes: Scratch::bytes(&self.config, &self.tensors, batch, ctx)?,
-                verify_rows,
-            },
-        )
+        let floor = 2 * verify_rows;
+        let mut batch = options.batch.clamp(1, ctx).max(floor).min(ctx);
+        // Under a budget a batch's activations take at most a sixteenth of it (the rest pins
+        // weights), and a batch too long for the budget halves: down to `BUDGETED_MIN_BATCH`.
+        let least = BUDGETED_MIN_BATCH.max(floor).min(batch);
+        let scratch = |batch| Scratch::bytes(&self.config, &self.tensors, batch, ctx);
+        let plan = |budget, batch| {
+            MemoryPlan::new(
+                &self.config,
+                &self.tensors,
+                PlanRequest {
+                    budget,
+                    ctx,
+                    batch,
+                    kv_type: options.kv_type,
+                    sequences: options.sequences.max(1),
+                    scratch_bytes: scratch(batch)?,
+                    verify_rows,
+                },
+            )
+        };
+        if let Some(budget) = options.ram {
+            while batch > least && scratch(batch)? > budget / 16 {
+                batch = (batch / 2).max(least);
+            }
+        }
+        loop {
+            match plan(options.ram, batch) {
+                Err(EngineError::BudgetTooSmall { .. }) if batch > least => {
+                    batch = (batch / 2).max(least)
+                }
+                // The smallest budget that loads: the least batch's.
+                Ok(mut p) if batch > least => {
+                    p.minimum = plan(None, least)?.minimum;
+                    return Ok(p);
+                }
+                p => return p,
+            }
+        }
     }
 }
 

@@ -83,7 +83,7 @@ pub use error::EngineError;
 pub use generate::{GenerationStats, WINDOW_EVALS};
 pub use kv::KvType;
 pub use model::{Architecture, Model, ModelConfig};
-pub use options::{EngineOptions, DEFAULT_BATCH, DEFAULT_CTX};
+pub use options::{EngineOptions, BUDGETED_MIN_BATCH, DEFAULT_BATCH, DEFAULT_CTX};
 pub use plan::MemoryPlan;
 pub use sampling::{Logprobs, SamplingParams, TokenLogprob};
 pub use sequence::Sequence;

@@ -3,8 +3,11 @@
 
 use crate::kv::KvType;
 
-/// Default number of prompt tokens processed together.
-pub const DEFAULT_BATCH: usize = 64;
+/// Default number of prompt tokens processed together: each prompt pass unpacks (prefill
+/// tiles) or streams (out of core) every weight once, so longer batches spread that cost.
+pub const DEFAULT_BATCH: usize = 256;
+/// The batch a budget cuts a longer one down to at the least (see [`EngineOptions::batch`]).
+pub const BUDGETED_MIN_BATCH: usize = 64;
 /// Default context when none is asked for (capped by the model's trained context).
 pub const DEFAULT_CTX: usize = 2048;
 
@@ -19,7 +22,9 @@ pub struct EngineOptions {
     pub threads: usize,
     /// How keys and values are cached.
     pub kv_type: KvType,
-    /// Prompt tokens processed together (bounded by the context).
+    /// Prompt tokens processed together at most: bounded by the context and, under a budget,
+    /// halved (down to [`BUDGETED_MIN_BATCH`]) until the batch's activations take at most a
+    /// sixteenth of it.
     pub batch: usize,
     /// Sequences decoded together at most ([`crate::Engine::decode_batch`]); the plan books
     /// a whole context of KV cache for each. 1 for everything but `serve --parallel`.

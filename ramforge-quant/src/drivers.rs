@@ -31,6 +31,13 @@ const UNPACKED_MIN_TOKENS: usize = 2 * TILE;
 /// tile of tokens' activations ([`unpacked_group`]): the tile then reads its weights from L1
 /// and its activations from L2 once per group, instead of every weight byte from L2.
 const UNPACKED_L1_BYTES: usize = 32 * 1024;
+/// Most bytes a work item's rows unpack to for the item to be unpacked once ([`run_unpacked`]);
+/// wider items unpack a group at a time.
+const UNPACKED_ITEM_BYTES: usize = 256 * 1024;
+/// Activation bytes of the token blocks that visit an item unpacked whole: a block stays in L2
+/// (half of Zen 1's 512 KiB, the smallest of the CPUs these kernels target) while every group
+/// of the item reads it.
+const UNPACKED_L2_BYTES: usize = 256 * 1024;
 
 /// Alignment of each token's row in an arranged activation copy (its stride rounded up to
 /// it, the copy's start aligned in the scratch): the kernels reading arranged rows load
@@ -43,9 +50,9 @@ fn arranged_stride(act_row: usize) -> usize {
 }
 
 thread_local! {
-    /// Each thread's unpacked weight rows ([`Tile::Unpacked`]): at most [`UNPACKED_L1_BYTES`],
-    /// or [`UNPACKED_ROWS`] rows where they unpack to more, whatever the batch; a fixed cost
-    /// per thread.
+    /// Each thread's unpacked weight rows ([`Tile::Unpacked`]): at most
+    /// [`UNPACKED_ITEM_BYTES`], or one group ([`UNPACKED_ROWS`] rows where those unpack to
+    /// more), whatever the batch; a fixed cost per thread.
     static UNPACKED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
@@ -699,11 +706,14 @@ fn run_item(p: &Prepared<'_>, cols: usize, n: usize, item: usize) {
     }
 }
 
-/// Rows `rows` of one product through its [`Tile::Unpacked`] kernel: [`unpacked_group`] rows
-/// unpacked at a time, then every token over them, [`TILE`] tokens and
-/// [`UNPACKED_ROWS`] rows a call (a group's last row, if it fills no call, with a copy of
-/// itself), a last tile short of tokens with its last token repeated; the activations as
-/// the kernel's [`Unpack::arrange`] wrote them where it has one.
+/// Rows `rows` of one product through its [`Tile::Unpacked`] kernel, in groups of
+/// [`unpacked_group`] rows, [`TILE`] tokens and [`UNPACKED_ROWS`] rows a call (a group's last
+/// row, if it fills no call, with a copy of itself), a last tile short of tokens with its last
+/// token repeated; the activations as the kernel's [`Unpack::arrange`] wrote them where it has
+/// one. Where the item's rows unpack to at most [`UNPACKED_ITEM_BYTES`] they are unpacked once
+/// and the tokens visit them a block of [`UNPACKED_L2_BYTES`] of activations at a time (each
+/// block stays in L2 while every group reads it), so a long batch costs one unpacking; wider
+/// rows are unpacked a group at a time, every token visiting each group.
 fn run_unpacked(
     p: &Prepared<'_>,
     u: Unpack,
@@ -718,44 +728,74 @@ fn run_unpacked(
     let urow = u.row_bytes(p.row);
     let group = unpacked_group(urow, act_row);
     let weight_row = |o: usize| &p.weights[o * p.row..(o + 1) * p.row];
+    // Group `k`: rows `g0..g1`, unpacked (whole calls) at `k * group * urow` of its unit
+    // (`group` is a whole number of calls).
+    let n_groups = rows.len().div_ceil(group);
+    let group_at = |k: usize| {
+        let g0 = rows.start + k * group;
+        let g1 = (g0 + group).min(rows.end);
+        (
+            g0,
+            g1,
+            (g1 - g0).div_ceil(UNPACKED_ROWS) * UNPACKED_ROWS * urow,
+        )
+    };
+    let item_bytes = (0..n_groups).map(|k| group_at(k).2).sum::<usize>();
+    let whole_item = item_bytes <= UNPACKED_ITEM_BYTES;
+    let (unit_groups, token_block) = if whole_item {
+        let block = (UNPACKED_L2_BYTES / quantized.stride.max(1) / TILE * TILE).max(TILE);
+        (n_groups, block)
+    } else {
+        (1, n)
+    };
+    let acts = match u.arrange {
+        Some(_) => p
+            .arranged
+            .expect("activations arranged for an arranging tile"),
+        None => quantized,
+    };
     UNPACKED.with_borrow_mut(|unpacked| {
-        let mut g0 = rows.start;
-        while g0 < rows.end {
-            let g1 = (g0 + group).min(rows.end);
-            let calls = (g1 - g0).div_ceil(UNPACKED_ROWS);
-            let need = calls * UNPACKED_ROWS * urow;
+        for first in (0..n_groups).step_by(unit_groups) {
+            let unit = first..(first + unit_groups).min(n_groups);
+            let need = unit.clone().map(|k| group_at(k).2).sum::<usize>();
             if unpacked.len() < need {
                 unpacked.resize(need, 0);
             }
-            let held = &mut unpacked[..need];
-            for (o, out) in (g0..g1).zip(held.chunks_exact_mut(urow)) {
-                (u.unpack)(weight_row(o), out);
+            for k in unit.clone() {
+                let (g0, g1, bytes) = group_at(k);
+                let at = (k - first) * group * urow;
+                let held = &mut unpacked[at..at + bytes];
+                for (o, out) in (g0..g1).zip(held.chunks_exact_mut(urow)) {
+                    (u.unpack)(weight_row(o), out);
+                }
+                for j in g1 - g0..bytes / urow {
+                    held.copy_within((j - 1) * urow..j * urow, j * urow);
+                }
             }
-            for k in g1 - g0..calls * UNPACKED_ROWS {
-                held.copy_within((k - 1) * urow..k * urow, k * urow);
-            }
-            // A last, short tile repeats its last token; only the real tokens are written.
-            let acts = match u.arrange {
-                Some(_) => p
-                    .arranged
-                    .expect("activations arranged for an arranging tile"),
-                None => quantized,
-            };
-            for t in (0..n).step_by(TILE) {
-                let a = std::array::from_fn(|k| acts.token((t + k).min(n - 1)));
-                let tokens = TILE.min(n - t);
-                for (c, ur) in held.chunks_exact(UNPACKED_ROWS * urow).enumerate() {
-                    for (r, out) in (u.tile)(ur, a).into_iter().enumerate() {
-                        let o = g0 + c * UNPACKED_ROWS + r;
-                        if o < g1 {
-                            for (k, &v) in out[..tokens].iter().enumerate() {
-                                write(t + k, o, v);
+            for t0 in (0..n).step_by(token_block) {
+                let t1 = (t0 + token_block).min(n);
+                for k in unit.clone() {
+                    let (g0, g1, bytes) = group_at(k);
+                    let at = (k - first) * group * urow;
+                    let held = &unpacked[at..at + bytes];
+                    // A last, short tile repeats its last token; only the real tokens are
+                    // written.
+                    for t in (t0..t1).step_by(TILE) {
+                        let a = std::array::from_fn(|j| acts.token((t + j).min(n - 1)));
+                        let tokens = TILE.min(n - t);
+                        for (c, ur) in held.chunks_exact(UNPACKED_ROWS * urow).enumerate() {
+                            for (r, out) in (u.tile)(ur, a).into_iter().enumerate() {
+                                let o = g0 + c * UNPACKED_ROWS + r;
+                                if o < g1 {
+                                    for (j, &v) in out[..tokens].iter().enumerate() {
+                                        write(t + j, o, v);
+                                    }
+                                }
                             }
                         }
                     }
                 }
             }
-            g0 = g1;
         }
     });
 }
@@ -888,10 +928,14 @@ mod tests {
 
     /// An unpacked tile that is `UNPACKED_ROWS * TILE` calls of the type's scalar dot, each
     /// unpacked block the packed one and padding (so a few rows fill [`UNPACKED_L1_BYTES`] and an
-    /// item's rows run in several groups): exercises the driver's unpacked path on every block
-    /// type.
+    /// item's rows run in several groups, unpacked a group at a time): exercises the driver's
+    /// unpacked path on every block type.
     fn per_token_unpacked_tile(ty: GgmlType) -> Option<Tile> {
-        const PAD: usize = 40_000;
+        padded_unpacked_tile::<40_000>(ty)
+    }
+
+    /// [`per_token_unpacked_tile`] with `PAD` bytes after each block.
+    fn padded_unpacked_tile<const PAD: usize>(ty: GgmlType) -> Option<Tile> {
         macro_rules! quant {
             ($(($t:ident, $m:ident)),* $(,)?) => {
                 match ty {
@@ -1169,6 +1213,64 @@ mod tests {
                 let mut want = vec![0f32; rows * n];
                 matmul(*ty, w, *rows, cols, &x, n, &mut want).unwrap();
                 assert_eq!(y, &want, "{ty} n={n}");
+            }
+        }
+    }
+
+    /// Wide rows (10240 columns, so a few rows make an item and a 256 KiB token block holds
+    /// ~20 tokens) through the unpacked path: an item unpacked once and visited by several token
+    /// blocks, each by several groups (the last padded with a copy of its last row), gives each
+    /// token's own dots: bit for bit where the tile is exact, else within 1e-5 of sum |w x|;
+    /// for every type with a fast unpacked tile, and through a scalar unpacked tile (unpadded:
+    /// whole items; padded: a group at a time) for one without.
+    #[test]
+    fn wide_rows_unpacked_once_in_token_blocks_equal_each_tokens_dots() {
+        let pool = crate::parallel::WorkerPool::new(2).unwrap();
+        let (rows, cols, n) = (19, 40 * 256, 67);
+        let row = GgmlType::Q8_K.row_size(cols).unwrap();
+        let item_tokens = UNPACKED_L2_BYTES / arranged_stride(row);
+        assert!(item_tokens * 2 < n, "several token blocks: {item_tokens}");
+        // (type, kernels, whether they are the type's fast ones)
+        let mut cases: Vec<(GgmlType, Kernels, bool)> = supported()
+            .into_iter()
+            .filter(|&ty| matches!(kernels(ty).unwrap().tile, Some(Tile::Unpacked(_))))
+            .map(|ty| {
+                let fast = kernels(ty).unwrap();
+                (ty, with_tile(fast, fast.tile, None), true)
+            })
+            .collect();
+        let q4_0 = scalar_kernels(GgmlType::Q4_0).unwrap();
+        for tile in [
+            padded_unpacked_tile::<0>(GgmlType::Q4_0),
+            per_token_unpacked_tile(GgmlType::Q4_0),
+        ] {
+            cases.push((GgmlType::Q4_0, with_tile(q4_0, tile, None), false));
+        }
+        let x = random(n * cols, 91);
+        for (ty, k, fast) in &cases {
+            let (wq, wd) = quantized(*ty, rows, cols, 92);
+            let got = pool.install(|| product_with(k, *ty, &wq, rows, cols, &x, n));
+            let exact = *fast && crate::simd::tile_is_exact(crate::isa::active(), *ty);
+            for t in 0..n {
+                let xt = &x[t * cols..(t + 1) * cols];
+                let mut want = vec![0f32; rows];
+                pool.install(|| matvec(*ty, &wq, rows, cols, xt, &mut want))
+                    .unwrap();
+                for o in 0..rows {
+                    let (g, e) = (got[t * rows + o], want[o]);
+                    if exact {
+                        assert_eq!(g.to_bits(), e.to_bits(), "{ty} t={t} o={o}: {g} vs {e}");
+                    }
+                    let mag: f32 = wd[o * cols..(o + 1) * cols]
+                        .iter()
+                        .zip(xt)
+                        .map(|(a, b)| (a * b).abs())
+                        .sum();
+                    assert!(
+                        (g - e).abs() <= 1e-5 * mag + 1e-6,
+                        "{ty} t={t} o={o}: {g} vs {e}"
+                    );
+                }
             }
         }
     }

@@ -117,10 +117,11 @@ pub struct KvCache {
     pub kv_type: KvType,
 }
 
-/// `--batch` of `run` and `plan`.
+/// `--batch` of `run`, `plan` and `bench`.
 #[derive(clap::Args)]
 pub struct PromptBatch {
-    /// Prompt tokens processed together.
+    /// Prompt tokens processed together at most (under --ram halved, down to 64, until their
+    /// activations take at most a sixteenth of the budget).
     #[arg(long, default_value_t = ramforge_engine::DEFAULT_BATCH)]
     pub batch: usize,
 }

@@ -93,7 +93,8 @@ pub struct MemoryPlan {
     pub stream_buffer_len: u64,
     /// Bytes charged for the whole ring (0 when every layer is pinned).
     pub slot_bytes: u64,
-    /// The smallest budget this model works under at this context and batch.
+    /// The smallest budget this model works under at this context and batch (from
+    /// [`crate::Model::plan`]: at the least batch a budget cuts a longer one to).
     pub minimum: u64,
     /// Experts streamed one by one (an MoE model that does not fit whole); `None` when every
     /// layer, experts included, is pinned or streamed whole.

@@ -38,6 +38,8 @@ pub struct Args {
     /// Worker threads (0 = one per core).
     #[arg(short, long, default_value_t = 0, value_name = "N")]
     pub threads: usize,
+    #[command(flatten)]
+    pub prefill: crate::args::PromptBatch,
     /// Print the results as one JSON object (exact bytes and seconds).
     #[arg(long)]
     pub json: bool,
@@ -78,6 +80,7 @@ pub fn run(args: Args) -> CmdResult {
         ram: args.ram,
         ctx: Some(n_prompt + n_gen),
         threads: args.threads,
+        batch: args.prefill.batch.max(1),
         ..EngineOptions::default()
     };
     let mut engine = load_engine(ramforge_engine::Model::open(&path)?, &options)?;
@@ -92,7 +95,7 @@ pub fn run(args: Args) -> CmdResult {
 
     // Prefill, a batch at a time so Ctrl-C is noticed between batches.
     let bar = progress_bar(n_prompt as u64, "prefill", false);
-    let batch = options.batch.max(1);
+    let batch = engine.plan().request.batch.max(1);
     let mut next = 0u32;
     let started = Instant::now();
     for chunk in prompt.chunks(batch) {

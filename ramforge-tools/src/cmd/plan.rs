@@ -8,6 +8,7 @@ use ramforge_engine::budget::human_bytes;
 use ramforge_engine::plan::ExpertPlan;
 use ramforge_engine::{
     split_budget, vocabulary_difference, DraftSplit, EngineError, EngineOptions, MemoryPlan, Model,
+    BUDGETED_MIN_BATCH,
 };
 use std::io::Write;
 use std::path::PathBuf;
@@ -78,16 +79,20 @@ pub fn run(mut args: Args) -> CmdResult {
         }
         None => None,
     };
-    // The unlimited layout gives the sizes and the minimum even when the budget does not fit.
-    let sizes = model.plan(&EngineOptions {
-        ram: None,
-        ..options.clone()
-    })?;
     let plan = match model.plan(&options) {
         Ok(p) => Some(p),
         Err(EngineError::BudgetTooSmall { .. }) => None,
         Err(e) => return Err(e.into()),
     };
+    // The unlimited layout gives the sizes and the minimum even when the budget does not fit:
+    // at the batch the budget settles on, else at the least a budget cuts it to.
+    let sizes = model.plan(&EngineOptions {
+        ram: None,
+        batch: plan
+            .as_ref()
+            .map_or(options.batch.min(BUDGETED_MIN_BATCH), |p| p.request.batch),
+        ..options.clone()
+    })?;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     if args.json {
