@@ -782,10 +782,18 @@ proptest! {
     }
 }
 
+/// `Bf16::load8` of the 16 bytes at `p`, in a function with AVX2 enabled (so its intrinsics
+/// inline: `intrinsics_are_inlined_not_called`).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn bf16_load8_avx2(p: *const u8) -> [f32; 8] {
+    use super::float::{Bf16, Float};
+    let mut out = [0f32; 8];
+    std::arch::x86_64::_mm256_storeu_ps(out.as_mut_ptr(), Bf16::load8(p));
+    out
+}
+
 #[test]
 fn bf16_loads_widen_every_bit_pattern_in_place() {
-    use super::float::{Bf16, Float};
-    use std::arch::x86_64::_mm256_storeu_ps;
     require_avx2();
     let mut rng = Rng(23);
     let mut patterns: Vec<Vec<u8>> = (0..2000).map(|_| rng.bytes(16)).collect();
@@ -793,9 +801,8 @@ fn bf16_loads_widen_every_bit_pattern_in_place() {
     let all: Vec<u8> = (0..=u16::MAX).flat_map(u16::to_le_bytes).collect();
     patterns.extend(all.chunks_exact(16).map(<[u8]>::to_vec));
     for bytes in &patterns {
-        let mut got = [0f32; 8];
         // SAFETY: AVX2 is present (checked above) and `bytes` holds the 16 bytes read.
-        unsafe { _mm256_storeu_ps(got.as_mut_ptr(), Bf16::load8(bytes.as_ptr())) };
+        let got = unsafe { bf16_load8_avx2(bytes.as_ptr()) };
         for (j, g) in got.iter().enumerate() {
             let want = (u16::from_le_bytes([bytes[2 * j], bytes[2 * j + 1]]) as u32) << 16;
             assert_eq!(g.to_bits(), want, "lane {j} of {bytes:02x?}");
