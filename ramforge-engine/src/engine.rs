@@ -90,8 +90,10 @@ impl Model {
         // Twice: after a rollback on a hybrid model the accepted tokens join the next pass.
         let floor = 2 * verify_rows;
         let mut batch = options.batch.clamp(1, ctx).max(floor).min(ctx);
-        // Under a budget a batch's activations take at most a sixteenth of it (the rest pins
-        // weights), and a batch too long for the budget halves: down to `BUDGETED_MIN_BATCH`.
+        // Under a budget a longer batch may not take resident weights from decoding: the
+        // batch halves, down to `BUDGETED_MIN_BATCH`, until its plan keeps what that batch's
+        // keeps resident (the same layers, output projection and expert slots, as many
+        // streaming buffers); so the least batch also gives the smallest budget.
         let least = BUDGETED_MIN_BATCH.max(floor).min(batch);
         let scratch = |batch| Scratch::bytes(&self.config, &self.tensors, batch, ctx);
         let plan = |budget, batch| {
@@ -109,24 +111,23 @@ impl Model {
                 },
             )
         };
-        if let Some(budget) = options.ram {
-            while batch > least && scratch(batch)? > budget / 16 {
-                batch = (batch / 2).max(least);
-            }
+        let base = plan(options.ram, least)?;
+        let minimum = base.minimum;
+        if options.ram.is_none() {
+            let mut p = plan(None, batch)?;
+            p.minimum = minimum;
+            return Ok(p);
         }
-        loop {
-            match plan(options.ram, batch) {
-                Err(EngineError::BudgetTooSmall { .. }) if batch > least => {
-                    batch = (batch / 2).max(least)
-                }
-                // The smallest budget that loads: the least batch's.
-                Ok(mut p) if batch > least => {
-                    p.minimum = plan(None, least)?.minimum;
+        while batch > least {
+            if let Ok(mut p) = plan(options.ram, batch) {
+                if p.keeps_resident(&base) {
+                    p.minimum = minimum;
                     return Ok(p);
                 }
-                p => return p,
             }
+            batch = (batch / 2).max(least);
         }
+        Ok(base)
     }
 }
 

@@ -107,65 +107,66 @@ fn cancel_and_context_limits_stop_generation() {
     assert_eq!(ok.tokens, full.tokens[..2]);
 }
 
-/// The prompt batch: the default's 256 tokens with no budget; under a budget halved until its
-/// activations take at most a sixteenth of it, and further where the longer batch's working
-/// set would not fit (down to 64); the minimum budget is the 64-token batch's, and the engine
-/// loads and generates there.
+/// The prompt batch: the default's 256 tokens with no budget or where the model fits; under a
+/// budget halved (down to 64) until its plan keeps resident what the 64-token batch's keeps, so
+/// a longer batch never makes decoding read more: over budgets from the minimum to the whole
+/// model, each plan keeps the 64-token plan's residency and twice its batch would not. The
+/// minimum budget is the 64-token batch's; the engine loads and generates there.
 #[test]
-fn a_budget_halves_the_prompt_batch_and_the_minimum_is_the_least_batchs() {
+fn a_budget_halves_the_prompt_batch_and_never_takes_residency_from_decoding() {
     let m = ramforge_engine::Model::open(model()).unwrap();
-    let at = |ram: Option<u64>, batch: usize, ctx: usize| EngineOptions {
+    let at = |ram: Option<u64>, batch: usize| EngineOptions {
         ram,
-        ctx: Some(ctx),
+        ctx: Some(2048),
         threads: 2,
         batch,
         ..Default::default()
     };
-    let unlimited = |batch, ctx| m.plan(&at(None, batch, ctx)).unwrap();
-    for ctx in [512, 8192] {
-        let full = unlimited(ramforge_engine::DEFAULT_BATCH, ctx);
-        assert_eq!(full.request.batch, 256);
-        let (p64, p128) = (unlimited(64, ctx), unlimited(128, ctx));
-        assert_eq!(
-            full.minimum, p64.minimum,
-            "the minimum is the 64-token batch's"
+    let full = m.plan(&at(None, ramforge_engine::DEFAULT_BATCH)).unwrap();
+    let p64 = m.plan(&at(None, 64)).unwrap();
+    assert_eq!((full.request.batch, p64.request.batch), (256, 64));
+    assert_eq!(
+        full.minimum, p64.minimum,
+        "the minimum is the 64-token batch's"
+    );
+    assert!(p64.scratch_bytes < full.scratch_bytes);
+    assert!(matches!(
+        m.plan(&at(Some(p64.minimum - 1), 256)),
+        Err(ramforge_engine::EngineError::BudgetTooSmall { .. })
+    ));
+    let (lo, hi) = (p64.minimum, full.total_bytes() + (1 << 20));
+    let mut seen = std::collections::BTreeSet::new();
+    for k in 0..=40u64 {
+        let ram = lo + (hi - lo) * k / 40;
+        let p = m.plan(&at(Some(ram), 256)).unwrap();
+        let base = m.plan(&at(Some(ram), 64)).unwrap();
+        let b = p.request.batch;
+        seen.insert(b);
+        assert!([64, 128, 256].contains(&b), "ram {ram}: batch {b}");
+        assert!(
+            p.keeps_resident(&base),
+            "ram {ram}: batch {b} {p:?} {base:?}"
         );
-        assert!(p64.scratch_bytes < p128.scratch_bytes);
-        assert!(p128.scratch_bytes < full.scratch_bytes);
-        let p = m.plan(&at(Some(p64.minimum), 256, ctx)).unwrap();
-        assert_eq!((p.request.batch, p.minimum), (64, p64.minimum));
-        assert!(matches!(
-            m.plan(&at(Some(p64.minimum - 1), 256, ctx)),
-            Err(ramforge_engine::EngineError::BudgetTooSmall { .. })
-        ));
-        // A batch asked for below 64 is kept.
-        let p = m.plan(&at(Some(p64.minimum), 16, ctx)).unwrap();
-        assert_eq!(p.request.batch, 16);
-        if ctx == 512 {
-            // A sixteenth of the budget holds 128 tokens' activations but not 256's (and the
-            // 128-token working set fits).
-            let ram = 16 * p128.scratch_bytes;
-            let working_set = p64.minimum + p128.scratch_bytes - p64.scratch_bytes;
-            assert!(16 * full.scratch_bytes > ram && working_set <= ram);
-            let p = m.plan(&at(Some(ram), 256, ctx)).unwrap();
-            assert_eq!(
-                (p.request.batch, p.scratch_bytes),
-                (128, p128.scratch_bytes)
+        assert_eq!(p.minimum, p64.minimum);
+        if b < 256 {
+            // Twice the batch would stream more, or not load.
+            let longer = m.plan(&at(Some(ram), 2 * b)).unwrap_or(base.clone());
+            assert!(
+                longer.request.batch < 2 * b || !longer.keeps_resident(&base),
+                "ram {ram}: {} tokens would keep the residency",
+                2 * b
             );
-            assert_eq!(p.minimum, p64.minimum);
-        } else {
-            // The KV cache dominates: at the minimum the scratch rule allows 256 tokens, but
-            // only 64's working set fits.
-            assert!(16 * full.scratch_bytes <= p64.minimum);
-            let mut e = Engine::new(
-                ramforge_engine::Model::open(model()).unwrap(),
-                &at(Some(p64.minimum), 256, ctx),
-            )
-            .unwrap();
-            assert_eq!(e.plan().request.batch, 64);
-            let (tokens, _, _) = generate(&mut e, "The capital of France is", 4);
-            assert_eq!(tokens.len(), 4);
-            assert!(e.budget().peak() <= p64.minimum);
         }
     }
+    assert_eq!(m.plan(&at(Some(hi), 256)).unwrap().request.batch, 256);
+    assert_eq!(m.plan(&at(Some(lo), 256)).unwrap().request.batch, 64);
+    assert!(seen.len() >= 2, "budgets gave batches {seen:?}");
+    // A batch asked for below 64 is kept.
+    assert_eq!(m.plan(&at(Some(lo), 16)).unwrap().request.batch, 16);
+
+    let mut e = Engine::new(m, &at(Some(lo), 256)).unwrap();
+    assert_eq!(e.plan().request.batch, 64);
+    let (tokens, _, _) = generate(&mut e, "The capital of France is", 4);
+    assert_eq!(tokens.len(), 4);
+    assert!(e.budget().peak() <= lo);
 }

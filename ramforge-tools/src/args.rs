@@ -121,7 +121,7 @@ pub struct KvCache {
 #[derive(clap::Args)]
 pub struct PromptBatch {
     /// Prompt tokens processed together at most (under --ram halved, down to 64, until their
-    /// activations take at most a sixteenth of the budget).
+    /// activations leave resident every weight a 64-token batch's plan keeps resident).
     #[arg(long, default_value_t = ramforge_engine::DEFAULT_BATCH)]
     pub batch: usize,
 }

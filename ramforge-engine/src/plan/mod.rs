@@ -94,7 +94,7 @@ pub struct MemoryPlan {
     /// Bytes charged for the whole ring (0 when every layer is pinned).
     pub slot_bytes: u64,
     /// The smallest budget this model works under at this context and batch (from
-    /// [`crate::Model::plan`]: at the least batch a budget cuts a longer one to).
+    /// [`crate::Model::plan`] under a budget: at the least batch it cuts a longer one to).
     pub minimum: u64,
     /// Experts streamed one by one (an MoE model that does not fit whole); `None` when every
     /// layer, experts included, is pinned or streamed whole.
@@ -340,6 +340,17 @@ impl MemoryPlan {
         } else {
             aligned_buf_charge(self.stream_buffer_len)
         }
+    }
+
+    /// Whether this plan keeps resident what `other` does: the same layers, the output
+    /// projection where `other` does, as many expert slots per layer and streaming buffers
+    /// (so decoding reads no more from storage, as deep ahead).
+    pub fn keeps_resident(&self, other: &MemoryPlan) -> bool {
+        let slots = |p: &MemoryPlan| p.experts.as_ref().map(|e| e.per_layer);
+        self.pinned == other.pinned
+            && self.output_resident == other.output_resident
+            && slots(self) == slots(other)
+            && self.stream_buffers >= other.stream_buffers
     }
 
     /// Layers streamed from storage on every pass.
