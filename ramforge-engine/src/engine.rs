@@ -111,21 +111,17 @@ impl Model {
                 },
             )
         };
+        // (Without a budget every plan keeps everything resident.)
         let base = plan(options.ram, least)?;
-        let minimum = base.minimum;
-        if options.ram.is_none() {
-            let mut p = plan(None, batch)?;
-            p.minimum = minimum;
-            return Ok(p);
-        }
         while batch > least {
-            if let Ok(mut p) = plan(options.ram, batch) {
-                if p.keeps_resident(&base) {
-                    p.minimum = minimum;
+            match plan(options.ram, batch) {
+                Ok(mut p) if p.keeps_resident(&base) => {
+                    p.minimum = base.minimum;
                     return Ok(p);
                 }
+                Ok(_) | Err(EngineError::BudgetTooSmall { .. }) => batch = (batch / 2).max(least),
+                Err(e) => return Err(e),
             }
-            batch = (batch / 2).max(least);
         }
         Ok(base)
     }

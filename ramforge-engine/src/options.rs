@@ -23,8 +23,8 @@ pub struct EngineOptions {
     /// How keys and values are cached.
     pub kv_type: KvType,
     /// Prompt tokens processed together at most: bounded by the context and, under a budget,
-    /// halved (down to [`BUDGETED_MIN_BATCH`]) until its activations leave resident what that
-    /// batch's plan keeps resident.
+    /// halved (down to [`BUDGETED_MIN_BATCH`]) until its plan keeps resident what a
+    /// [`BUDGETED_MIN_BATCH`]-token batch's plan keeps.
     pub batch: usize,
     /// Sequences decoded together at most ([`crate::Engine::decode_batch`]); the plan books
     /// a whole context of KV cache for each. 1 for everything but `serve --parallel`.

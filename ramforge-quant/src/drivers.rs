@@ -728,19 +728,16 @@ fn run_unpacked(
     let urow = u.row_bytes(p.row);
     let group = unpacked_group(urow, act_row);
     let weight_row = |o: usize| &p.weights[o * p.row..(o + 1) * p.row];
-    // Group `k`: rows `g0..g1`, unpacked (whole calls) at `k * group * urow` of its unit
-    // (`group` is a whole number of calls).
+    // Group `k` of a unit starting at group `first`: rows `g0..g1`, unpacked (whole calls)
+    // into bytes `at..at + bytes` of the unit (`group` is a whole number of calls).
     let n_groups = rows.len().div_ceil(group);
-    let group_at = |k: usize| {
+    let group_at = |k: usize, first: usize| {
         let g0 = rows.start + k * group;
         let g1 = (g0 + group).min(rows.end);
-        (
-            g0,
-            g1,
-            (g1 - g0).div_ceil(UNPACKED_ROWS) * UNPACKED_ROWS * urow,
-        )
+        let bytes = (g1 - g0).div_ceil(UNPACKED_ROWS) * UNPACKED_ROWS * urow;
+        (g0, g1, (k - first) * group * urow, bytes)
     };
-    let item_bytes = (0..n_groups).map(|k| group_at(k).2).sum::<usize>();
+    let item_bytes = (0..n_groups).map(|k| group_at(k, 0).3).sum::<usize>();
     let whole_item = item_bytes <= UNPACKED_ITEM_BYTES;
     let (unit_groups, token_block) = if whole_item {
         let block = (UNPACKED_L2_BYTES / quantized.stride.max(1) / TILE * TILE).max(TILE);
@@ -757,13 +754,12 @@ fn run_unpacked(
     UNPACKED.with_borrow_mut(|unpacked| {
         for first in (0..n_groups).step_by(unit_groups) {
             let unit = first..(first + unit_groups).min(n_groups);
-            let need = unit.clone().map(|k| group_at(k).2).sum::<usize>();
+            let need = unit.clone().map(|k| group_at(k, first).3).sum::<usize>();
             if unpacked.len() < need {
                 unpacked.resize(need, 0);
             }
             for k in unit.clone() {
-                let (g0, g1, bytes) = group_at(k);
-                let at = (k - first) * group * urow;
+                let (g0, g1, at, bytes) = group_at(k, first);
                 let held = &mut unpacked[at..at + bytes];
                 for (o, out) in (g0..g1).zip(held.chunks_exact_mut(urow)) {
                     (u.unpack)(weight_row(o), out);
@@ -775,8 +771,7 @@ fn run_unpacked(
             for t0 in (0..n).step_by(token_block) {
                 let t1 = (t0 + token_block).min(n);
                 for k in unit.clone() {
-                    let (g0, g1, bytes) = group_at(k);
-                    let at = (k - first) * group * urow;
+                    let (g0, g1, at, bytes) = group_at(k, first);
                     let held = &unpacked[at..at + bytes];
                     // A last, short tile repeats its last token; only the real tokens are
                     // written.
