@@ -6,15 +6,22 @@
 use super::server::Server;
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::Mutex;
 
 /// The pinned client version.
 const OPENAI: &str = "openai==2.15.0";
 /// The pinned validator the agent checks use.
 const JSONSCHEMA: &str = "jsonschema==4.25.1";
 
+/// Held while the venv is checked or made: this binary's tests run on parallel threads, and two
+/// `python3 -m venv` into one folder at once fail (ensurepip of one sees the other's half-made venv).
+static VENV: Mutex<()> = Mutex::new(());
+
 /// `$RAMFORGE_MODELS/.venv-openai/bin/python` with the pinned `openai`, made if missing.
 /// No python3, venv or pip fails the test: it is not skipped.
 fn openai_python() -> PathBuf {
+    // A test that panicked holding the lock left no venv worse than a killed run does.
+    let _made = VENV.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let models = super::common::models_dir();
     let venv = models.join(".venv-openai");
     let python = venv.join("bin/python");
