@@ -41,11 +41,14 @@ pub struct Engine {
     pub(crate) scratch: Scratch,
     /// The logits of the last pass: one row, or one per sequence of a batched step.
     pub(crate) logits: ChargedVec<f32>,
+    /// The hidden states of the prompt rows a layer-major prefill holds (the plan's
+    /// `held_rows`; empty when nothing is streamed or the budget has no room).
+    pub(crate) held: ChargedVec<f32>,
     /// Every token in the context, in order.
     pub(crate) history: Vec<u32>,
     load_secs: f64,
     /// Called as a long prompt is processed: `(tokens_done, tokens_total)`.
-    prompt_progress: Option<PromptProgress>,
+    pub(crate) prompt_progress: Option<PromptProgress>,
     /// The open model files, to see one replaced while running.
     identity: ModelIdentity,
     /// Adapts the prefetch depth from measured read and compute times.
@@ -173,6 +176,7 @@ impl Engine {
         let scratch = Scratch::new(&budget, cfg, &model.tensors, plan.request.batch, ctx)?;
         let rows = plan.request.sequences.max(plan.request.verify_rows).max(1);
         let logits = ChargedVec::zeroed(&budget, "logits", rows * model.tensors.n_vocab)?;
+        let held = ChargedVec::zeroed(&budget, "held prompt rows", plan.held_bytes as usize / 4)?;
         let kv = KvCache::for_model(&budget, plan.request.kv_type, cfg, ctx);
         Ok(Engine {
             model,
@@ -186,6 +190,7 @@ impl Engine {
             kv,
             scratch,
             logits,
+            held,
             history: Vec::new(),
             load_secs: started.elapsed().as_secs_f64(),
             prompt_progress: None,
@@ -534,8 +539,8 @@ impl Engine {
         }
     }
 
-    /// Runs `tokens` through the model a batch at a time; `Ok(false)` when `cancel` was
-    /// raised between batches. With `exact` rows (one batch at most) every product runs per
+    /// Runs `tokens` through the model a batch at a time, or layer-major over the plan's held
+    /// rows (`layer_major.rs`); `Ok(false)` when `cancel` was raised between batches (layers). With `exact` rows (one batch at most) every product runs per
     /// token and the last `exact` rows get logits, each equal to what evaluating its token
     /// alone gives; with 0 only the last row gets logits.
     pub(crate) fn eval_batches(
@@ -549,6 +554,15 @@ impl Engine {
         self.kv.reserve(first + tokens.len())?;
         let mut done = 0;
         let mut out_rows = 1;
+        // A prompt longer than a batch, with held rows: layer by layer over them (the same
+        // numbers per row; each streamed weight read once per held rows, not per batch).
+        let held = self.plan.held_rows > 0 && self.model.config.prefills_layer_major();
+        if held && exact == 0 && tokens.len() > self.scratch.batch {
+            if !self.layer_major_pass(tokens, cancel, first)? {
+                return Ok(false);
+            }
+            done = tokens.len();
+        }
         while done < tokens.len() {
             if cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
                 return Ok(false);

@@ -52,6 +52,7 @@ mod error;
 mod forward;
 mod generate;
 mod kv;
+mod layer_major;
 pub mod model;
 mod mtp;
 mod options;

@@ -6,7 +6,7 @@
 mod common;
 
 use common::{greedy, model, options, PROMPT};
-use ramforge_engine::{Engine, SamplingParams};
+use ramforge_engine::{Engine, EngineOptions, SamplingParams};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
@@ -267,4 +267,66 @@ fn truncate_mid_generation(tag: &str, evict: bool, cut_at: Cut) {
     assert!(again.residency.layers_loaded > 0);
     drop(e);
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A prompt longer than the rows a budget holds runs layer by layer over each run of held rows
+/// (whole 16-token batches): every streamed layer is read once per run instead of once per
+/// batch, and the logits are those of the batches run one by one all resident, bit for bit;
+/// decoding after it gives the same tokens.
+#[test]
+fn a_long_prompt_reads_each_streamed_layer_once_per_run_of_held_rows() {
+    let opts = |ram| EngineOptions {
+        ram,
+        ctx: Some(256),
+        threads: 2,
+        batch: 16,
+        ..Default::default()
+    };
+    let m = ramforge_engine::Model::open(model()).unwrap();
+    let n_vocab = m.tokenizer.vocab_size() as u32;
+    let prompt: Vec<u32> = (0..240u32).map(|i| (i * 7919 + 13) % n_vocab).collect();
+    // A budget whose leftover holds fewer rows than the prompt, at least two batches.
+    let ram = (40..64u64)
+        .map(|mib| mib << 20)
+        .find(|&ram| {
+            m.plan(&opts(Some(ram))).is_ok_and(|p| {
+                p.streamed_layers() > 0 && p.held_rows >= 32 && p.held_rows < prompt.len()
+            })
+        })
+        .expect("a budget of 40-63 MiB holds 32-239 rows");
+
+    let mut resident = Engine::load(model(), &opts(None)).unwrap();
+    let want = resident.eval(&prompt).unwrap().to_vec();
+    let mut e = Engine::load(model(), &opts(Some(ram))).unwrap();
+    let plan = e.plan().clone();
+    assert_eq!(
+        (plan.request.batch, plan.held_rows % 16),
+        (16, 0),
+        "{plan:?}"
+    );
+    let before = *e.residency();
+    let got = e.eval(&prompt).unwrap().to_vec();
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert!(
+        bits(&got) == bits(&want),
+        "the logits differ from all resident"
+    );
+    let d = e.residency().since(&before);
+    let runs = prompt.len().div_ceil(plan.held_rows) as u64;
+    assert_eq!(
+        d.layers_loaded,
+        runs * plan.streamed_layers() as u64,
+        "{runs} runs of {} rows (batch by batch: 15 passes)",
+        plan.held_rows
+    );
+    assert!(e.budget().peak() <= ram);
+
+    // Decoding goes on from the same context in both.
+    let mut next = [ramforge_engine::sampling::argmax(&got) as u32; 2];
+    for _ in 0..4 {
+        let a = resident.eval(&next[..1]).unwrap();
+        let b = e.eval(&next[1..]).unwrap();
+        assert!(bits(a) == bits(b), "a decoded token's logits differ");
+        next = [ramforge_engine::sampling::argmax(a) as u32; 2];
+    }
 }

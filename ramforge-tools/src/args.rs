@@ -117,7 +117,7 @@ pub struct KvCache {
     pub kv_type: KvType,
 }
 
-/// `--batch` of `run`, `plan` and `bench`.
+/// `--batch` of `run`, `plan`, `bench` and `verify`.
 #[derive(clap::Args)]
 pub struct PromptBatch {
     /// Prompt tokens processed together at most (under --ram halved, down to 64, until their

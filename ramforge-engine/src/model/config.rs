@@ -433,6 +433,13 @@ impl ModelConfig {
             .is_some_and(|d| d.is_recurrent(layer))
     }
 
+    /// Whether a prompt may run layer by layer over several batches: not where a layer reuses
+    /// what an earlier layer left in the batch's scratch (glm-dsa's shared indexer layers, its
+    /// selections) or where each batch feeds an MTP layer (`--mtp`).
+    pub fn prefills_layer_major(&self) -> bool {
+        !self.mtp && !self.indexer_has_shared_layers()
+    }
+
     /// Residual streams per token: DeepSeek V4's hyper-connections keep several.
     pub fn residual_streams(&self) -> usize {
         if self.dsv4.is_some() {

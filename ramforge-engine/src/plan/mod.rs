@@ -15,6 +15,11 @@
 //!    and a ring of streaming buffers (the prefetch depth); if every layer fits, there is no
 //!    ring and its bytes count towards pinning.
 //! 4. Anything left enlarges the output chunk (when the output is streamed), up to 8 MiB.
+//! 5. Anything still left, where layers or experts are streamed, holds the hidden states of
+//!    several prompt batches (up to [`MAX_HELD_BYTES`], whole batches, at least two): a long
+//!    prompt then runs layer by layer over all of them, so each streamed weight is read once
+//!    per that many tokens instead of once per batch. It takes nothing decoding keeps (some
+//!    models hold none: `ModelConfig::prefills_layer_major`).
 //!
 //! The token embedding is only ever read one row per token, so it is never made resident on its
 //! own account (with a tied output it is resident exactly when the output is).
@@ -34,6 +39,8 @@ use crate::stream::{aligned_buf_charge, LayerLayout};
 pub const MIN_OUTPUT_CHUNK_ROWS: u64 = 256;
 /// The output chunk is not enlarged beyond this.
 pub const MAX_OUTPUT_CHUNK_BYTES: u64 = 8 << 20;
+/// The held prompt rows (step 5) take at most this.
+pub const MAX_HELD_BYTES: u64 = 64 << 20;
 
 /// What the plan is made for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,6 +106,11 @@ pub struct MemoryPlan {
     /// Experts streamed one by one (an MoE model that does not fit whole); `None` when every
     /// layer, experts included, is pinned or streamed whole.
     pub experts: Option<ExpertPlan>,
+    /// Prompt rows whose hidden states are held for a layer-major prefill (a multiple of the
+    /// batch, at least two batches; 0 when nothing is streamed or the budget has no room).
+    pub held_rows: usize,
+    /// Bytes of those hidden states (each row's residual streams, f32).
+    pub held_bytes: u64,
 }
 
 /// The expert cache of an MoE model whose experts are streamed one by one.
@@ -139,6 +151,11 @@ impl ExpertPlan {
     pub fn cached_fraction(&self) -> f64 {
         self.per_layer as f64 / self.n_expert.max(1) as f64
     }
+}
+
+/// Bytes of one held prompt row: its residual streams as f32.
+pub fn held_row_bytes(cfg: &ModelConfig) -> u64 {
+    4 * (cfg.residual_streams() * cfg.n_embd) as u64
 }
 
 impl MemoryPlan {
@@ -272,6 +289,8 @@ impl MemoryPlan {
             slot_bytes: 0,
             minimum,
             experts: None,
+            held_rows: 0,
+            held_bytes: 0,
         };
         let Some(budget) = request.budget else {
             return Ok(plan);
@@ -319,6 +338,16 @@ impl MemoryPlan {
             let extra_rows = free.min(MAX_OUTPUT_CHUNK_BYTES.saturating_sub(min_chunk)) / out_row;
             plan.output_chunk_rows = (min_chunk_rows + extra_rows).min(out.n_rows());
             plan.output_chunk_bytes = plan.output_chunk_rows * out_row;
+            free -= plan.output_chunk_bytes - min_chunk;
+        }
+        if (plan.streamed_layers() > 0 || plan.experts.is_some()) && cfg.prefills_layer_major() {
+            let row = held_row_bytes(cfg);
+            let batch = request.batch.max(1);
+            let rows = ((free.min(MAX_HELD_BYTES) / row) as usize).min(request.ctx) / batch * batch;
+            if rows >= 2 * batch {
+                plan.held_rows = rows;
+                plan.held_bytes = rows as u64 * row;
+            }
         }
         Ok(plan)
     }
@@ -379,6 +408,7 @@ impl MemoryPlan {
             + self.logits_bytes
             + self.rollback_bytes
             + self.embd_row_bytes
+            + self.held_bytes
             + self.weight_bytes()
     }
 

@@ -93,9 +93,15 @@ pub fn run(args: Args) -> CmdResult {
         .collect();
     let mut m = Measured::default();
 
-    // Prefill, a batch at a time so Ctrl-C is noticed between batches.
+    // Prefill, a batch at a time so Ctrl-C is noticed between batches (or a run of the rows
+    // a budget holds, which one eval takes layer by layer).
     let bar = progress_bar(n_prompt as u64, "prefill", false);
-    let batch = engine.plan().request.batch.max(1);
+    let batch = engine
+        .plan()
+        .request
+        .batch
+        .max(engine.plan().held_rows)
+        .max(1);
     let mut next = 0u32;
     let started = Instant::now();
     for chunk in prompt.chunks(batch) {

@@ -209,6 +209,8 @@ fn json(
         "streamed_layers": plan.map(|p| p.streamed_layers()),
         "streamed_bytes_per_token": plan.map(|p| p.streamed_bytes_per_token()),
         "planned_bytes": plan.map(|p| p.total_bytes()),
+        "held_prompt_rows": plan.map(|p| p.held_rows),
+        "held_prompt_bytes": plan.map(|p| p.held_bytes),
         "experts": experts(model).map(|(count, used, bytes)| serde_json::json!({
             "count": count,
             "used": used,
@@ -377,6 +379,14 @@ fn text(model: &Model, args: &Args, sizes: &MemoryPlan, plan: Option<&MemoryPlan
                     h(x.charged_bytes() - x.staging_bytes()),
                     ExpertPlan::STAGING_BUFFERS,
                     h(x.buffer_charge)
+                );
+            }
+            if p.held_rows > 0 {
+                s += &format!(
+                    "  prompt: {} rows held ({}), each streamed weight read once per {} prompt tokens\n",
+                    p.held_rows,
+                    h(p.held_bytes),
+                    p.held_rows
                 );
             }
             s += "  per layer:";

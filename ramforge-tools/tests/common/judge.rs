@@ -4,7 +4,7 @@
 #![allow(dead_code)] // each test file uses only some of these
 
 use super::{golden_dir, reference_python, root};
-use ramforge_engine::{EngineError, EngineOptions, Model};
+use ramforge_engine::{EngineError, EngineOptions, KvType, Model};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -108,18 +108,69 @@ pub fn verify_with(
     }
 }
 
+/// The context `verify` runs `golden` in, and its longest prompt.
+fn golden_ctx(golden: &Path) -> (usize, usize) {
+    let records: Vec<serde_json::Value> = std::fs::read_to_string(golden)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let len = |v: &serde_json::Value, k: &str| v[k].as_array().unwrap().len();
+    (
+        records
+            .iter()
+            .map(|v| len(v, "tokens") + len(v, "generated"))
+            .max()
+            .unwrap(),
+        records.iter().map(|v| len(v, "tokens")).max().unwrap(),
+    )
+}
+
+/// A budget of at least 40% of `model` (`size` bytes) under which, with prompt batches of
+/// `batch` tokens, the plan streams (layers or experts) and holds rows for a layer-major
+/// prefill, and `golden`'s longest prompt spans several batches (all asserted), with a
+/// `kv_type` cache; for a model that never prefills layer by layer, 40% (holding no rows).
+pub fn layer_major_budget(
+    model: &Path,
+    golden: &Path,
+    size: u64,
+    batch: usize,
+    kv_type: KvType,
+) -> u64 {
+    let (ctx, longest) = golden_ctx(golden);
+    assert!(
+        longest > batch,
+        "no prompt of {golden:?} spans two {batch}-token batches"
+    );
+    let m = Model::open(model).unwrap();
+    let o = |ram| EngineOptions {
+        ram: Some(ram),
+        ctx: Some(ctx),
+        batch,
+        kv_type,
+        ..EngineOptions::default()
+    };
+    if !m.config.prefills_layer_major() {
+        // Such a model holds none: its prompt runs batch by batch under the budget.
+        let ram = size * 40 / 100;
+        assert_eq!(m.plan(&o(ram)).unwrap().held_rows, 0, "{model:?}");
+        return ram;
+    }
+    // From 40% of the file up, 1% at a time: the first budget whose leftover holds rows.
+    (40..100)
+        .map(|pct| size * pct / 100)
+        .find(|&ram| {
+            m.plan(&o(ram)).is_ok_and(|p| {
+                (p.streamed_layers() > 0 || p.experts.is_some()) && p.held_rows >= 2 * batch
+            })
+        })
+        .unwrap_or_else(|| panic!("{model:?}: no budget of 40-99% holds prompt rows"))
+}
+
 /// The smallest budget `model` plans under for `golden`'s context, plus `extra`: layers
 /// streamed whole, or an MoE model's experts one by one (asserted).
 pub fn near_minimum(model: &Path, golden: &Path, extra: u64) -> u64 {
-    let ctx = std::fs::read_to_string(golden)
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).unwrap();
-            v["tokens"].as_array().unwrap().len() + v["generated"].as_array().unwrap().len()
-        })
-        .max()
-        .unwrap();
+    let (ctx, _) = golden_ctx(golden);
     let m = Model::open(model).unwrap();
     let o = EngineOptions {
         ram: Some(1),

@@ -76,6 +76,8 @@ pub struct Check<'a> {
     pub threads: usize,
     pub ram: Option<u64>,
     pub kv_type: KvType,
+    /// Prompt tokens processed together at most.
+    pub batch: usize,
 }
 
 impl Check<'_> {
@@ -86,6 +88,7 @@ impl Check<'_> {
             ctx: Some(ctx),
             threads: self.threads,
             kv_type: self.kv_type,
+            batch: self.batch,
             ..EngineOptions::default()
         }
     }

@@ -35,6 +35,8 @@ pub struct Args {
     /// With --golden or --mtp-golden: KV cache element type (the shared goldens were recorded with f16).
     #[arg(long, default_value = "f16")]
     pub kv_type: ramforge_engine::KvType,
+    #[command(flatten)]
+    pub prefill: crate::args::PromptBatch,
 }
 
 pub fn run(args: Args) -> CmdResult {
@@ -45,6 +47,7 @@ pub fn run(args: Args) -> CmdResult {
         threads: args.threads,
         ram: args.ram,
         kv_type: args.kv_type,
+        batch: args.prefill.batch,
     };
     match (&args.mtp_golden, &args.golden) {
         (Some(golden), _) => mtp::run(&check(golden)),
