@@ -555,7 +555,7 @@ impl Engine {
         let mut done = 0;
         let mut out_rows = 1;
         // A prompt longer than a batch, with held rows: layer by layer over them (the same
-        // numbers per row; each streamed weight read once per held rows, not per batch).
+        // numbers per row; each streamed layer read once per held rows, not per batch).
         let held = self.plan.held_rows > 0 && self.model.config.prefills_layer_major();
         if held && exact == 0 && tokens.len() > self.scratch.batch {
             if !self.layer_major_pass(tokens, cancel, first)? {

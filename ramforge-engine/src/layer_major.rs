@@ -2,7 +2,8 @@
 //! the plan holds (`MemoryPlan::held_rows`, whole batches) before the next layer, instead of
 //! every layer over one batch. Each batch still meets each layer with the same rows, positions
 //! and caches as batch by batch (a layer's caches fill in the same order), so the numbers are
-//! the same; a streamed layer or expert is read once per held rows instead of once per batch.
+//! the same; a streamed layer is read once per held rows instead of once per batch. (Experts
+//! streamed one by one are still read per batch: the run's rows are not grouped by expert.)
 
 use crate::engine::{input_rows, Engine};
 use crate::error::EngineError;

@@ -17,7 +17,7 @@
 //! 4. Anything left enlarges the output chunk (when the output is streamed), up to 8 MiB.
 //! 5. Anything still left, where layers or experts are streamed, holds the hidden states of
 //!    several prompt batches (up to [`MAX_HELD_BYTES`], whole batches, at least two): a long
-//!    prompt then runs layer by layer over all of them, so each streamed weight is read once
+//!    prompt then runs layer by layer over all of them, so each streamed layer is read once
 //!    per that many tokens instead of once per batch. It takes nothing decoding keeps (some
 //!    models hold none: `ModelConfig::prefills_layer_major`).
 //!

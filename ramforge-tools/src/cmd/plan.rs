@@ -383,7 +383,7 @@ fn text(model: &Model, args: &Args, sizes: &MemoryPlan, plan: Option<&MemoryPlan
             }
             if p.held_rows > 0 {
                 s += &format!(
-                    "  prompt: {} rows held ({}), each streamed weight read once per {} prompt tokens\n",
+                    "  prompt: {} rows held ({}), each streamed layer read once per {} prompt tokens\n",
                     p.held_rows,
                     h(p.held_bytes),
                     p.held_rows
