@@ -540,9 +540,10 @@ impl Engine {
     }
 
     /// Runs `tokens` through the model a batch at a time, or layer-major over the plan's held
-    /// rows (`layer_major.rs`); `Ok(false)` when `cancel` was raised between batches (layers). With `exact` rows (one batch at most) every product runs per
-    /// token and the last `exact` rows get logits, each equal to what evaluating its token
-    /// alone gives; with 0 only the last row gets logits.
+    /// rows (`layer_major.rs`); `Ok(false)` when `cancel` was raised between batches (layers).
+    /// With `exact` rows (one batch at most) every product runs per token and the last
+    /// `exact` rows get logits, each equal to what evaluating its token alone gives; with 0
+    /// only the last row gets logits.
     pub(crate) fn eval_batches(
         &mut self,
         tokens: &[u32],
@@ -556,8 +557,8 @@ impl Engine {
         let mut out_rows = 1;
         // A prompt longer than a batch, with held rows: layer by layer over them (the same
         // numbers per row; each streamed layer read once per held rows, not per batch).
-        let held = self.plan.held_rows > 0 && self.model.config.prefills_layer_major();
-        if held && exact == 0 && tokens.len() > self.scratch.batch {
+        // (The plan holds none for a model that cannot: `ModelConfig::prefills_layer_major`.)
+        if self.plan.held_rows > 0 && exact == 0 && tokens.len() > self.scratch.batch {
             if !self.layer_major_pass(tokens, cancel, first)? {
                 return Ok(false);
             }

@@ -96,12 +96,8 @@ pub fn run(args: Args) -> CmdResult {
     // Prefill, a batch at a time so Ctrl-C is noticed between batches (or a run of the rows
     // a budget holds, which one eval takes layer by layer).
     let bar = progress_bar(n_prompt as u64, "prefill", false);
-    let batch = engine
-        .plan()
-        .request
-        .batch
-        .max(engine.plan().held_rows)
-        .max(1);
+    let plan = engine.plan();
+    let batch = plan.request.batch.max(plan.held_rows).max(1);
     let mut next = 0u32;
     let started = Instant::now();
     for chunk in prompt.chunks(batch) {
