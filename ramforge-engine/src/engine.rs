@@ -7,6 +7,7 @@
 use crate::budget::{tie_allocator_to_budget, ChargedVec, MemoryBudget};
 use crate::error::EngineError;
 use crate::forward::{block, output_rows, rope_tables, scale, LayerWeights, Rows, Scratch};
+use crate::held_rows::HeldRows;
 use crate::kv::KvCache;
 use crate::model::arch::Role;
 use crate::model::{Model, ModelConfig};
@@ -41,9 +42,9 @@ pub struct Engine {
     pub(crate) scratch: Scratch,
     /// The logits of the last pass: one row, or one per sequence of a batched step.
     pub(crate) logits: ChargedVec<f32>,
-    /// The hidden states of the prompt rows a layer-major prefill holds (the plan's
+    /// What a layer-major prefill holds of each prompt row between layers (the plan's
     /// `held_rows`; empty when nothing is streamed or the budget has no room).
-    pub(crate) held: ChargedVec<f32>,
+    pub(crate) held: HeldRows,
     /// Every token in the context, in order.
     pub(crate) history: Vec<u32>,
     load_secs: f64,
@@ -176,7 +177,7 @@ impl Engine {
         let scratch = Scratch::new(&budget, cfg, &model.tensors, plan.request.batch, ctx)?;
         let rows = plan.request.sequences.max(plan.request.verify_rows).max(1);
         let logits = ChargedVec::zeroed(&budget, "logits", rows * model.tensors.n_vocab)?;
-        let held = ChargedVec::zeroed(&budget, "held prompt rows", plan.held_bytes as usize / 4)?;
+        let held = HeldRows::new(&budget, cfg, &plan)?;
         let kv = KvCache::for_model(&budget, plan.request.kv_type, cfg, ctx);
         Ok(Engine {
             model,

@@ -2,12 +2,18 @@
 //! the plan holds (`MemoryPlan::held_rows`, whole batches) before the next layer, instead of
 //! every layer over one batch. Each batch still meets each layer with the same rows, positions
 //! and caches as batch by batch (a layer's caches fill in the same order), so the numbers are
-//! the same; a streamed layer is read once per held rows instead of once per batch. (Experts
-//! streamed one by one are still read per batch: the run's rows are not grouped by expert.)
+//! the same; a streamed layer is read once per held rows instead of once per batch. Where
+//! experts stream one by one (`MemoryPlan::held_groups_experts`), an MoE layer runs in two
+//! halves around its routed experts: every batch to its routes, then each selected expert,
+//! read once, over the rows of each batch routed to it (the product that batch alone would
+//! run), then every batch's shared expert and residual.
 
 use crate::engine::{input_rows, Engine};
 use crate::error::EngineError;
-use crate::forward::{block, output_rows, rope_tables, LayerWeights, Rows};
+use crate::forward::{
+    block, block_from_experts, block_to_experts, output_rows, routed_experts, splits_at_experts,
+    ExpertRows, ExpertWork, LayerWeights, Rows,
+};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 impl Engine {
@@ -24,9 +30,8 @@ impl Engine {
         let held_rows = self.plan.held_rows;
         let batch = self.scratch.batch;
         let cfg = &self.model.config;
-        let row = cfg.residual_streams() * cfg.n_embd;
-        debug_assert!(held_rows.is_multiple_of(batch) && self.held.len() >= held_rows * row);
-        let (file, tensors) = (&self.model.file, &self.model.tensors);
+        let (row, n_layer) = (cfg.residual_streams() * cfg.n_embd, cfg.n_layer);
+        debug_assert!(held_rows.is_multiple_of(batch) && self.held.x.len() >= held_rows * row);
         let mut start = 0;
         while start < tokens.len() {
             let run = &tokens[start..(start + held_rows).min(tokens.len())];
@@ -41,42 +46,20 @@ impl Engine {
                     &mut self.scratch,
                 )?;
                 let at = b * batch * row;
-                self.held[at..at + bt.len() * row]
+                self.held.x[at..at + bt.len() * row]
                     .copy_from_slice(&self.scratch.x[..bt.len() * row]);
             }
-            for l in 0..cfg.n_layer {
+            for l in 0..n_layer {
                 if cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
                     return Ok(false);
                 }
-                let view = self.weights.matrices.layer(file, tensors, l)?;
-                for (b, bt) in run.chunks(batch).enumerate() {
-                    let (n, pos) = (bt.len(), first + start + b * batch);
-                    let s = &mut self.scratch;
-                    let at = b * batch * row;
-                    s.x[..n * row].copy_from_slice(&self.held[at..at + n * row]);
-                    s.tokens[..n].copy_from_slice(bt);
-                    rope_tables(
-                        cfg,
-                        self.weights.vectors.rope_freqs.as_deref(),
-                        pos..pos + n,
-                        s,
-                    );
-                    let weights = LayerWeights {
-                        matrices: &view,
-                        vectors: &self.weights.vectors.layers[l],
-                        experts: self.weights.experts.as_mut(),
-                    };
-                    block(
-                        cfg,
-                        l,
-                        weights,
-                        s,
-                        Rows::Run(&mut self.kv, pos..pos + n, false),
-                    )?;
-                    self.held[at..at + n * row].copy_from_slice(&s.x[..n * row]);
+                if self.plan.held_groups_experts && splits_at_experts(&self.model.config, l) {
+                    self.grouped_moe_layer(l, run, first + start)?;
+                } else {
+                    self.layer_over_run(l, run, first + start)?;
                 }
                 if let Some(report) = self.prompt_progress.as_mut() {
-                    report(start + run.len() * (l + 1) / cfg.n_layer, tokens.len());
+                    report(start + run.len() * (l + 1) / n_layer, tokens.len());
                 }
             }
             start += run.len();
@@ -85,7 +68,7 @@ impl Engine {
         let n = (tokens.len() - 1) % batch + 1;
         let v = &self.weights.vectors;
         output_rows(
-            cfg,
+            &self.model.config,
             &v.output_norm,
             v.output_hc.as_ref(),
             &mut self.scratch,
@@ -93,5 +76,75 @@ impl Engine {
             n,
         );
         Ok(true)
+    }
+
+    /// Layer `l` over each batch of `run` (the held rows, the first at position `pos`), whole.
+    fn layer_over_run(&mut self, l: usize, run: &[u32], pos: usize) -> Result<(), EngineError> {
+        let (file, tensors) = (&self.model.file, &self.model.tensors);
+        let view = self.weights.matrices.layer(file, tensors, l)?;
+        for (b, bt) in run.chunks(self.scratch.batch).enumerate() {
+            let (n, pos) = (bt.len(), pos + b * self.scratch.batch);
+            let cfg = &self.model.config;
+            let freqs = self.weights.vectors.rope_freqs.as_deref();
+            self.held.load(cfg, freqs, &mut self.scratch, b, bt, pos);
+            let weights = LayerWeights {
+                matrices: &view,
+                vectors: &self.weights.vectors.layers[l],
+                experts: self.weights.experts.as_mut(),
+            };
+            let rows = Rows::Run(&mut self.kv, pos..pos + n, false);
+            block(cfg, l, weights, &mut self.scratch, rows)?;
+            self.held.keep(cfg, &self.scratch, b, n);
+        }
+        Ok(())
+    }
+
+    /// MoE layer `l` over `run` ([`splits_at_experts`]): each batch up to its routes, then
+    /// every selected expert once for the whole run (read once where it streams), then each
+    /// batch's shared expert and residual.
+    fn grouped_moe_layer(&mut self, l: usize, run: &[u32], pos: usize) -> Result<(), EngineError> {
+        let cfg = &self.model.config;
+        let (e, k, batch) = (cfg.n_embd, cfg.n_expert_used, self.scratch.batch);
+        let (file, tensors) = (&self.model.file, &self.model.tensors);
+        let view = self.weights.matrices.layer(file, tensors, l)?;
+        let vecs = &self.weights.vectors.layers[l];
+        for (b, bt) in run.chunks(batch).enumerate() {
+            let (n, pos) = (bt.len(), pos + b * batch);
+            let freqs = self.weights.vectors.rope_freqs.as_deref();
+            self.held.load(cfg, freqs, &mut self.scratch, b, bt, pos);
+            let at = b * batch;
+            let s = &mut self.scratch;
+            let rows = Rows::Run(&mut self.kv, pos..pos + n, false);
+            let routes = &mut self.held.routes[at * k..(at + n) * k];
+            block_to_experts(cfg, l, &view, vecs, s, rows, routes)?;
+            self.held.ffn_in[at * e..(at + n) * e].copy_from_slice(&s.xn[..n * e]);
+            self.held.keep(cfg, s, b, n);
+        }
+        let rows = ExpertRows {
+            input: &self.held.ffn_in[..run.len() * e],
+            routes: &self.held.routes[..run.len() * k],
+            out: &mut self.held.expert_sums[..run.len() * e],
+            batch,
+        };
+        let s = &mut self.scratch;
+        let work = ExpertWork {
+            moe_in: &mut s.moe_in,
+            gate: &mut s.gate,
+            up: &mut s.up,
+            act: &mut s.act,
+        };
+        let store = self.weights.experts.as_mut();
+        routed_experts(cfg, l, &view, vecs, store, rows, work, false)?;
+        for (b, bt) in run.chunks(batch).enumerate() {
+            let (n, at) = (bt.len(), b * batch);
+            let row = cfg.residual_streams() * e;
+            let s = &mut self.scratch;
+            s.x[..n * row].copy_from_slice(&self.held.x[at * row..(at + n) * row]);
+            s.xn[..n * e].copy_from_slice(&self.held.ffn_in[at * e..(at + n) * e]);
+            s.moe_out[..n * e].copy_from_slice(&self.held.expert_sums[at * e..(at + n) * e]);
+            block_from_experts(cfg, &view, vecs, s, n, false)?;
+            self.held.keep(cfg, s, b, n);
+        }
+        Ok(())
     }
 }

@@ -51,6 +51,7 @@ mod engine;
 mod error;
 mod forward;
 mod generate;
+mod held_rows;
 mod kv;
 mod layer_major;
 pub mod model;

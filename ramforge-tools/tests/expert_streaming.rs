@@ -165,31 +165,7 @@ fn check(file: PathBuf) -> u64 {
 
 #[test]
 fn qwen3moe_experts_stream_with_all_resident_tokens() {
-    let ahead = check(synth(
-        "qwen3moe.gguf",
-        &[
-            "--arch",
-            "qwen3moe",
-            "--layers",
-            "6",
-            "--embd",
-            "512",
-            "--ffn",
-            "256",
-            "--heads",
-            "8",
-            "--kv-heads",
-            "2",
-            "--experts",
-            "32",
-            "--experts-used",
-            "4",
-            "--type",
-            "Q4_0",
-            "--seed",
-            "3",
-        ],
-    ));
+    let ahead = check(synth("qwen3moe.gguf", &QWEN3MOE));
     assert_eq!(ahead, 0, "no layer is hash-routed");
 }
 
@@ -205,6 +181,81 @@ fn deepseek4_experts_stream_with_all_resident_tokens() {
     args.extend(["--type", "MXFP4", "--seed", "4"]);
     let ahead = check(synth("deepseek4.gguf", &args));
     assert!(ahead > 0, "no hash-routed expert was read ahead");
+}
+
+/// The qwen3moe synth of [`qwen3moe_experts_stream_with_all_resident_tokens`] (6 MoE layers,
+/// 32 experts, 4 used per token).
+const QWEN3MOE: [&str; 20] = [
+    "--arch",
+    "qwen3moe",
+    "--layers",
+    "6",
+    "--embd",
+    "512",
+    "--ffn",
+    "256",
+    "--heads",
+    "8",
+    "--kv-heads",
+    "2",
+    "--experts",
+    "32",
+    "--experts-used",
+    "4",
+    "--type",
+    "Q4_0",
+    "--seed",
+    "3",
+];
+
+/// A prompt longer than the rows a budget holds runs each MoE layer's selected experts once
+/// per run of held rows, over all the rows routed to them: the prefill uses each expert of a
+/// layer at most once per run (batch by batch, each 16-token batch used ~27 of the 32 again).
+/// That its logits are those of the batches run one by one is `synth_goldens`' check.
+#[test]
+fn a_long_prompt_uses_each_streamed_expert_once_per_run_of_held_rows() {
+    let file = synth("qwen3moe-long.gguf", &QWEN3MOE);
+    let f = file.to_str().unwrap();
+    let (layers, n_expert, prompt) = (6u64, 32u64, 240u64);
+    let file_bytes = std::fs::metadata(&file).unwrap().len();
+    // bench's context is the prompt and the generated tokens.
+    let ctx = (prompt + 2).to_string();
+    let (ram, held) = (10..90)
+        .map(|pct| file_bytes * pct / 100)
+        .find_map(|ram| {
+            let r = ram.to_string();
+            let plan = tool(&[
+                "plan", f, "--ram", &r, "--ctx", &ctx, "--batch", "16", "--json",
+            ]);
+            let held = plan["held_prompt_rows"].as_u64().unwrap();
+            (plan["held_prompt_groups_experts"] == true && (64..prompt).contains(&held))
+                .then_some((ram, held))
+        })
+        .expect("a budget of 10-89% of the file holds 64-239 rows and groups experts");
+    let got = tool(&[
+        "bench",
+        "-m",
+        f,
+        "--ram",
+        &ram.to_string(),
+        "-p",
+        "240",
+        "-n",
+        "2",
+        "-t",
+        "2",
+        "--batch",
+        "16",
+        "--json",
+    ]);
+    let x = &got["experts"];
+    let uses = |k: &str| x[k].as_u64().unwrap();
+    let prefill = uses("hits") + uses("misses") - uses("decode_hits") - uses("decode_misses");
+    let runs = prompt.div_ceil(held);
+    assert!(
+        prefill > 0 && prefill <= runs * layers * n_expert,
+        "--ram {ram}: {prefill} expert uses in {runs} runs of {held} rows"
+    );
 }
 
 #[test]

@@ -29,6 +29,7 @@ use delta_net::{apply_query_gate, delta_net_layer, split_query_gate};
 use gate::{gated, Gate};
 use matmul::matmul;
 use moe::moe_ffn;
+pub(crate) use moe::{routed_experts, ExpertRows, ExpertWork};
 use ops::{add_bias, add_into, apply_rope, rms_norm_in_place};
 use scratch::gated_query;
 use std::ops::Range;
@@ -128,7 +129,7 @@ pub(crate) fn block(
     layer_index: usize,
     weights: LayerWeights<'_, '_>,
     s: &mut Scratch,
-    mut rows: Rows<'_, '_>,
+    rows: Rows<'_, '_>,
 ) -> Result<(), EngineError> {
     if cfg.dsv4.is_some() {
         return dsv4::block(cfg, layer_index, weights, s, rows);
@@ -140,9 +141,50 @@ pub(crate) fn block(
     } = weights;
     let n = rows.len();
     let per_token = matches!(rows, Rows::Batch { .. } | Rows::Run(_, _, true));
-    let e = cfg.n_embd;
+    attention_half(cfg, layer_index, w, vecs, s, rows)?;
+    feed_forward(cfg, layer_index, w, vecs, experts, s, n, per_token)
+}
 
-    // Attention.
+/// Whether layer `layer_index`'s block may run in two halves around its routed experts
+/// ([`block_to_experts`], [`block_from_experts`]), so that a layer-major prefill runs each
+/// expert once over all the rows it holds: an MoE layer, not DeepSeek V4's (its
+/// hyper-connected block runs whole).
+pub(crate) fn splits_at_experts(cfg: &ModelConfig, layer_index: usize) -> bool {
+    cfg.dsv4.is_none() && cfg.layer_kind(layer_index).ffn == FfnKind::Moe
+}
+
+/// The first half of an MoE block ([`splits_at_experts`]) on the rows of `s.x`: attention and
+/// its residual, then the FFN's normalized input into `s.xn` and each row's experts into
+/// `routes`. [`routed_experts`] and [`block_from_experts`] finish it.
+pub(crate) fn block_to_experts(
+    cfg: &ModelConfig,
+    layer_index: usize,
+    w: &LayerView<'_>,
+    vecs: &LayerVectors,
+    s: &mut Scratch,
+    rows: Rows<'_, '_>,
+    routes: &mut [(usize, f32)],
+) -> Result<(), EngineError> {
+    debug_assert!(splits_at_experts(cfg, layer_index));
+    let n = rows.len();
+    let per_token = matches!(rows, Rows::Batch { .. } | Rows::Run(_, _, true));
+    attention_half(cfg, layer_index, w, vecs, s, rows)?;
+    ffn_input(cfg, vecs, s, n);
+    moe::route_rows(cfg, w, vecs, s, n, per_token, routes)
+}
+
+/// Attention (or a recurrent layer's delta net) on the rows of `s.x`, its residual added.
+fn attention_half(
+    cfg: &ModelConfig,
+    layer_index: usize,
+    w: &LayerView<'_>,
+    vecs: &LayerVectors,
+    s: &mut Scratch,
+    mut rows: Rows<'_, '_>,
+) -> Result<(), EngineError> {
+    let n = rows.len();
+    let per_token = matches!(rows, Rows::Batch { .. } | Rows::Run(_, _, true));
+    let e = cfg.n_embd;
     rms_norm(
         &s.x[..n * e],
         vecs.norm(Role::AttnNorm),
@@ -159,7 +201,7 @@ pub(crate) fn block(
             }
         }
         residual(cfg, vecs, Role::AttnPostNorm, s, n);
-        return feed_forward(cfg, layer_index, w, vecs, experts, s, n, per_token);
+        return Ok(());
     }
     if cfg.layer_kind(layer_index).attention == AttentionKind::Latent {
         // One key/value head whose values are the cached rows themselves.
@@ -180,7 +222,38 @@ pub(crate) fn block(
         attention_qkv(cfg, layer_index, w, vecs, s, &mut rows, per_token)?;
     }
     residual(cfg, vecs, Role::AttnPostNorm, s, n);
-    feed_forward(cfg, layer_index, w, vecs, experts, s, n, per_token)
+    Ok(())
+}
+
+/// The FFN's input: the `n` rows of `s.x` normalized into `s.xn`.
+fn ffn_input(cfg: &ModelConfig, vecs: &LayerVectors, s: &mut Scratch, n: usize) {
+    let e = cfg.n_embd;
+    rms_norm(
+        &s.x[..n * e],
+        vecs.norm(Role::FfnNorm),
+        cfg.rms_eps,
+        &mut s.xn[..n * e],
+    );
+}
+
+/// The rest of an MoE block after its routed experts, on the `n` rows of `s.x` (after
+/// attention), `s.xn` (the FFN's normalized input) and `s.moe_out` (the routed experts'
+/// sums): the shared expert added to the sums, then the residual.
+pub(crate) fn block_from_experts(
+    cfg: &ModelConfig,
+    w: &LayerView<'_>,
+    vecs: &LayerVectors,
+    s: &mut Scratch,
+    n: usize,
+    per_token: bool,
+) -> Result<(), EngineError> {
+    let e = cfg.n_embd;
+    if cfg.n_ff_shexp > 0 {
+        shared_expert(cfg, w, vecs, s, n, per_token, 0.0)?;
+    }
+    s.xn[..n * e].copy_from_slice(&s.moe_out[..n * e]);
+    residual(cfg, vecs, Role::FfnPostNorm, s, n);
+    Ok(())
 }
 
 /// The feed-forward half of a block on the `n` rows of `s.x`, its residual add included.
@@ -195,21 +268,12 @@ fn feed_forward(
     n: usize,
     per_token: bool,
 ) -> Result<(), EngineError> {
-    let e = cfg.n_embd;
     let m = |role| w.matrix(role);
-    rms_norm(
-        &s.x[..n * e],
-        vecs.norm(Role::FfnNorm),
-        cfg.rms_eps,
-        &mut s.xn[..n * e],
-    );
+    ffn_input(cfg, vecs, s, n);
     match cfg.layer_kind(layer_index).ffn {
         FfnKind::Moe => {
             moe_ffn(cfg, layer_index, w, vecs, experts, s, n, per_token)?;
-            if cfg.n_ff_shexp > 0 {
-                shared_expert(cfg, w, vecs, s, n, per_token, 0.0)?;
-            }
-            s.xn[..n * e].copy_from_slice(&s.moe_out[..n * e]);
+            return block_from_experts(cfg, w, vecs, s, n, per_token);
         }
         FfnKind::Dense => {
             let ff = cfg.n_ff;

@@ -152,7 +152,44 @@ pub(crate) fn moe_ffn(
     n: usize,
     per_token: bool,
 ) -> Result<(), EngineError> {
-    let (e, ne) = (cfg.n_embd, cfg.n_expert);
+    let mut routes = vec![(0, 0.0); n * cfg.n_expert_used];
+    route_rows(cfg, w, vecs, s, n, per_token, &mut routes)?;
+    let Scratch {
+        xn,
+        moe_out,
+        moe_in,
+        gate,
+        up,
+        act,
+        ..
+    } = s;
+    let rows = ExpertRows {
+        input: &xn[..n * cfg.n_embd],
+        routes: &routes,
+        out: &mut moe_out[..n * cfg.n_embd],
+        batch: n,
+    };
+    let work = ExpertWork {
+        moe_in,
+        gate,
+        up,
+        act,
+    };
+    routed_experts(cfg, layer, w, vecs, store, rows, work, per_token)
+}
+
+/// Each of the `n` normalized rows of `s.xn` routed: its `n_expert_used` experts and their
+/// weights, row `t`'s at `routes[t * n_expert_used..]`.
+pub(crate) fn route_rows(
+    cfg: &ModelConfig,
+    w: &LayerView<'_>,
+    vecs: &LayerVectors,
+    s: &mut Scratch,
+    n: usize,
+    per_token: bool,
+    routes: &mut [(usize, f32)],
+) -> Result<(), EngineError> {
+    let (ne, k) = (cfg.n_expert, cfg.n_expert_used);
     matmul(
         [(w.matrix(Role::FfnGateInp), &mut s.router)],
         &s.xn,
@@ -169,11 +206,8 @@ pub(crate) fn moe_ffn(
     }
     let selection_bias = vecs.get(Role::FfnExpProbsBias);
     let hash = vecs.get(Role::FfnGateTid2eid);
-    let k = cfg.n_expert_used;
-    // routes[t]: token t's experts and weights.
-    let mut routes = Vec::with_capacity(n);
-    for t in 0..n {
-        let mut chosen = Vec::with_capacity(k);
+    let mut chosen = Vec::with_capacity(k);
+    for (t, out) in routes[..n * k].chunks_exact_mut(k).enumerate() {
         let logits = &s.router[t * ne..(t + 1) * ne];
         match hash {
             Some(table) => {
@@ -187,39 +221,88 @@ pub(crate) fn moe_ffn(
             }
             None => route(&cfg.router, logits, selection_bias, k, &mut chosen),
         }
-        routes.push(chosen);
+        out.copy_from_slice(&chosen);
     }
-    // The selected experts, in expert order, with the number of rows routed to each.
-    let mut wanted: Vec<(usize, usize)> = Vec::new();
-    for x in 0..ne {
-        let rows = routes
-            .iter()
-            .filter(|r| r.iter().any(|&(ex, _)| ex == x))
-            .count();
-        if rows > 0 {
-            wanted.push((x, rows));
-        }
-    }
-    s.moe_out[..n * e].fill(0.0);
+    Ok(())
+}
+
+/// Normalized rows and their routes, for [`routed_experts`]: `input` holds the rows, `routes`
+/// each row's `n_expert_used` experts, `out` receives each row's weighted sum of its experts'
+/// outputs. An expert multiplies its rows `batch` rows of the input at a time (the rows of
+/// one batch, whichever batches the rows span), so each product is the one the batch alone
+/// would run.
+pub(crate) struct ExpertRows<'a> {
+    pub input: &'a [f32],
+    pub routes: &'a [(usize, f32)],
+    pub out: &'a mut [f32],
+    pub batch: usize,
+}
+
+/// The scratch an expert's FFN runs in ([`Scratch`]'s buffers of those names).
+pub(crate) struct ExpertWork<'a> {
+    pub moe_in: &'a mut [f32],
+    pub gate: &'a mut [f32],
+    pub up: &'a mut [f32],
+    pub act: &'a mut [u8],
+}
+
+/// Runs every expert `rows.routes` selects once, from the layer's view or from `store` (one
+/// read of each missed expert for all the rows), over the rows routed to it, and leaves each
+/// row's weighted sum in `rows.out`, experts added in expert order (as an all-resident batch
+/// adds them).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn routed_experts(
+    cfg: &ModelConfig,
+    layer: usize,
+    w: &LayerView<'_>,
+    vecs: &LayerVectors,
+    store: Option<&mut ExpertStore>,
+    rows: ExpertRows<'_>,
+    mut work: ExpertWork<'_>,
+    per_token: bool,
+) -> Result<(), EngineError> {
+    let (ne, k) = (cfg.n_expert, cfg.n_expert_used);
+    let ExpertRows {
+        input,
+        routes,
+        out,
+        batch,
+    } = rows;
+    let wanted = selected(routes, ne, k);
+    out.fill(0.0);
     let biases = Role::EXPERT_BIASES.map(|r| vecs.get(r));
     let limit = cfg
         .dsv4
         .as_ref()
         .map_or(0.0, |d| d.clamp_exp.get(layer).copied().unwrap_or(0.0));
+    let e = cfg.n_embd;
     let mut run = |x: usize, [gate, up, down]: [MatrixView<'_>; 3]| {
-        expert_ffn(
-            cfg,
-            x,
-            &routes,
-            [&gate, &up, &down],
-            biases,
-            limit,
-            s,
-            per_token,
-        )
+        // One product per batch the expert's rows fall in.
+        for (b, routes) in routes.chunks(batch * k).enumerate() {
+            let rows = b * batch..b * batch + routes.len() / k;
+            expert_ffn(
+                cfg,
+                x,
+                routes,
+                [&gate, &up, &down],
+                biases,
+                limit,
+                &input[rows.start * e..rows.end * e],
+                &mut out[rows.start * e..rows.end * e],
+                &mut work,
+                per_token,
+            )?;
+        }
+        Ok(())
     };
     match store {
-        Some(store) => store.for_each(layer, &wanted, run),
+        Some(store) => {
+            // The cache counts each batch as a pass, however many run together.
+            for routes in routes.chunks(batch * k) {
+                store.count_pass(layer, &selected(routes, ne, k));
+            }
+            store.for_each(layer, &wanted, run)
+        }
         None => {
             let stacks = Role::EXPERT_STACKS.map(|r| w.matrix(r));
             for &(x, _) in &wanted {
@@ -228,6 +311,23 @@ pub(crate) fn moe_ffn(
             Ok(())
         }
     }
+}
+
+/// The experts `routes` (each row's `k`) select, in expert order, with the number of rows
+/// routed to each.
+fn selected(routes: &[(usize, f32)], ne: usize, k: usize) -> Vec<(usize, usize)> {
+    let mut counts = vec![0usize; ne];
+    for row in routes.chunks_exact(k) {
+        for (i, &(x, _)) in row.iter().enumerate() {
+            if !row[..i].iter().any(|r| r.0 == x) {
+                counts[x] += 1;
+            }
+        }
+    }
+    (0..ne)
+        .filter(|&x| counts[x] > 0)
+        .map(|x| (x, counts[x]))
+        .collect()
 }
 
 /// Adds `bias`'s row for expert `x` (rows of `width`) to each of the `m` rows of `out`.
@@ -254,49 +354,61 @@ fn swiglu_oai(gate: &mut [f32], up: &[f32]) {
     }
 }
 
-/// Adds expert `x`'s weighted output to `s.moe_out` for every row `routes` sends it.
+/// Adds expert `x`'s weighted output to `out` for every row of `input` that `routes` (each
+/// row's `n_expert_used` experts) sends it, as one product over those rows.
 #[allow(clippy::too_many_arguments)]
 fn expert_ffn(
     cfg: &ModelConfig,
     x: usize,
-    routes: &[Vec<(usize, f32)>],
+    routes: &[(usize, f32)],
     [gate, up, down]: [&MatrixView<'_>; 3],
     [gate_b, up_b, down_b]: [Option<&[f32]>; 3],
     limit: f32,
-    s: &mut Scratch,
+    input: &[f32],
+    out: &mut [f32],
+    work: &mut ExpertWork<'_>,
     per_token: bool,
 ) -> Result<(), EngineError> {
-    let (e, ff) = (cfg.n_embd, cfg.n_ff_exp);
+    let (e, ff, k) = (cfg.n_embd, cfg.n_ff_exp, cfg.n_expert_used);
     let tokens: Vec<(usize, f32)> = routes
-        .iter()
+        .chunks_exact(k)
         .enumerate()
         .filter_map(|(t, r)| r.iter().find(|&&(ex, _)| ex == x).map(|&(_, w)| (t, w)))
         .collect();
     let m = tokens.len();
+    if m == 0 {
+        return Ok(());
+    }
+    let ExpertWork {
+        moe_in,
+        gate: g,
+        up: u,
+        act,
+    } = work;
     for (j, &(t, _)) in tokens.iter().enumerate() {
-        s.moe_in[j * e..(j + 1) * e].copy_from_slice(&s.xn[t * e..(t + 1) * e]);
+        moe_in[j * e..(j + 1) * e].copy_from_slice(&input[t * e..(t + 1) * e]);
     }
     matmul(
-        [(gate, &mut s.gate), (up, &mut s.up)],
-        &s.moe_in,
+        [(gate, &mut **g), (up, &mut **u)],
+        moe_in,
         m,
-        &mut s.act,
+        act,
         per_token,
     )?;
-    add_expert_bias(&mut s.gate, gate_b, x, ff, m);
-    add_expert_bias(&mut s.up, up_b, x, ff, m);
+    add_expert_bias(g, gate_b, x, ff, m);
+    add_expert_bias(u, up_b, x, ff, m);
     match cfg.router.activation {
-        ExpertActivation::SwiGlu => gated(Gate::Silu, &mut s.gate[..m * ff], &s.up[..m * ff]),
-        ExpertActivation::SwiGluOai => swiglu_oai(&mut s.gate[..m * ff], &s.up[..m * ff]),
+        ExpertActivation::SwiGlu => gated(Gate::Silu, &mut g[..m * ff], &u[..m * ff]),
+        ExpertActivation::SwiGluOai => swiglu_oai(&mut g[..m * ff], &u[..m * ff]),
         ExpertActivation::SwiGluClamped => {
-            swiglu_clamped(&mut s.gate[..m * ff], &mut s.up[..m * ff], limit)
+            swiglu_clamped(&mut g[..m * ff], &mut u[..m * ff], limit)
         }
     }
-    matmul([(down, &mut s.moe_in)], &s.gate, m, &mut s.act, per_token)?;
-    add_expert_bias(&mut s.moe_in, down_b, x, e, m);
+    matmul([(down, &mut **moe_in)], g, m, act, per_token)?;
+    add_expert_bias(moe_in, down_b, x, e, m);
     for (j, &(t, weight)) in tokens.iter().enumerate() {
-        let src = &s.moe_in[j * e..(j + 1) * e];
-        for (o, &v) in s.moe_out[t * e..(t + 1) * e].iter_mut().zip(src) {
+        let src = &moe_in[j * e..(j + 1) * e];
+        for (o, &v) in out[t * e..(t + 1) * e].iter_mut().zip(src) {
             *o += weight * v;
         }
     }

@@ -19,7 +19,9 @@
 //!    several prompt batches (up to [`MAX_HELD_BYTES`], whole batches, at least two): a long
 //!    prompt then runs layer by layer over all of them, so each streamed layer is read once
 //!    per that many tokens instead of once per batch. It takes nothing decoding keeps (some
-//!    models hold none: `ModelConfig::prefills_layer_major`).
+//!    models hold none: `ModelConfig::prefills_layer_major`), except where experts stream one
+//!    by one: each selected expert is then read once per run too ([`groups_experts`]), and
+//!    the rows take up to an eighth of the expert cache's share before the cache is sized.
 //!
 //! The token embedding is only ever read one row per token, so it is never made resident on its
 //! own account (with a tied output it is resident exactly when the output is).
@@ -41,6 +43,9 @@ pub const MIN_OUTPUT_CHUNK_ROWS: u64 = 256;
 pub const MAX_OUTPUT_CHUNK_BYTES: u64 = 8 << 20;
 /// The held prompt rows (step 5) take at most this.
 pub const MAX_HELD_BYTES: u64 = 64 << 20;
+/// Where a prefill groups streamed experts over the held rows, these take up to this part of
+/// what is left for the expert cache before the cache is sized.
+pub const HELD_SHARE_OF_EXPERT_CACHE: u64 = 8;
 
 /// What the plan is made for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -109,8 +114,11 @@ pub struct MemoryPlan {
     /// Prompt rows whose hidden states are held for a layer-major prefill (a multiple of the
     /// batch, at least two batches; 0 when nothing is streamed or the budget has no room).
     pub held_rows: usize,
-    /// Bytes of those hidden states (each row's residual streams, f32).
+    /// Bytes of those rows ([`held_row_bytes`] each).
     pub held_bytes: u64,
+    /// Whether the held rows also hold what running each streamed expert once per run of
+    /// them takes ([`groups_experts`]).
+    pub held_groups_experts: bool,
 }
 
 /// The expert cache of an MoE model whose experts are streamed one by one.
@@ -153,9 +161,22 @@ impl ExpertPlan {
     }
 }
 
-/// Bytes of one held prompt row: its residual streams as f32.
-pub fn held_row_bytes(cfg: &ModelConfig) -> u64 {
-    4 * (cfg.residual_streams() * cfg.n_embd) as u64
+/// Whether a layer-major prefill runs each streamed expert once over all the held rows routed
+/// to it: where experts stream one by one (`experts`), in blocks that split at their experts
+/// (not DeepSeek V4's hyper-connected ones).
+pub fn groups_experts(cfg: &ModelConfig, experts: Option<&ExpertPlan>) -> bool {
+    experts.is_some() && cfg.dsv4.is_none()
+}
+
+/// Bytes of one held prompt row: its residual streams as f32 and, where the prefill groups
+/// experts ([`groups_experts`]), its FFN input, its experts' sum (f32) and its routes.
+pub fn held_row_bytes(cfg: &ModelConfig, grouped: bool) -> u64 {
+    let streams = 4 * (cfg.residual_streams() * cfg.n_embd) as u64;
+    if !grouped {
+        return streams;
+    }
+    let route = std::mem::size_of::<(usize, f32)>() as u64;
+    streams + 2 * 4 * cfg.n_embd as u64 + route * cfg.n_expert_used as u64
 }
 
 impl MemoryPlan {
@@ -291,6 +312,7 @@ impl MemoryPlan {
             experts: None,
             held_rows: 0,
             held_bytes: 0,
+            held_groups_experts: false,
         };
         let Some(budget) = request.budget else {
             return Ok(plan);
@@ -328,6 +350,22 @@ impl MemoryPlan {
             plan.slot_bytes = residency.buffers as u64 * buffer_charge;
         }
         let mut free = share - output_held - plan.pinned_bytes() - plan.slot_bytes;
+        let layer_major = cfg.prefills_layer_major();
+        let grouped = layer_major && groups_experts(cfg, experts.as_ref());
+        let row = held_row_bytes(cfg, grouped);
+        let batch = request.batch.max(1);
+        let held_rows_in = |bytes: u64| {
+            let rows = ((bytes.min(MAX_HELD_BYTES) / row) as usize).min(request.ctx);
+            Some(rows / batch * batch).filter(|&r| r >= 2 * batch)
+        };
+        // Experts grouped over held rows: a share of what the cache would take is held first
+        // (step 5), since a prompt's expert reads fall with each batch a run holds, where a
+        // cache slot saves decoding reads only at its hit rate.
+        let reserved = match held_rows_in(free / HELD_SHARE_OF_EXPERT_CACHE) {
+            Some(rows) if grouped => rows as u64 * row,
+            _ => 0,
+        };
+        free -= reserved;
         if let Some(x) = experts.as_mut() {
             let per_slot_row = x.buffer_charge * x.layers as u64;
             x.per_layer = ((free / per_slot_row.max(1)) as usize).min(x.n_expert);
@@ -340,13 +378,11 @@ impl MemoryPlan {
             plan.output_chunk_bytes = plan.output_chunk_rows * out_row;
             free -= plan.output_chunk_bytes - min_chunk;
         }
-        if (plan.streamed_layers() > 0 || plan.experts.is_some()) && cfg.prefills_layer_major() {
-            let row = held_row_bytes(cfg);
-            let batch = request.batch.max(1);
-            let rows = ((free.min(MAX_HELD_BYTES) / row) as usize).min(request.ctx) / batch * batch;
-            if rows >= 2 * batch {
+        if (plan.streamed_layers() > 0 || plan.experts.is_some()) && layer_major {
+            if let Some(rows) = held_rows_in(free + reserved) {
                 plan.held_rows = rows;
                 plan.held_bytes = rows as u64 * row;
+                plan.held_groups_experts = grouped;
             }
         }
         Ok(plan)

@@ -211,6 +211,7 @@ fn json(
         "planned_bytes": plan.map(|p| p.total_bytes()),
         "held_prompt_rows": plan.map(|p| p.held_rows),
         "held_prompt_bytes": plan.map(|p| p.held_bytes),
+        "held_prompt_groups_experts": plan.map(|p| p.held_groups_experts),
         "experts": experts(model).map(|(count, used, bytes)| serde_json::json!({
             "count": count,
             "used": used,
@@ -383,9 +384,14 @@ fn text(model: &Model, args: &Args, sizes: &MemoryPlan, plan: Option<&MemoryPlan
             }
             if p.held_rows > 0 {
                 s += &format!(
-                    "  prompt: {} rows held ({}), each streamed layer read once per {} prompt tokens\n",
+                    "  prompt: {} rows held ({}), each streamed {} read once per {} prompt tokens\n",
                     p.held_rows,
                     h(p.held_bytes),
+                    if p.held_groups_experts {
+                        "layer and expert"
+                    } else {
+                        "layer"
+                    },
                     p.held_rows
                 );
             }

@@ -128,8 +128,9 @@ fn golden_ctx(golden: &Path) -> (usize, usize) {
 
 /// A budget of at least 40% of `model` (`size` bytes) under which, with prompt batches of
 /// `batch` tokens, the plan streams (layers or experts) and holds rows for a layer-major
-/// prefill, and `golden`'s longest prompt spans several batches (all asserted), with a
-/// `kv_type` cache; for a model that never prefills layer by layer, 40% (holding no rows).
+/// prefill (an MoE model's streamed experts grouped over them), and `golden`'s longest prompt
+/// spans several batches (all asserted), with a `kv_type` cache; for a model that never
+/// prefills layer by layer, 40% (holding no rows).
 pub fn layer_major_budget(
     model: &Path,
     golden: &Path,
@@ -156,12 +157,19 @@ pub fn layer_major_budget(
         assert_eq!(m.plan(&o(ram)).unwrap().held_rows, 0, "{model:?}");
         return ram;
     }
-    // From 40% of the file up, 1% at a time: the first budget whose leftover holds rows.
-    (40..100)
-        .map(|pct| size * pct / 100)
+    // An MoE model (but DeepSeek V4) runs each expert once over the held rows routed to it
+    // where experts stream one by one: the budget must be such a one.
+    let groups = m.config.n_expert > 0 && m.config.dsv4.is_none();
+    // From 40% of the file up, 0.1% at a time (a small file's output chunk takes most of
+    // the leftover until the projection is resident): the first budget whose leftover holds
+    // rows.
+    (400..1000)
+        .map(|permille| size * permille / 1000)
         .find(|&ram| {
             m.plan(&o(ram)).is_ok_and(|p| {
-                (p.streamed_layers() > 0 || p.experts.is_some()) && p.held_rows >= 2 * batch
+                (p.streamed_layers() > 0 || p.experts.is_some())
+                    && p.held_rows >= 2 * batch
+                    && p.held_groups_experts == groups
             })
         })
         .unwrap_or_else(|| panic!("{model:?}: no budget of 40-99% holds prompt rows"))

@@ -201,6 +201,19 @@ impl ExpertStore {
         self.reader.direct()
     }
 
+    /// Counts one pass of layer `l` (a decode step or a prompt batch) that routes `wanted`'s
+    /// rows to each of its experts, for the cache's policy ([`policy::ExpertUse`]): a
+    /// layer-major prefill that runs several batches' experts at once counts each batch.
+    pub fn count_pass(&mut self, l: usize, wanted: &[(usize, usize)]) {
+        let Some(l) = self.moe_index.get(l).copied().flatten() else {
+            return;
+        };
+        self.use_.next_pass(l);
+        for &(x, rows) in wanted {
+            self.use_.record(l, x, rows);
+        }
+    }
+
     /// Calls `f(expert, [gate, up, down])` for each `(expert, rows routed to it)` of `wanted`
     /// in layer `l`, in that order (so sums over experts add up as in an all-resident run):
     /// from its cache slot, or read first. Nothing is read that `wanted` does not name. The
@@ -217,10 +230,6 @@ impl ExpertStore {
                 "layer {l} has no experts to stream"
             )));
         };
-        self.use_.next_pass(l);
-        for &(x, rows) in wanted {
-            self.use_.record(l, x, rows);
-        }
         let base = l * self.per_layer;
         let experts: Vec<usize> = wanted.iter().map(|w| w.0).collect();
         // This layer's reads sent ahead land first (the reader answers in order).
