@@ -56,11 +56,17 @@ impl HeldRows {
         bt: &[u32],
         pos: usize,
     ) {
-        let (n, row) = (bt.len(), cfg.residual_streams() * cfg.n_embd);
-        let at = b * s.batch * row;
-        s.x[..n * row].copy_from_slice(&self.x[at..at + n * row]);
+        let n = bt.len();
+        self.restore(cfg, s, b, n);
         s.tokens[..n].copy_from_slice(bt);
         rope_tables(cfg, rope_freqs, pos..pos + n, s);
+    }
+
+    /// Puts the residual streams of batch `b` (`n` rows) back into the scratch.
+    pub(crate) fn restore(&self, cfg: &ModelConfig, s: &mut Scratch, b: usize, n: usize) {
+        let row = cfg.residual_streams() * cfg.n_embd;
+        let at = b * s.batch * row;
+        s.x[..n * row].copy_from_slice(&self.x[at..at + n * row]);
     }
 
     /// Keeps the scratch's residual streams of batch `b` (`n` rows).

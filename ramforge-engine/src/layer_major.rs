@@ -137,9 +137,8 @@ impl Engine {
         routed_experts(cfg, l, &view, vecs, store, rows, work, false)?;
         for (b, bt) in run.chunks(batch).enumerate() {
             let (n, at) = (bt.len(), b * batch);
-            let row = cfg.residual_streams() * e;
             let s = &mut self.scratch;
-            s.x[..n * row].copy_from_slice(&self.held.x[at * row..(at + n) * row]);
+            self.held.restore(cfg, s, b, n);
             s.xn[..n * e].copy_from_slice(&self.held.ffn_in[at * e..(at + n) * e]);
             s.moe_out[..n * e].copy_from_slice(&self.held.expert_sums[at * e..(at + n) * e]);
             block_from_experts(cfg, &view, vecs, s, n, false)?;

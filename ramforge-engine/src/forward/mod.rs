@@ -88,6 +88,11 @@ pub(crate) enum Rows<'a, 'b> {
 }
 
 impl Rows<'_, '_> {
+    /// Whether every product runs per token: batched decoding, or rows verified one by one.
+    fn per_token(&self) -> bool {
+        matches!(self, Rows::Batch { .. } | Rows::Run(_, _, true))
+    }
+
     fn len(&self) -> usize {
         match self {
             Rows::Run(_, positions, _) => positions.len(),
@@ -140,7 +145,7 @@ pub(crate) fn block(
         experts,
     } = weights;
     let n = rows.len();
-    let per_token = matches!(rows, Rows::Batch { .. } | Rows::Run(_, _, true));
+    let per_token = rows.per_token();
     attention_half(cfg, layer_index, w, vecs, s, rows)?;
     feed_forward(cfg, layer_index, w, vecs, experts, s, n, per_token)
 }
@@ -167,9 +172,9 @@ pub(crate) fn block_to_experts(
 ) -> Result<(), EngineError> {
     debug_assert!(splits_at_experts(cfg, layer_index));
     let n = rows.len();
-    let per_token = matches!(rows, Rows::Batch { .. } | Rows::Run(_, _, true));
+    let per_token = rows.per_token();
     attention_half(cfg, layer_index, w, vecs, s, rows)?;
-    ffn_input(cfg, vecs, s, n);
+    normed_input(cfg, vecs, Role::FfnNorm, s, n);
     moe::route_rows(cfg, w, vecs, s, n, per_token, routes)
 }
 
@@ -183,14 +188,8 @@ fn attention_half(
     mut rows: Rows<'_, '_>,
 ) -> Result<(), EngineError> {
     let n = rows.len();
-    let per_token = matches!(rows, Rows::Batch { .. } | Rows::Run(_, _, true));
-    let e = cfg.n_embd;
-    rms_norm(
-        &s.x[..n * e],
-        vecs.norm(Role::AttnNorm),
-        cfg.rms_eps,
-        &mut s.xn[..n * e],
-    );
+    let per_token = rows.per_token();
+    normed_input(cfg, vecs, Role::AttnNorm, s, n);
     if cfg.is_recurrent(layer_index) {
         match &mut rows {
             Rows::Run(kv, _, _) => {
@@ -225,12 +224,13 @@ fn attention_half(
     Ok(())
 }
 
-/// The FFN's input: the `n` rows of `s.x` normalized into `s.xn`.
-fn ffn_input(cfg: &ModelConfig, vecs: &LayerVectors, s: &mut Scratch, n: usize) {
+/// The input of a block's half: the `n` rows of `s.x` normalized by the layer's `norm` into
+/// `s.xn`.
+fn normed_input(cfg: &ModelConfig, vecs: &LayerVectors, norm: Role, s: &mut Scratch, n: usize) {
     let e = cfg.n_embd;
     rms_norm(
         &s.x[..n * e],
-        vecs.norm(Role::FfnNorm),
+        vecs.norm(norm),
         cfg.rms_eps,
         &mut s.xn[..n * e],
     );
@@ -269,7 +269,7 @@ fn feed_forward(
     per_token: bool,
 ) -> Result<(), EngineError> {
     let m = |role| w.matrix(role);
-    ffn_input(cfg, vecs, s, n);
+    normed_input(cfg, vecs, Role::FfnNorm, s, n);
     match cfg.layer_kind(layer_index).ffn {
         FfnKind::Moe => {
             moe_ffn(cfg, layer_index, w, vecs, experts, s, n, per_token)?;

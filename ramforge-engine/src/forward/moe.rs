@@ -298,8 +298,12 @@ pub(crate) fn routed_experts(
     match store {
         Some(store) => {
             // The cache counts each batch as a pass, however many run together.
-            for routes in routes.chunks(batch * k) {
-                store.count_pass(layer, &selected(routes, ne, k));
+            if routes.len() <= batch * k {
+                store.count_pass(layer, &wanted);
+            } else {
+                for routes in routes.chunks(batch * k) {
+                    store.count_pass(layer, &selected(routes, ne, k));
+                }
             }
             store.for_each(layer, &wanted, run)
         }

@@ -140,7 +140,7 @@ pub(crate) fn block(
     } = weights;
     let d = cfg.dsv4.as_ref().expect("a deepseek4 model");
     let n = rows.len();
-    let per_token = matches!(rows, Rows::Batch { .. } | Rows::Run(_, _, true));
+    let per_token = rows.per_token();
     let (e, hd, nh) = (cfg.n_embd, cfg.head_dim, cfg.n_head);
     let (ratio, ql) = (d.ratio(l), d.q_lora);
     let (hi, di) = (d.indexer.n_head, d.indexer.head_dim);
