@@ -16,9 +16,10 @@ pub enum Isa {
     /// [`Isa::Avx2`] plus AVX-VNNI (`vpdpbusd` / `vpdpwssd` on 256-bit vectors: Alder Lake,
     /// Sapphire Rapids, Zen 5 and later). Formats without a VNNI kernel run their AVX2 ones.
     AvxVnni,
-    /// [`Isa::Avx2`] plus AVX512-VNNI and AVX512VL: the [`Isa::AvxVnni`] kernels with
-    /// `vpdpbusd` in its EVEX encoding, for CPUs that lack the VEX one (Ice Lake and Cascade
-    /// Lake servers, Zen 4). Still 256-bit vectors; the same results.
+    /// [`Isa::Avx2`] plus AVX512-VNNI, AVX512VL and AVX512BW: the [`Isa::AvxVnni`] kernels
+    /// with `vpdpbusd` in its EVEX encoding, for CPUs that lack the VEX one (Ice Lake and
+    /// Cascade Lake servers, Zen 4), and the low-bit formats' sign bits applied under a mask
+    /// register. Still 256-bit vectors; the same results.
     Avx512Vnni,
     /// aarch64's Advanced SIMD, which every ARMv8-A CPU has.
     Neon,
@@ -112,6 +113,7 @@ fn avx_vnni_available() -> bool {
 fn avx512_vnni_available() -> bool {
     std::arch::is_x86_feature_detected!("avx512vnni")
         && std::arch::is_x86_feature_detected!("avx512vl")
+        && std::arch::is_x86_feature_detected!("avx512bw")
 }
 
 #[cfg(not(target_arch = "x86_64"))]

@@ -5,6 +5,7 @@ pub(super) use crate::simd::x86::kquant::common::{
     act_blocks, encodings, entry_points, f16_at, fold, hsum256, load128, load256, planar_block,
     u32_at, weight_blocks, PairSum, Planar, Q8K_BSUMS, Q8K_BYTES, Q8K_QS,
 };
+use crate::simd::x86::kquant::common::{Avx2Pairs, EvexPairs, VexPairs};
 use crate::simd::x86::prefetch::{blocks_ahead, group_after_next};
 use std::arch::x86_64::*;
 
@@ -48,7 +49,59 @@ pub(super) trait Codebook {
     /// quants as signed bytes in element order (at most 62 in magnitude), and its integer
     /// scales as i16 (every i16 of the low lane for elements `32c .. 32c + 16`, of the high
     /// lane for the rest: [`fold`]ing a pair relies on the two i16 of each i32 being equal).
-    unsafe fn chunk(wb: *const u8, p: &Self::Prepared, c: usize) -> (__m256i, __m256i);
+    /// The signs of a format with sign bits are applied by `N` ([`Negate`]).
+    unsafe fn chunk<N: Negate>(wb: *const u8, p: &Self::Prepared, c: usize) -> (__m256i, __m256i);
+}
+
+/// How a kernel negates the bytes of a vector that a format's sign bits select: per encoding,
+/// since a CPU with AVX512BW takes the 32 bits as a mask register and negates under it in one
+/// instruction, where AVX2 spreads them into bytes first ([`sign_bits`]).
+pub(super) trait Negate {
+    /// `q` with byte `j` negated (wrapping) where bit `j` of `bits` is set.
+    unsafe fn negate(q: __m256i, bits: u32) -> __m256i;
+}
+
+impl Negate for Avx2Pairs {
+    #[inline(always)]
+    unsafe fn negate(q: __m256i, bits: u32) -> __m256i {
+        _mm256_sign_epi8(q, sign_bits(bits))
+    }
+}
+
+impl Negate for VexPairs {
+    #[inline(always)]
+    unsafe fn negate(q: __m256i, bits: u32) -> __m256i {
+        Avx2Pairs::negate(q, bits)
+    }
+}
+
+/// A subtraction from zero under mask register `k1`, loaded from `bits` (AVX512BW and
+/// AVX512VL, which every CPU of the `evex` table has): two instructions where AVX2's
+/// [`sign_bits`] and `sign` take six. Inline assembly, as `EvexPairs`' own instructions, so
+/// the kernels stay compiled for AVX2 alone (with AVX-512's features enabled the compiler
+/// merges neighbouring 256-bit steps into 512-bit ones).
+impl Negate for EvexPairs {
+    #[inline(always)]
+    unsafe fn negate(q: __m256i, bits: u32) -> __m256i {
+        negate_evex(q, bits)
+    }
+}
+
+/// `q` with byte `j` negated where bit `j` of `bits` is set, by `kmovd` and a masked
+/// `vpsubb` (the caller checked AVX512BW and AVX512VL).
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn negate_evex(mut q: __m256i, bits: u32) -> __m256i {
+    std::arch::asm!(
+        "kmovd k1, {bits:e}",
+        "vpsubb {q}{{k1}}, {zero}, {q}",
+        bits = in(reg) bits,
+        q = inout(ymm_reg) q,
+        zero = in(ymm_reg) _mm256_setzero_si256(),
+        out("k1") _,
+        options(pure, nomem, nostack, preserves_flags),
+    );
+    q
 }
 
 /// `R` weight rows of `F` (back to back in `w`) dotted with `T` Q8_K activation rows:
@@ -60,7 +113,7 @@ pub(super) trait Codebook {
 /// `acc = fma(factor * da, sum, acc)`. `madd` + `add` is `E`'s (one `vpdpwssd` with VNNI);
 /// only inlined into the encodings' kernels (see [`encodings`]).
 #[inline(always)]
-pub(super) unsafe fn dot<F: Codebook, E: PairSum, const R: usize, const T: usize>(
+pub(super) unsafe fn dot<F: Codebook, E: PairSum + Negate, const R: usize, const T: usize>(
     w: &[u8],
     a: [&[u8]; T],
 ) -> [[f32; T]; R] {
@@ -80,7 +133,7 @@ pub(super) unsafe fn dot<F: Codebook, E: PairSum, const R: usize, const T: usize
             prepared[r] = F::prepare(wb[r]);
         }
         let sumi = if F::DIGITS {
-            digit_sums::<F, R, T>(&wb, &prepared, &ab)
+            digit_sums::<F, E, R, T>(&wb, &prepared, &ab)
         } else {
             let mut sumi = [[_mm256_setzero_si256(); T]; R];
             for c in 0..8 {
@@ -91,7 +144,7 @@ pub(super) unsafe fn dot<F: Codebook, E: PairSum, const R: usize, const T: usize
                     mag[t] = _mm256_abs_epi8(x[t]);
                 }
                 for r in 0..R {
-                    let (q, sc) = F::chunk(wb[r], &prepared[r], c);
+                    let (q, sc) = F::chunk::<E>(wb[r], &prepared[r], c);
                     for t in 0..T {
                         let p = _mm256_maddubs_epi16(mag[t], _mm256_sign_epi8(q, x[t]));
                         sumi[r][t] = E::madd_add(sumi[r][t], p, sc);
@@ -120,7 +173,7 @@ pub(super) unsafe fn dot<F: Codebook, E: PairSum, const R: usize, const T: usize
 /// `16j .. 16j + 16`, at most 16 * 128) taken off in i16, one `madd` into i32. The lanes
 /// differ from the signed route's; their sum, the block's integer, is the same.
 #[inline(always)]
-unsafe fn digit_sums<F: Codebook, const R: usize, const T: usize>(
+unsafe fn digit_sums<F: Codebook, N: Negate, const R: usize, const T: usize>(
     wb: &[*const u8; R],
     prepared: &[F::Prepared; R],
     ab: &[*const u8; T],
@@ -132,7 +185,7 @@ unsafe fn digit_sums<F: Codebook, const R: usize, const T: usize>(
             x[t] = load256(ab[t].add(Q8K_QS + 32 * c));
         }
         for r in 0..R {
-            let (d, _) = F::chunk(wb[r], &prepared[r], c);
+            let (d, _) = F::chunk::<N>(wb[r], &prepared[r], c);
             for t in 0..T {
                 sum16[r][t] = _mm256_add_epi16(sum16[r][t], _mm256_maddubs_epi16(d, x[t]));
             }
@@ -184,7 +237,7 @@ pub(super) unsafe fn unpack<F: Codebook>(w: &[u8], out: &mut [u8]) {
     {
         ub[..4].copy_from_slice(&F::factor(wb.as_ptr()).to_le_bytes());
         let prepared = F::prepare(wb.as_ptr());
-        let chunk = |c| F::chunk(wb.as_ptr(), &prepared, c);
+        let chunk = |c| F::chunk::<Avx2Pairs>(wb.as_ptr(), &prepared, c);
         let base = ub.as_mut_ptr();
         let store = |at: usize, v: __m256i| {
             debug_assert!(at + 32 <= F::UNPACKED_BYTES);
@@ -573,7 +626,7 @@ pub(super) unsafe fn u64_at(p: *const u8) -> u64 {
 macro_rules! codebook_entry_points {
     ($name:literal, $format:ident, $codebook:ty, $group:literal $(, vex $vex_group:literal)?) => {
         use crate::formats::$format::BYTES;
-        use crate::simd::x86::iquant::common::{encodings, entry_points, Codebook, PairSum, Q8K_BYTES};
+        use crate::simd::x86::iquant::common::{encodings, entry_points, Codebook, Negate, PairSum, Q8K_BYTES};
 
         const _: () = assert!(<$codebook as Codebook>::BYTES == BYTES);
         /// Bytes of a block unpacked for the prefill tile.
@@ -603,7 +656,7 @@ macro_rules! codebook_entry_points {
 
         /// The shared driver for this format; the callers' SAFETY notes apply.
         #[inline(always)]
-        unsafe fn dot<E: PairSum, const R: usize, const T: usize>(
+        unsafe fn dot<E: PairSum + Negate, const R: usize, const T: usize>(
             w: &[u8],
             a: [&[u8]; T],
         ) -> [[f32; T]; R] {

@@ -101,7 +101,7 @@ impl Codebook for Iq1S {
         f16_at(wb.add(formats::iq1_s::OFFSET_D)) * 0.125
     }
     #[inline(always)]
-    unsafe fn chunk(_wb: *const u8, p: &Iq1Prepared, c: usize) -> (__m256i, __m256i) {
+    unsafe fn chunk<N: Negate>(_wb: *const u8, p: &Iq1Prepared, c: usize) -> (__m256i, __m256i) {
         let q = words4(
             &GRID8_DELTA,
             std::array::from_fn(|l| p.idx[4 * c + l] as usize),
@@ -155,7 +155,7 @@ impl Codebook for Iq1M {
         d * 0.125
     }
     #[inline(always)]
-    unsafe fn chunk(_wb: *const u8, p: &Iq1Prepared, c: usize) -> (__m256i, __m256i) {
+    unsafe fn chunk<N: Negate>(_wb: *const u8, p: &Iq1Prepared, c: usize) -> (__m256i, __m256i) {
         let q = words4(
             &GRID8_DELTA,
             std::array::from_fn(|l| p.idx[4 * c + l] as usize),

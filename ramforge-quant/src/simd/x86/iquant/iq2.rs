@@ -61,12 +61,12 @@ impl Codebook for Iq2Xxs {
         f16_at(wb.add(formats::iq2_xxs::OFFSET_D)) * 0.125
     }
     #[inline(always)]
-    unsafe fn chunk(_wb: *const u8, p: &Iq2Prepared, c: usize) -> (__m256i, __m256i) {
+    unsafe fn chunk<N: Negate>(_wb: *const u8, p: &Iq2Prepared, c: usize) -> (__m256i, __m256i) {
         let q = words4(
             &GRID_XXS,
             std::array::from_fn(|l| p.idx[4 * c + l] as usize),
         );
-        let q = _mm256_sign_epi8(q, sign_bits(p.signs[c]));
+        let q = N::negate(q, p.signs[c]);
         (q, _mm256_set1_epi16(p.scales[2 * c]))
     }
 }
@@ -102,9 +102,9 @@ impl Codebook for Iq2Xs {
         f16_at(wb.add(formats::iq2_xs::OFFSET_D)) * 0.125
     }
     #[inline(always)]
-    unsafe fn chunk(_wb: *const u8, p: &Iq2Prepared, c: usize) -> (__m256i, __m256i) {
+    unsafe fn chunk<N: Negate>(_wb: *const u8, p: &Iq2Prepared, c: usize) -> (__m256i, __m256i) {
         let q = words4(&GRID_XS, std::array::from_fn(|l| p.idx[4 * c + l] as usize));
-        let q = _mm256_sign_epi8(q, sign_bits(p.signs[c]));
+        let q = N::negate(q, p.signs[c]);
         (q, scale_pair(&p.scales, c))
     }
 }
@@ -149,9 +149,9 @@ impl Codebook for Iq2S {
         f16_at(wb.add(formats::iq2_s::OFFSET_D)) * 0.125
     }
     #[inline(always)]
-    unsafe fn chunk(_wb: *const u8, p: &Iq2Prepared, c: usize) -> (__m256i, __m256i) {
+    unsafe fn chunk<N: Negate>(_wb: *const u8, p: &Iq2Prepared, c: usize) -> (__m256i, __m256i) {
         let q = words4(&GRID_S, std::array::from_fn(|l| p.idx[4 * c + l] as usize));
-        let q = _mm256_sign_epi8(q, sign_bits(p.signs[c]));
+        let q = N::negate(q, p.signs[c]);
         (q, scale_pair(&p.scales, c))
     }
 }

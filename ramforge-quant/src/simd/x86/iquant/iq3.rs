@@ -38,10 +38,10 @@ impl Codebook for Iq3Xxs {
         f16_at(wb.add(formats::iq3_xxs::OFFSET_D)) * 0.25
     }
     #[inline(always)]
-    unsafe fn chunk(wb: *const u8, p: &Iq3XxsPrepared, c: usize) -> (__m256i, __m256i) {
+    unsafe fn chunk<N: Negate>(wb: *const u8, p: &Iq3XxsPrepared, c: usize) -> (__m256i, __m256i) {
         let qs = wb.add(formats::iq3_xxs::OFFSET_QS + 8 * c);
         let q = words8(&GRID_XXS, std::array::from_fn(|l| *qs.add(l) as usize));
-        let q = _mm256_sign_epi8(q, sign_bits(p.signs[c]));
+        let q = N::negate(q, p.signs[c]);
         (q, _mm256_set1_epi16(p.scales[2 * c]))
     }
 }
@@ -100,12 +100,9 @@ impl Codebook for Iq3S {
         f16_at(wb.add(formats::iq3_s::OFFSET_D))
     }
     #[inline(always)]
-    unsafe fn chunk(wb: *const u8, p: &Iq3SPrepared, c: usize) -> (__m256i, __m256i) {
+    unsafe fn chunk<N: Negate>(wb: *const u8, p: &Iq3SPrepared, c: usize) -> (__m256i, __m256i) {
         let q = words8(&GRID_S, std::array::from_fn(|l| p.idx[8 * c + l] as usize));
-        let q = _mm256_sign_epi8(
-            q,
-            sign_bits(u32_at(wb.add(formats::iq3_s::OFFSET_SIGNS + 4 * c))),
-        );
+        let q = N::negate(q, u32_at(wb.add(formats::iq3_s::OFFSET_SIGNS + 4 * c)));
         (q, _mm256_set1_epi16(p.scales[c]))
     }
 }

@@ -236,8 +236,8 @@ fn every_low_bit_format_has_avx2_and_vnni_kernels() {
     }
 }
 
-/// Every codebook format's VNNI kernels (`vpdpwssd` for `madd` + `add`) return bit for bit what
-/// its AVX2 ones do, so the instruction set never changes a result: `vec_dot`, `rows` and the
+/// Every codebook format's VNNI kernels (`vpdpwssd` for `madd` + `add`; in the AVX512 table a
+/// masked subtraction for the sign bits too) return bit for bit what its AVX2 ones do, so the instruction set never changes a result: `vec_dot`, `rows` and the
 /// tile, on raw, quantized and filled blocks against random and extreme activations.
 #[test]
 fn vnni_kernels_equal_the_avx2_kernels() {

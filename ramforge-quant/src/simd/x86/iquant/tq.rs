@@ -21,7 +21,7 @@ impl Codebook for Tq2 {
         f16_at(wb.add(formats::tq2_0::OFFSET_D))
     }
     #[inline(always)]
-    unsafe fn chunk(wb: *const u8, _p: &(), c: usize) -> (__m256i, __m256i) {
+    unsafe fn chunk<N: Negate>(wb: *const u8, _p: &(), c: usize) -> (__m256i, __m256i) {
         let v = load256(wb.add(formats::tq2_0::OFFSET_QS + 32 * (c / 4)));
         let shift = _mm_cvtsi32_si128(2 * (c % 4) as i32);
         let q = _mm256_and_si256(_mm256_srl_epi16(v, shift), _mm256_set1_epi8(3));
@@ -98,7 +98,7 @@ impl Codebook for Tq1 {
         f16_at(wb.add(formats::tq1_0::OFFSET_D))
     }
     #[inline(always)]
-    unsafe fn chunk(_wb: *const u8, p: &Tq1Prepared, c: usize) -> (__m256i, __m256i) {
+    unsafe fn chunk<N: Negate>(_wb: *const u8, p: &Tq1Prepared, c: usize) -> (__m256i, __m256i) {
         // `p * 3 >> 8` per byte is 0 up to 85, 1 up to 170, 2 above: two comparisons (signed,
         // on `p - 128`), each -1 where true, subtracted from 0. No shifts: Zen 1 has one
         // vector shift pipe.
