@@ -179,25 +179,14 @@ macro_rules! float_entry_points {
                 unsafe { float::dot::<float::$format>(w, x) }
             }
 
-            /// [`TILE_ROWS`] rows as groups of 3, 3 and 2 (3 x 4 accumulators and the 3
-            /// weight vectors fill 15 of the 16 registers; the activations are the
-            /// multiply-adds' memory operands).
+            /// [`TILE_ROWS`] rows (`float::tile_rows`: groups of 3, 3 and 2 rows over each
+            /// segment of the rows' length).
             fn tile(w: &[u8], x: [&[f32]; TILE]) -> [[f32; TILE]; TILE_ROWS] {
                 const _: () = assert!(TILE_ROWS == 8);
                 assert!(w.len() % TILE_ROWS == 0);
-                let row = w.len() / TILE_ROWS;
-                let mut out = [[0f32; TILE]; TILE_ROWS];
                 // SAFETY: see the note above; only reachable when AVX2+FMA+F16C are
-                // available. Each kernel reads within its rows of `w` and within `x`.
-                unsafe {
-                    let a = float::tile_rows::<float::$format, 3>(&w[..3 * row], x);
-                    let b = float::tile_rows::<float::$format, 3>(&w[3 * row..6 * row], x);
-                    let c = float::tile_rows::<float::$format, 2>(&w[6 * row..], x);
-                    out[..3].copy_from_slice(&a);
-                    out[3..6].copy_from_slice(&b);
-                    out[6..].copy_from_slice(&c);
-                }
-                out
+                // available. The kernel reads within its rows of `w` and within `x`.
+                unsafe { float::tile_rows::<float::$format>(w, x) }
             }
 
             pub(super) const PREFILL: Tile = Tile::FloatRows(tile);

@@ -96,18 +96,23 @@ pub(super) unsafe fn dot<F: Float>(w: &[u8], x: &[f32]) -> f32 {
     sum
 }
 
-/// `R` weight rows of `F`, back to back in `w`, dotted with [`TILE`] activation rows: each
-/// weight vector is widened once and each activation vector loaded once for all `R` rows.
+/// Elements of the row segment (at least, and below twice) that every row of a [`tile_rows`]
+/// call visits before the next: whole steps of [`dot`]'s loop (16 elements), so that four
+/// tokens' activations of one segment (8-16 KiB) stay in L1 while the call's three row groups
+/// read them. Without it, rows of a few thousand elements read each token's whole row from L2
+/// once per row group.
+const SEGMENT: usize = 512;
+
+/// `R` weight rows of `F`, back to back in `w`, dotted with [`TILE`] activation rows over their
+/// whole length (rows shorter than two [`SEGMENT`]s): each weight vector is widened once and
+/// each activation vector loaded once for all `R` rows.
 /// Every (row, token) pair runs [`dot`]'s operations in its order (its even 8-element steps
 /// into one accumulator, its odd ones into another, summed, then the tail), so the prefill
 /// product equals one matvec per token bit for bit. The even steps and the odd ones go in two
 /// passes over the rows, so that one accumulator per pair is live at a time: `R * TILE`
 /// of them, the weights and an activation vector fit the 16 registers.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn tile_rows<F: Float, const R: usize>(
-    w: &[u8],
-    x: [&[f32]; TILE],
-) -> [[f32; TILE]; R] {
+unsafe fn tile_group<F: Float, const R: usize>(w: &[u8], x: [&[f32]; TILE]) -> [[f32; TILE]; R] {
     let row = w.len() / R;
     let n = x.iter().fold(row / F::WIDTH, |n, r| n.min(r.len()));
     let wp: [*const u8; R] = std::array::from_fn(|r| w.as_ptr().add(r * row));
@@ -115,8 +120,8 @@ pub(super) unsafe fn tile_rows<F: Float, const R: usize>(
     let steps = n / 16;
     // `dot`'s one 8-element step after its loop, into the even accumulator.
     let extra = n % 16 >= 8;
-    let even = pass::<F, R>(wp, xp, 0, steps, extra);
-    let odd = pass::<F, R>(wp, xp, 8, steps, false);
+    let even = whole_pass::<F, R>(wp, xp, 0, steps, extra);
+    let odd = whole_pass::<F, R>(wp, xp, 8, steps, false);
     let tail = 16 * steps + if extra { 8 } else { 0 };
     std::array::from_fn(|r| {
         std::array::from_fn(|t| {
@@ -133,7 +138,7 @@ pub(super) unsafe fn tile_rows<F: Float, const R: usize>(
 /// (with `extra`) those at `16 steps`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn pass<F: Float, const R: usize>(
+unsafe fn whole_pass<F: Float, const R: usize>(
     wp: [*const u8; R],
     xp: [*const f32; TILE],
     offset: usize,
@@ -141,22 +146,142 @@ unsafe fn pass<F: Float, const R: usize>(
     extra: bool,
 ) -> [[__m256; TILE]; R] {
     let mut acc = [[_mm256_setzero_ps(); TILE]; R];
-    let mut step = |i: usize| {
-        let wv: [__m256; R] = std::array::from_fn(|r| F::load8(wp[r].add(i * F::WIDTH)));
-        for t in 0..TILE {
-            let xv = _mm256_loadu_ps(xp[t].add(i));
-            for r in 0..R {
-                acc[r][t] = _mm256_fmadd_ps(wv[r], xv, acc[r][t]);
-            }
-        }
-    };
     for k in 0..steps {
-        step(offset + 16 * k);
+        step_rows::<F, R>(wp, xp, &mut acc, offset + 16 * k);
     }
     if extra {
-        step(16 * steps);
+        step_rows::<F, R>(wp, xp, &mut acc, 16 * steps);
     }
     acc
+}
+
+/// [`TILE_ROWS`](crate::kernel_table::TILE_ROWS) weight rows of `F`, back to back in `w`,
+/// dotted with [`TILE`] activation rows: rows 0-2, 3-5 and 6-7 in turn over each
+/// [`SEGMENT`] of the rows' length, each weight vector widened once and each activation vector
+/// loaded once per group. Every (row, token) pair runs [`dot`]'s operations in its order (its
+/// even 8-element steps into one accumulator, its odd ones into another, each in order across
+/// the segments, then `dot`'s last 8-element step, summed, then the tail), so the prefill
+/// product equals one matvec per token bit for bit. The even steps and the odd ones go in two
+/// passes over a segment, so that one accumulator per pair is live at a time: 3 x [`TILE`] of
+/// them, the weights and an activation vector fit the 16 registers; the accumulators wait in
+/// memory between segments.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn tile_rows<F: Float>(w: &[u8], x: [&[f32]; TILE]) -> [[f32; TILE]; 8] {
+    let row = w.len() / 8;
+    let n = x.iter().fold(row / F::WIDTH, |n, r| n.min(r.len()));
+    let wp: [*const u8; 8] = std::array::from_fn(|r| w.as_ptr().add(r * row));
+    let xp = x.map(|r| r.as_ptr());
+    let steps = n / 16;
+    if steps < 2 * (SEGMENT / 16) {
+        // One segment: each group over the whole rows, its accumulators in registers throughout
+        // (the same operations; measured faster than the segmented loop on short rows).
+        let a = tile_group::<F, 3>(&w[..3 * row], x);
+        let b = tile_group::<F, 3>(&w[3 * row..6 * row], x);
+        let c = tile_group::<F, 2>(&w[6 * row..], x);
+        return std::array::from_fn(|r| match r {
+            0..3 => a[r],
+            3..6 => b[r - 3],
+            _ => c[r - 6],
+        });
+    }
+    let mut even = [[_mm256_setzero_ps(); TILE]; 8];
+    let mut odd = [[_mm256_setzero_ps(); TILE]; 8];
+    // Whole segments of about `SEGMENT` elements, the remainder spread over them (a short last
+    // segment would cost its accumulators' round trip for little work).
+    let segments = (steps / (SEGMENT / 16)).max(1);
+    for s in 0..segments {
+        let ks = steps * s / segments..steps * (s + 1) / segments;
+        groups::<F>(wp, xp, &mut even, Some(&mut odd), ks);
+    }
+    // `dot`'s one 8-element step after its loop (`k = steps`), into the even accumulator.
+    let extra = n % 16 >= 8;
+    if extra {
+        groups::<F>(wp, xp, &mut even, None, steps..steps + 1);
+    }
+    let tail = 16 * steps + if extra { 8 } else { 0 };
+    std::array::from_fn(|r| {
+        std::array::from_fn(|t| {
+            let mut sum = hsum_ps(_mm256_add_ps(even[r][t], odd[r][t]));
+            for j in tail..n {
+                sum += F::at(wp[r].add(j * F::WIDTH)) * *xp[t].add(j);
+            }
+            sum
+        })
+    })
+}
+
+/// The steps `k` of `ks` of all 8 rows, in groups of 3, 3 and 2 rows whose accumulators stay
+/// in registers over the steps: each group's even 8-element steps (`16 k`) into `even`, then
+/// (where given) its odd ones (`16 k + 8`) into `odd`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn groups<F: Float>(
+    wp: [*const u8; 8],
+    xp: [*const f32; TILE],
+    even: &mut [[__m256; TILE]; 8],
+    mut odd: Option<&mut [[__m256; TILE]; 8]>,
+    ks: std::ops::Range<usize>,
+) {
+    for r in [0, 3] {
+        let w = [wp[r], wp[r + 1], wp[r + 2]];
+        pass::<F, 3>(w, xp, rows_of(even, r), 0, ks.clone());
+        if let Some(odd) = odd.as_deref_mut() {
+            pass::<F, 3>(w, xp, rows_of(odd, r), 8, ks.clone());
+        }
+    }
+    let w = [wp[6], wp[7]];
+    pass::<F, 2>(w, xp, rows_of(even, 6), 0, ks.clone());
+    if let Some(odd) = odd {
+        pass::<F, 2>(w, xp, rows_of(odd, 6), 8, ks);
+    }
+}
+
+/// Rows `r .. r + K` of a tile's accumulators.
+#[inline(always)]
+fn rows_of<const K: usize>(acc: &mut [[__m256; TILE]; 8], r: usize) -> &mut [[__m256; TILE]; K] {
+    (&mut acc[r..r + K])
+        .try_into()
+        .expect("K rows within the 8")
+}
+
+/// One accumulator per (row, token), taken from `acc` and put back: the 8 elements at
+/// `offset + 16 k` for each `k` of `ks`, in order.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn pass<F: Float, const R: usize>(
+    wp: [*const u8; R],
+    xp: [*const f32; TILE],
+    acc: &mut [[__m256; TILE]; R],
+    offset: usize,
+    ks: std::ops::Range<usize>,
+) {
+    let mut regs = *acc;
+    for k in ks {
+        step_rows::<F, R>(wp, xp, &mut regs, offset + 16 * k);
+    }
+    *acc = regs;
+}
+
+/// The 8 elements at `i` of each of the `R` rows times each token's, into `acc`.
+#[inline(always)]
+unsafe fn step_rows<F: Float, const R: usize>(
+    wp: [*const u8; R],
+    xp: [*const f32; TILE],
+    acc: &mut [[__m256; TILE]; R],
+    i: usize,
+) {
+    // Plain loops, no closures: a closure is compiled without the kernel's target features and
+    // may stay a call (`intrinsics_are_inlined_not_called`).
+    let mut wv = [_mm256_setzero_ps(); R];
+    for r in 0..R {
+        wv[r] = F::load8(wp[r].add(i * F::WIDTH));
+    }
+    for t in 0..TILE {
+        let xv = _mm256_loadu_ps(xp[t].add(i));
+        for r in 0..R {
+            acc[r][t] = _mm256_fmadd_ps(wv[r], xv, acc[r][t]);
+        }
+    }
 }
 
 /// A row of `F` widened to f32 (for embedding rows).

@@ -549,7 +549,9 @@ fn float_dots_and_tiles_match_the_reference() {
     require_avx2();
     let mut rng = Rng(13);
     for ty in FLOAT_TYPES {
-        for n in [1, 7, 8, 9, 15, 16, 17, 31, 33, 100, 576, 1000, 1536] {
+        for n in [
+            1, 7, 8, 9, 15, 16, 17, 31, 33, 100, 576, 1000, 1536, 2056, 2063,
+        ] {
             let w = quantized(ty, &rng.values(n));
             let xs: Vec<Vec<f32>> = (0..TILE).map(|_| rng.values(n)).collect();
             check_float_rows(ty, &w, std::array::from_fn(|t| xs[t].as_slice()));
