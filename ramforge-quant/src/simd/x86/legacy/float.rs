@@ -113,16 +113,46 @@ const SEGMENT: usize = 512;
 /// of them, the weights and an activation vector fit the 16 registers.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn tile_group<F: Float, const R: usize>(w: &[u8], x: [&[f32]; TILE]) -> [[f32; TILE]; R] {
+    let (wp, xp, n) = rows_and_tokens::<F, R>(w, x);
+    let steps = n / 16;
+    let mut even = [[_mm256_setzero_ps(); TILE]; R];
+    let mut odd = [[_mm256_setzero_ps(); TILE]; R];
+    pass::<F, R>(wp, xp, &mut even, 0, 0..steps);
+    // `dot`'s one 8-element step after its loop (`k = steps`), into the even accumulator.
+    let extra = n % 16 >= 8;
+    if extra {
+        pass::<F, R>(wp, xp, &mut even, 0, steps..steps + 1);
+    }
+    pass::<F, R>(wp, xp, &mut odd, 8, 0..steps);
+    sums::<F, R>(wp, xp, &even, &odd, extra, n)
+}
+
+/// The row pointers of the `R` weight rows back to back in `w`, the tokens' activation
+/// pointers, and the elements every pair dots (the shortest of the rows and the tokens).
+#[inline(always)]
+unsafe fn rows_and_tokens<F: Float, const R: usize>(
+    w: &[u8],
+    x: [&[f32]; TILE],
+) -> ([*const u8; R], [*const f32; TILE], usize) {
     let row = w.len() / R;
     let n = x.iter().fold(row / F::WIDTH, |n, r| n.min(r.len()));
     let wp: [*const u8; R] = std::array::from_fn(|r| w.as_ptr().add(r * row));
-    let xp = x.map(|r| r.as_ptr());
-    let steps = n / 16;
-    // `dot`'s one 8-element step after its loop, into the even accumulator.
-    let extra = n % 16 >= 8;
-    let even = whole_pass::<F, R>(wp, xp, 0, steps, extra);
-    let odd = whole_pass::<F, R>(wp, xp, 8, steps, false);
-    let tail = 16 * steps + if extra { 8 } else { 0 };
+    (wp, x.map(|r| r.as_ptr()), n)
+}
+
+/// Each (row, token) pair's dot as [`dot`] ends it: its even and odd accumulators summed, then
+/// the tail elements after the 16-element steps (and, with `extra`, the last 8-element one).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn sums<F: Float, const R: usize>(
+    wp: [*const u8; R],
+    xp: [*const f32; TILE],
+    even: &[[__m256; TILE]; R],
+    odd: &[[__m256; TILE]; R],
+    extra: bool,
+    n: usize,
+) -> [[f32; TILE]; R] {
+    let tail = n / 16 * 16 + if extra { 8 } else { 0 };
     std::array::from_fn(|r| {
         std::array::from_fn(|t| {
             let mut sum = hsum_ps(_mm256_add_ps(even[r][t], odd[r][t]));
@@ -132,27 +162,6 @@ unsafe fn tile_group<F: Float, const R: usize>(w: &[u8], x: [&[f32]; TILE]) -> [
             sum
         })
     })
-}
-
-/// One accumulator per (row, token): the 8 elements at `offset + 16 k` for `k < steps`, then
-/// (with `extra`) those at `16 steps`.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn whole_pass<F: Float, const R: usize>(
-    wp: [*const u8; R],
-    xp: [*const f32; TILE],
-    offset: usize,
-    steps: usize,
-    extra: bool,
-) -> [[__m256; TILE]; R] {
-    let mut acc = [[_mm256_setzero_ps(); TILE]; R];
-    for k in 0..steps {
-        step_rows::<F, R>(wp, xp, &mut acc, offset + 16 * k);
-    }
-    if extra {
-        step_rows::<F, R>(wp, xp, &mut acc, 16 * steps);
-    }
-    acc
 }
 
 /// [`TILE_ROWS`](crate::kernel_table::TILE_ROWS) weight rows of `F`, back to back in `w`,
@@ -167,10 +176,8 @@ unsafe fn whole_pass<F: Float, const R: usize>(
 /// memory between segments.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn tile_rows<F: Float>(w: &[u8], x: [&[f32]; TILE]) -> [[f32; TILE]; 8] {
+    let (wp, xp, n) = rows_and_tokens::<F, 8>(w, x);
     let row = w.len() / 8;
-    let n = x.iter().fold(row / F::WIDTH, |n, r| n.min(r.len()));
-    let wp: [*const u8; 8] = std::array::from_fn(|r| w.as_ptr().add(r * row));
-    let xp = x.map(|r| r.as_ptr());
     let steps = n / 16;
     if steps < 2 * (SEGMENT / 16) {
         // One segment: each group over the whole rows, its accumulators in registers throughout
@@ -198,16 +205,7 @@ pub(super) unsafe fn tile_rows<F: Float>(w: &[u8], x: [&[f32]; TILE]) -> [[f32; 
     if extra {
         groups::<F>(wp, xp, &mut even, None, steps..steps + 1);
     }
-    let tail = 16 * steps + if extra { 8 } else { 0 };
-    std::array::from_fn(|r| {
-        std::array::from_fn(|t| {
-            let mut sum = hsum_ps(_mm256_add_ps(even[r][t], odd[r][t]));
-            for j in tail..n {
-                sum += F::at(wp[r].add(j * F::WIDTH)) * *xp[t].add(j);
-            }
-            sum
-        })
-    })
+    sums::<F, 8>(wp, xp, &even, &odd, extra, n)
 }
 
 /// The steps `k` of `ks` of all 8 rows, in groups of 3, 3 and 2 rows whose accumulators stay
